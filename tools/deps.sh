@@ -1,0 +1,29 @@
+#!/bin/sh
+# deps.sh: make sure the build's libraries are present (DEVELOPERS.md: a fresh machine builds).
+# SPDX-License-Identifier: MIT
+# Usage: tools/deps.sh STAMP.  When a pkg-config module is missing: as root, install the Debian
+# packages (one apt-get update first); otherwise print the exact apt-get line and fail.
+set -eu
+stamp=${1:-}
+pkgs="pkg-config check libzip-dev libjansson-dev libmpfr-dev libgmp-dev zlib1g-dev libsubunit-dev"
+mods="check libzip jansson mpfr gmp zlib"
+missing() {
+  command -v pkg-config >/dev/null 2>&1 || { echo pkg-config; return; }
+  for m in $mods; do pkg-config --exists "$m" || echo "$m"; done
+}
+m=$(missing)
+if [ -n "$m" ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    echo "deps.sh: missing $(echo $m | tr '\n' ' '); installing Debian packages" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq >&2
+    apt-get install -y -qq $pkgs >&2
+    m=$(missing)
+  fi
+fi
+if [ -n "$m" ]; then
+  echo "deps.sh: missing pkg-config modules: $(echo $m | tr '\n' ' ')" >&2
+  echo "deps.sh: install them with: sudo apt-get install -y $pkgs" >&2
+  exit 1
+fi
+if [ -n "$stamp" ]; then mkdir -p "$(dirname "$stamp")" && : > "$stamp"; fi

@@ -1,0 +1,127 @@
+/* kda_case.h: case files (inputs of one problem) and result files, and the random case generator.
+ * SPDX-License-Identifier: MIT
+ *
+ * A case file is a vector file (kda_npz.h) holding the inputs of one kda_problem under fixed
+ * member names, with the problem's options in manifest.json (SPEC.md §10.2):
+ *
+ *   member       dtype            shape            present when
+ *   q, k         f8/f4/f2         [T, H, K]        always
+ *   v            f8/f4/f2         [T, HV, V]       always
+ *   g            f8/f4/f2         [T, HV, GW]      family kda or gdn
+ *   beta         f8/f4/f2         [T, HV]          always
+ *   A_log        f8/f4            [HV]             has_A_log
+ *   dt_bias      f8/f4            [HV, GW]         gate softplus or lower_bound
+ *   cu_seqlens   i8/i4            [N + 1]          always (written always; may be absent on
+ *                                                  read, meaning N = 1)
+ *   h0           f8/f4/f2         [N, HV, K, V]    has_initial_state ([N,HV,V,K] for layout vk)
+ *   checkpoints  i8/i4            [C]              C > 0
+ *
+ * A result file holds a backend's outputs for one case: o [T, HV, V], ht (when the problem
+ * wants the final state) and hc [C, HV, K, V] (when it has checkpoints), with a manifest that
+ * names the backend, the case's problem and the SHA-256 of the case's inputs.
+ *
+ * Input values are loaded into float64 arrays; a member stored as f4 or f2 converts exactly.
+ * Loading validates everything SPEC.md §6 asks of inputs: shapes agree with each other and
+ * with the manifest, cu_seqlens and checkpoints are well-formed, and inputs are finite (g may
+ * be -inf only in the pre-gated mode; nothing may be NaN or +inf).
+ */
+#ifndef KDA_CASE_H
+#define KDA_CASE_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kda_problem.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The precision class that a case's inputs are exact in (SPEC.md §10.3). */
+#define KDA_PREC_F64 0
+#define KDA_PREC_F32 1
+#define KDA_PREC_BF16 2 /* stored as f4 values exactly representable in bfloat16 */
+#define KDA_PREC_F16 3  /* stored as f2 */
+
+const char *kda_prec_name(int32_t prec);              /* "f64" "f32" "bf16" "f16", or NULL */
+int kda_prec_parse(const char *name, int32_t *prec);  /* KDA_OK or KDA_EINVAL */
+
+typedef struct kda_case {
+  kda_problem p;
+  int32_t input_precision; /* KDA_PREC_*: inputs are exact in this format */
+  int32_t reserved0;
+  /* Inputs as float64 (NULL when the problem does not use them), owned by the case. */
+  double *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
+  int64_t *cu_seqlens;     /* always allocated on load ({0, T} when the member is absent) */
+  int64_t *checkpoints;    /* NULL when n_checkpoints == 0 */
+  char *id;                /* case id from the manifest (may be NULL) */
+  char *manifest_json;     /* the manifest text as read or as generated (owned) */
+} kda_case;
+
+/* Element counts of each input for a problem (0 when unused).  Used by load, save and the
+ * generator so that all three agree. */
+typedef struct kda_case_sizes {
+  uint64_t q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, checkpoints, o, ht, hc;
+} kda_case_sizes;
+int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
+
+/* Loads and validates a case file.  On failure the case is left empty (all NULL).  Returns
+ * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed), KDA_ENOTFOUND (a member or
+ * manifest key the problem needs is missing), KDA_ESHAPE (shapes disagree), KDA_EDTYPE,
+ * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
+ * and the member. */
+int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen);
+/* Writes the case's inputs in its input precision (f64 as f8, f32 and bf16 as f4, f16 as f2)
+ * with a manifest generated from its problem (and extra, a JSON object text merged into it
+ * as "generator_info", may be NULL).  Atomic.  Returns KDA_OK, KDA_EIO, KDA_EINVAL,
+ * KDA_ENOMEM. */
+int kda_case_save(const char *path, const kda_case *c, const char *extra_json, char *err,
+                  size_t errlen);
+void kda_case_free(kda_case *c);
+/* Points t's inputs at the case's arrays (outputs are left NULL). */
+void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t);
+
+/* Writes a result file: outputs in dtype (KDA_DTYPE_F64 or KDA_DTYPE_F32), a manifest naming
+ * backend and the case.  ht / hc may be NULL when the problem does not want them.  Atomic. */
+int kda_result_save(const char *path, const kda_case *c, const char *backend, int32_t dtype,
+                    const double *o, const double *ht, const double *hc, char *err,
+                    size_t errlen);
+
+/* ---- The random case generator (SPEC.md §11.2).
+ * A description is a list of key=value words separated by spaces or commas-free tokens, e.g.
+ *   "seed=7 T=64 H=2 HV=4 K=16 V=8 regime=randn gate=softplus beta=logit l2=fla prec=bf16"
+ * Keys: seed, T, H, HV, K, V, seqlens (comma list; N and T from it), family, gate, beta, l2,
+ * head_map, layout, scale, lb, eps, alog (0/1), h0 (0/1), final (0/1), checkpoints (comma
+ * list of token indices, or "log" for log-spaced), regime, prec, id.  Regimes (SPEC.md §11.2):
+ * randn, positive, unit, decay-small, lowrank, expansive. */
+typedef struct kda_gen_desc {
+  uint64_t seed;
+  kda_problem p;
+  int32_t regime;          /* KDA_REGIME_* */
+  int32_t precision;       /* KDA_PREC_* of the generated inputs */
+  int64_t *seqlens;        /* [p.N] or NULL (one sequence of p.T tokens) */
+  int64_t *checkpoints;    /* [p.n_checkpoints] or NULL */
+  char id[128];
+} kda_gen_desc;
+
+#define KDA_REGIME_RANDN 0       /* q,k,v ~ N(0,1) (Irwin-Hall); g ~ -U(0,1); beta ~ U(0,1) */
+#define KDA_REGIME_POSITIVE 1    /* q,k,v ~ U(0,1) as fla's tests draw them; g, beta as randn */
+#define KDA_REGIME_UNIT 2        /* k unit-norm rows; beta ~ U(0,1): contractive */
+#define KDA_REGIME_DECAY_SMALL 3 /* g = -1e-4 everywhere (rounded to prec) */
+#define KDA_REGIME_LOWRANK 4     /* keys in a 2-dimensional subspace, full-rank queries */
+#define KDA_REGIME_EXPANSIVE 5   /* beta * ||k||^2 up to 3 (outside the non-expansive set) */
+
+const char *kda_regime_name(int32_t regime);
+int kda_regime_parse(const char *name, int32_t *regime);
+
+/* Parses a description; the desc owns its arrays (free with kda_gen_desc_free).  Returns
+ * KDA_OK or KDA_EINVAL with a message naming the bad word. */
+int kda_gen_parse(const char *text, kda_gen_desc *d, char *err, size_t errlen);
+void kda_gen_desc_free(kda_gen_desc *d);
+/* Generates the case of a description, deterministic bit for bit.  Returns KDA_OK,
+ * KDA_EINVAL, KDA_ESHAPE, KDA_ENOMEM. */
+int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
