@@ -22,6 +22,7 @@
 #ifndef KDA_PROBLEM_H
 #define KDA_PROBLEM_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
