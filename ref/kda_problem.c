@@ -120,8 +120,12 @@ int kda_problem_check(const kda_problem *p, char *err, size_t errlen) {
                                           "must be 0 or 1");
   if (!isfinite(p->scale))
     return fail(KDA_EINVAL, err, errlen, "scale %.17g is not finite", p->scale);
-  if (!(p->l2_eps >= 0.0) || !isfinite(p->l2_eps))
-    return fail(KDA_EINVAL, err, errlen, "l2_eps %.17g is not a finite value >= 0", p->l2_eps);
+  /* SPEC.md §4.3: eps > 0, so that L2 of the zero vector is the zero vector. */
+  if (p->l2_mode != KDA_L2_OFF && !(p->l2_eps > 0.0 && isfinite(p->l2_eps)))
+    return fail(KDA_EINVAL, err, errlen, "l2_eps %.17g must be finite and > 0 when l2 is %s",
+                p->l2_eps, kda_l2_name(p->l2_mode));
+  if (p->reserved0 != 0)
+    return fail(KDA_EINVAL, err, errlen, "reserved0 must be 0");
   return gate_ok(p, err, errlen);
 }
 

@@ -9,7 +9,7 @@
  * One step at token t (SPEC.md §3.1), with a = exp(g_eff), kk = k_t, qq = scale * q_t:
  *   decay    S[i][j] <- a[i] * S[i][j]
  *   erase    p[j]     = sum_i S[i][j] * kk[i]          (on the decayed state)
- *   write    S[i][j] <- S[i][j] + beta * kk[i] * (v[j] - p[j])
+ *   write    S[i][j] <- S[i][j] + kk[i] * (beta * (v[j] - p[j]))  (this grouping)
  *   readout  o[j]     = sum_i S[i][j] * qq[i]          (after the write)
  * Sums run over i = 0, 1, ..., K-1 in that order (SPEC.md §9 fixes the order for the
  * reference only; conforming implementations may sum in any order).
