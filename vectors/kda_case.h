@@ -70,10 +70,13 @@ int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_
  * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
  * and the member. */
 int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen);
-/* Writes the case's inputs in its input precision (f64 as f8, f32 and bf16 as f4, f16 as f2)
- * with a manifest generated from its problem (and extra, a JSON object text merged into it
- * as "generator_info", may be NULL).  Atomic.  Returns KDA_OK, KDA_EIO, KDA_EINVAL,
- * KDA_ENOMEM. */
+/* Writes the case's inputs in its input precision (f64 as f8, f32 and bf16 as f4, f16 as f2;
+ * A_log and dt_bias are f32 values stored as f4 unless the precision is f64) with a manifest
+ * generated from its problem (and extra, a JSON object text stored as "generator_info"; when
+ * NULL, the generator_info of c->manifest_json is kept).  The case is first checked as
+ * kda_case_load would check it.  Atomic.  Returns KDA_OK, KDA_EIO, KDA_EINVAL (bad problem,
+ * missing array, bad index array, a value not exact in its precision, extra not an object),
+ * KDA_ESHAPE (sizes overflow), KDA_ENONFINITE, KDA_ENOMEM. */
 int kda_case_save(const char *path, const kda_case *c, const char *extra_json, char *err,
                   size_t errlen);
 void kda_case_free(kda_case *c);
@@ -81,7 +84,9 @@ void kda_case_free(kda_case *c);
 void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t);
 
 /* Writes a result file: outputs in dtype (KDA_DTYPE_F64 or KDA_DTYPE_F32), a manifest naming
- * backend and the case.  ht / hc may be NULL when the problem does not want them.  Atomic. */
+ * backend and the case, with inputs_sha256: the SHA-256 of the case's input members as
+ * kda_case_save stores them (data bytes only, member order).  ht / hc may be NULL when the
+ * problem does not want them.  Atomic.  Returns as kda_case_save. */
 int kda_result_save(const char *path, const kda_case *c, const char *backend, int32_t dtype,
                     const double *o, const double *ht, const double *hc, char *err,
                     size_t errlen);
@@ -94,7 +99,7 @@ int kda_result_save(const char *path, const kda_case *c, const char *backend, in
  * list of token indices, or "log" for log-spaced), regime, prec, id.  Regimes (SPEC.md §11.2):
  * randn, positive, unit, decay-small, lowrank, expansive. */
 typedef struct kda_gen_desc {
-  uint64_t seed;
+  uint64_t seed;           /* 0 .. 2^63 - 1 (it is a JSON integer in the manifest) */
   kda_problem p;
   int32_t regime;          /* KDA_REGIME_* */
   int32_t precision;       /* KDA_PREC_* of the generated inputs */
@@ -106,7 +111,8 @@ typedef struct kda_gen_desc {
 #define KDA_REGIME_RANDN 0       /* q,k,v ~ N(0,1) (Irwin-Hall); g ~ -U(0,1); beta ~ U(0,1) */
 #define KDA_REGIME_POSITIVE 1    /* q,k,v ~ U(0,1) as fla's tests draw them; g, beta as randn */
 #define KDA_REGIME_UNIT 2        /* k unit-norm rows; beta ~ U(0,1): contractive */
-#define KDA_REGIME_DECAY_SMALL 3 /* g = -1e-4 everywhere (rounded to prec) */
+#define KDA_REGIME_DECAY_SMALL 3 /* g = -1e-4 everywhere (rounded to prec); softplus and
+                                    lower_bound gates: g = -9.25 / -11, A_log = dt_bias = 0 */
 #define KDA_REGIME_LOWRANK 4     /* keys in a 2-dimensional subspace, full-rank queries */
 #define KDA_REGIME_EXPANSIVE 5   /* beta * ||k||^2 up to 3 (outside the non-expansive set) */
 
