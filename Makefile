@@ -29,7 +29,8 @@ CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 WARN      := -Wall -Wextra -Wshadow -Wstrict-prototypes -Wmissing-prototypes -Wno-unused-parameter
 OPT       ?= -O2
 SAN       ?=
-SANFLAGS  := $(if $(SAN),-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all,)
+comma     := ,
+SANFLAGS  := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-pointer -fno-sanitize-recover=all,)
 CFLAGS    ?=
 BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g $(OPT) $(WARN) \
              -ffp-contract=off -fno-fast-math -fPIC $(SANFLAGS) \
@@ -39,6 +40,10 @@ ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # Library: every .c directly under the library modules (tests and backends live in folders).
 LIB_SRC   := $(wildcard ref/*.c) $(wildcard vectors/*.c) $(wildcard conformance/*.c)
+LIB_SRC   += $(wildcard conformance/backends/*/*.c)
+# Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
+PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
+PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/tests/kda_plugin_%.so)
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -53,7 +58,7 @@ LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-unit check-cli check-numpy check-asan example install clean deps fuzz
+.PHONY: all check check-unit check-cli check-numpy check-asan example install clean deps fuzz conform
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -82,7 +87,7 @@ $(BUILD)/%: %.c $(LIBA) $(HEADERS) | $(DEPS_STAMP)
 
 # Unit tests: each Check program runs from the repository root (fixtures are found there);
 # KDA_BIN tells the CLI tests which kda to run.
-check-unit: $(TEST_BIN) $(KDA)
+check-unit: $(TEST_BIN) $(KDA) $(PLUGINS)
 	@set -e; for t in $(TEST_BIN); do \
 	  echo "== $$t"; KDA_BIN=$(abspath $(KDA)) CK_DEFAULT_TIMEOUT=600 $$t; done
 
@@ -96,6 +101,15 @@ check-asan:
 
 check: check-unit check-numpy check-asan
 	@echo "make check: all suites passed"
+
+# A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
+$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+
+# The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
+conform: $(KDA)
+	$(KDA) conform --out $(BUILD)/conform
 
 example: $(KDA)
 	$(KDA) ref --backend ref-f64 golden/example/example.npz -o $(BUILD)/example-out.npz
@@ -115,3 +129,15 @@ install: all
 
 clean:
 	rm -rf $(BUILD)
+
+# libFuzzer run of the .npy header parser (vectors/tests/fuzz_npy.c; needs clang with
+# libFuzzer): make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/corpus.
+FUZZ_CC      ?= clang
+FUZZ_SECONDS ?= 60
+fuzz:
+	@mkdir -p $(BUILD)/fuzz/corpus
+	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+	  -ffp-contract=off -Iref -Ivectors vectors/tests/fuzz_npy.c vectors/kda_npy.c \
+	  -o $(BUILD)/fuzz/fuzz_npy
+	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy

@@ -63,8 +63,9 @@ typedef struct kda_array_info {
 int kda_npy_parse_header(const unsigned char *buf, size_t len, const char *what,
                          kda_array_info *info, size_t *data_offset, char *err, size_t errlen);
 /* Writes the NumPy 1.0 header (2.0 if it does not fit) for info, padded with spaces and a
- * newline so that the data starts at a multiple of 64 bytes.  Returns the header length, or 0
- * when cap is too small. */
+ * newline so that the data starts at a multiple of 64 bytes (byte for byte what numpy.save
+ * writes).  Returns the header length, or 0 when cap is too small or info is invalid (dtype,
+ * ndim, a negative dimension). */
 size_t kda_npy_format_header(const kda_array_info *info, unsigned char *buf, size_t cap);
 
 /* ---- Reading. */
@@ -72,7 +73,8 @@ typedef struct kda_npz kda_npz;
 
 /* Opens an archive and indexes its members (central directory consistency is checked).
  * Returns KDA_OK, KDA_EIO (cannot open), KDA_EFORMAT (not a zip, truncated, corrupt,
- * inconsistent), KDA_ENOMEM. */
+ * inconsistent, empty file, duplicate member names, encrypted members or an unsupported
+ * compression method), KDA_ENOMEM, KDA_EINVAL (NULL argument). */
 int kda_npz_open(const char *path, kda_npz **out, char *err, size_t errlen);
 void kda_npz_close(kda_npz *z);
 const char *kda_npz_path(const kda_npz *z);
@@ -84,14 +86,17 @@ const char *kda_npz_name(const kda_npz *z, int64_t i);
 int kda_npz_has(const kda_npz *z, const char *name);
 
 /* Shape and dtype of a member.  Returns KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT, KDA_EDTYPE,
- * KDA_ESHAPE (the header disagrees with the member's size). */
+ * KDA_ESHAPE (the header disagrees with the member's size), KDA_EIO (a read error),
+ * KDA_ENOMEM. */
 int kda_npz_info(kda_npz *z, const char *name, kda_array_info *info, char *err, size_t errlen);
 
 /* Reads the whole member converted to dtype_out into dst, which holds exactly count elements
  * (count must equal the member's element count).  Conversions: any float or integer dtype to
- * F64; F32, F16 to F32; I64, I32 to I64; anything else is KDA_EDTYPE.  The CRC-32 is
- * checked.  Returns KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT (truncated, bad CRC, decompression
- * error), KDA_EDTYPE, KDA_ESHAPE (count mismatch), KDA_ENOMEM. */
+ * F64; F32, F16 to F32; I64, I32 to I64; anything else is KDA_EDTYPE, and so is an I64 value
+ * that F64 cannot hold exactly (|x| > 2^53 and not representable).  The CRC-32 is checked.
+ * Returns KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT (truncated, bad CRC, decompression error),
+ * KDA_EDTYPE, KDA_ESHAPE (count mismatch), KDA_ENOMEM, KDA_EIO (a read error), KDA_EINVAL
+ * (dst NULL while count > 0). */
 int kda_npz_read(kda_npz *z, const char *name, int32_t dtype_out, void *dst, uint64_t count,
                  char *err, size_t errlen);
 /* Reads elements [first, first + count) converted to dtype_out.  Stored members seek; deflated
@@ -105,17 +110,21 @@ int kda_npz_load_f64(kda_npz *z, const char *name, kda_array_info *info, double 
                      char *err, size_t errlen);
 int kda_npz_load_i64(kda_npz *z, const char *name, kda_array_info *info, int64_t **out,
                      char *err, size_t errlen);
-/* Reads a non-.npy member (e.g. "manifest.json") whole, NUL-terminated; *out freed by the
- * caller, *len may be NULL.  Returns KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT, KDA_ENOMEM. */
+/* Reads a member by its full name (e.g. "manifest.json", or "q.npy" for the raw .npy bytes)
+ * whole, CRC-checked and NUL-terminated; *out freed by the caller, *len may be NULL.  Returns
+ * KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT, KDA_ENOMEM, KDA_EIO (a read error). */
 int kda_npz_read_blob(kda_npz *z, const char *member, char **out, size_t *len, char *err,
                       size_t errlen);
-/* Reads every member to its end and checks every CRC.  Returns KDA_OK or KDA_EFORMAT. */
+/* Reads every member to its end and checks every CRC.  Returns KDA_OK or KDA_EFORMAT (or
+ * KDA_EIO on a read error, KDA_ENOMEM). */
 int kda_npz_verify(kda_npz *z, char *err, size_t errlen);
 
 /* ---- Writing. */
 typedef struct kda_npz_writer kda_npz_writer;
 
-/* Starts an archive that will replace path on commit.  Returns KDA_OK, KDA_EIO, KDA_ENOMEM. */
+/* Starts an archive that will replace path on commit; creates the temporary file
+ * "<path>.tmp.XXXXXX" at once, so that an unwritable directory fails here.  Returns KDA_OK,
+ * KDA_EIO (no path, or the temporary file cannot be created), KDA_ENOMEM. */
 int kda_npz_writer_open(const char *path, kda_npz_writer **out, char *err, size_t errlen);
 /* Adds an array member whose data (in dtype, C order) is copied.  Returns KDA_OK, KDA_EINVAL
  * (bad name, duplicate, bad dtype), KDA_ESHAPE, KDA_ENOMEM. */
@@ -125,11 +134,14 @@ int kda_npz_writer_add(kda_npz_writer *w, const char *name, int32_t dtype, int32
  * I64/I32 require integral values).  Returns as kda_npz_writer_add. */
 int kda_npz_writer_add_f64(kda_npz_writer *w, const char *name, int32_t dtype, int32_t ndim,
                            const int64_t *shape, const double *data, char *err, size_t errlen);
-/* Sets the manifest.json text (copied; written as the first member). */
+/* Sets (or replaces) the manifest.json text (copied; written as the first member).  Returns
+ * KDA_OK, KDA_EINVAL (NULL, or not a JSON object, or duplicate keys), KDA_ENOMEM. */
 int kda_npz_writer_set_manifest(kda_npz_writer *w, const char *json_text, char *err,
                                 size_t errlen);
 /* Writes everything to the temporary file, syncs it and renames it over the target; frees w
- * in every case.  Returns KDA_OK, KDA_EIO, KDA_ENOMEM. */
+ * in every case.  With no member at all it writes the 22-byte empty zip.  On failure the
+ * temporary file is removed and an existing target is untouched.  Returns KDA_OK, KDA_EIO,
+ * KDA_ENOMEM. */
 int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen);
 /* Discards everything; no file is left behind.  Frees w. */
 void kda_npz_writer_abort(kda_npz_writer *w);

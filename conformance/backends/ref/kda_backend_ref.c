@@ -1,0 +1,68 @@
+/* kda_backend_ref.c: the built-in backends ref-f64 and ref-f32, the references behind the ABI.
+ * SPDX-License-Identifier: MIT
+ *
+ * They go through exactly the same table and the same isolated call path as a plugin, so the
+ * runner has no special case for its own references (BLIS's reference kernels are registered
+ * like any optimized kernel).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_backend.h"
+#include "kda_ref.h"
+
+typedef struct ref_handle {
+  char err[KDA_ERRLEN];
+} ref_handle;
+
+static int32_t ref_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  if (params && params[0]) {
+    if (errlen) snprintf(err, errlen, "the reference backends take no parameters ('%s')", params);
+    return KDA_EINVAL;
+  }
+  ref_handle *h = calloc(1, sizeof *h);
+  if (!h) {
+    if (errlen) snprintf(err, errlen, "out of memory opening a reference backend");
+    return KDA_ENOMEM;
+  }
+  *handle = h;
+  return KDA_OK;
+}
+
+static void ref_close(void *handle) { free(handle); }
+
+/* The references run every valid problem. */
+static int32_t ref_supports(void *handle, const kda_problem *p, char *reason, uint32_t len) {
+  return KDA_OK;
+}
+
+static const char *ref_last_error(void *handle) {
+  return handle ? ((ref_handle *)handle)->err : "";
+}
+
+static int32_t ref_forward_f64(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  ref_handle *h = handle;
+  kda_tensors_f64 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
+                       t->cu_seqlens, t->checkpoints, t->o, t->ht, t->hc};
+  return kda_ref_forward_f64(p, &x, h->err, sizeof h->err);
+}
+
+static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  ref_handle *h = handle;
+  kda_tensors_f32 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
+                       t->cu_seqlens, t->checkpoints, t->o, t->ht, t->hc};
+  return kda_ref_forward_f32(p, &x, h->err, sizeof h->err);
+}
+
+const kda_backend kda_backend_ref_f64 = {
+    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "ref-f64",
+    "the plain float64 reference (SPEC.md section 9)", KDA_CLASS_FP64, KDA_BACKEND_DTYPE_F64,
+    KDA_BACKEND_DTYPE_F64, 0, ref_open, ref_close, ref_supports, ref_forward_f64,
+    ref_last_error};
+
+const kda_backend kda_backend_ref_f32 = {
+    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "ref-f32",
+    "the float32 twin of the reference (SPEC.md section 9)", KDA_CLASS_FP32,
+    KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, ref_open, ref_close, ref_supports,
+    ref_forward_f32, ref_last_error};

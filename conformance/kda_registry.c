@@ -1,0 +1,147 @@
+/* kda_registry.c: built-in backends, loading plugins with dlopen, precision classes and caps.
+ * SPDX-License-Identifier: MIT
+ */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_conform.h"
+
+extern const kda_backend kda_backend_ref_f64;
+extern const kda_backend kda_backend_ref_f32;
+
+static const kda_backend *const builtins[] = {&kda_backend_ref_f64, &kda_backend_ref_f32};
+
+int32_t kda_backend_builtin_count(void) {
+  return (int32_t)(sizeof builtins / sizeof builtins[0]);
+}
+
+const kda_backend *kda_backend_builtin(int32_t i) {
+  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i] : NULL;
+}
+
+const kda_backend *kda_backend_find(const char *name) {
+  for (int32_t i = 0; name && i < kda_backend_builtin_count(); i++)
+    if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
+  return NULL;
+}
+
+static int valid_name(const char *s) {
+  if (!s || !s[0] || strlen(s) > 63) return 0;
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= '0' && *s <= '9') || *s == '.' || *s == '_' ||
+          *s == '-' || (*s >= 'A' && *s <= 'Z')))
+      return 0;
+  return 1;
+}
+
+int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
+  if (!b) return snprintf(err, errlen, "backend table is NULL"), KDA_EINVAL;
+  if (b->abi_version < 1 || b->abi_version > KDA_BACKEND_ABI_VERSION) {
+    snprintf(err, errlen, "backend ABI version %u is not supported (this runner: %d)",
+             (unsigned)b->abi_version, KDA_BACKEND_ABI_VERSION);
+    return KDA_EUNSUPPORTED;
+  }
+  if (b->struct_size < KDA_BACKEND_V1_SIZE) {
+    snprintf(err, errlen, "backend table size %u is smaller than the version-1 table (%u)",
+             (unsigned)b->struct_size, (unsigned)KDA_BACKEND_V1_SIZE);
+    return KDA_EINVAL;
+  }
+  if (!valid_name(b->name))
+    return snprintf(err, errlen, "backend name is missing or not [A-Za-z0-9._-]{1,63}"),
+           KDA_EINVAL;
+  if (!b->open || !b->close || !b->supports || !b->forward || !b->last_error)
+    return snprintf(err, errlen, "backend '%s' lacks a required function", b->name), KDA_EINVAL;
+  if (!kda_class_name(b->precision_class))
+    return snprintf(err, errlen, "backend '%s' declares unknown precision class %d", b->name,
+                    (int)b->precision_class),
+           KDA_EINVAL;
+  if ((b->input_dtype != KDA_BACKEND_DTYPE_F64 && b->input_dtype != KDA_BACKEND_DTYPE_F32) ||
+      (b->output_dtype != KDA_BACKEND_DTYPE_F64 && b->output_dtype != KDA_BACKEND_DTYPE_F32))
+    return snprintf(err, errlen, "backend '%s' declares an unknown buffer dtype", b->name),
+           KDA_EINVAL;
+  return KDA_OK;
+}
+
+struct kda_plugin {
+  void *dl;
+};
+
+int kda_plugin_load(const char *path, kda_plugin **out, const kda_backend **backend, char *err,
+                    size_t errlen) {
+  *out = NULL;
+  *backend = NULL;
+  kda_plugin *p = calloc(1, sizeof *p);
+  if (!p) return snprintf(err, errlen, "%s: out of memory", path), KDA_ENOMEM;
+  p->dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+  if (!p->dl) {
+    snprintf(err, errlen, "%s: cannot load plugin: %s", path, dlerror());
+    free(p);
+    return KDA_EIO;
+  }
+  kda_backend_entry_fn entry;
+  void *sym = dlsym(p->dl, KDA_BACKEND_ENTRY_SYMBOL);
+  memcpy(&entry, &sym, sizeof entry); /* object-to-function pointer, as POSIX allows */
+  const kda_backend *b = sym ? entry(KDA_BACKEND_ABI_VERSION) : NULL;
+  int st = KDA_ENOTFOUND;
+  char why[KDA_ERRLEN] = "";
+  if (!sym)
+    snprintf(why, sizeof why, "no symbol '%s'", KDA_BACKEND_ENTRY_SYMBOL);
+  else if (!b)
+    snprintf(why, sizeof why, "%s(%d) returned NULL", KDA_BACKEND_ENTRY_SYMBOL,
+             KDA_BACKEND_ABI_VERSION);
+  else
+    st = kda_backend_validate(b, why, sizeof why);
+  if (st != KDA_OK) {
+    snprintf(err, errlen, "%s: %s", path, why);
+    dlclose(p->dl);
+    free(p);
+    return st;
+  }
+  *out = p;
+  *backend = b;
+  return KDA_OK;
+}
+
+void kda_plugin_unload(kda_plugin *p) {
+  if (!p) return;
+  dlclose(p->dl);
+  free(p);
+}
+
+/* ---- Precision classes: unit roundoff and caps (SPEC.md §7.2, §7.4). */
+typedef struct class_row {
+  const char *name;
+  double unit;
+  kda_caps caps;
+} class_row;
+
+static const class_row class_table[KDA_CLASS_COUNT] = {
+    {"fp64", 0x1p-53, {64.0, 64.0, 64.0}},
+    {"fp32", 0x1p-24, {64.0, 64.0, 64.0}},
+    {"tf32", 0x1p-11, {32.0, 32.0, 32.0}},
+    {"bf16", 0x1p-8, {8.0, 4.0, 4.0}},
+    {"fp16", 0x1p-11, {16.0, 16.0, 16.0}},
+};
+
+const char *kda_class_name(int32_t cls) {
+  return (cls >= 0 && cls < KDA_CLASS_COUNT) ? class_table[cls].name : NULL;
+}
+
+int kda_class_parse(const char *name, int32_t *cls) {
+  for (int32_t i = 0; name && i < KDA_CLASS_COUNT; i++)
+    if (strcmp(name, class_table[i].name) == 0) return *cls = i, KDA_OK;
+  return KDA_EINVAL;
+}
+
+double kda_class_unit(int32_t cls) {
+  return kda_class_name(cls) ? class_table[cls].unit : 0.0;
+}
+
+int kda_class_caps(int32_t cls, kda_caps *caps) {
+  if (!kda_class_name(cls)) return KDA_EINVAL;
+  *caps = class_table[cls].caps;
+  return KDA_OK;
+}

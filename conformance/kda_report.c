@@ -1,0 +1,253 @@
+/* kda_report.c: reports of a conformance run: human lines, JSON Lines, summary JSON, JUnit XML,
+ * baselines (SPEC.md §7.9).
+ * SPDX-License-Identifier: MIT
+ */
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_conform.h"
+
+static const char *short_verdict(int32_t v) {
+  static const char *const tags[] = {"PASS", "FAIL", "WARN", "SKIP", "WAIVED", "CRASH", "TIMEOUT"};
+  return (v >= 0 && v <= KDA_VERDICT_TIMEOUT) ? tags[v] : "?";
+}
+
+static void where_text(const kda_fail_line *l, char *buf, size_t cap) {
+  if (strcmp(l->quantity, "o") == 0)
+    snprintf(buf, cap, "o[t=%lld seq=%lld hv=%lld j=%lld]", (long long)l->at.a,
+             (long long)l->at.b, (long long)l->at.c, (long long)l->at.d);
+  else
+    snprintf(buf, cap, "%s[%s=%lld hv=%lld i=%lld j=%lld]", l->quantity,
+             l->quantity[1] == 't' ? "seq" : "ckpt", (long long)l->at.a, (long long)l->at.b,
+             (long long)l->at.c, (long long)l->at.d);
+}
+
+static void qtext(char *buf, size_t cap, const char *name, const kda_qmetric *m, double allowed) {
+  if (!m->count) snprintf(buf, cap, "%s -", name);
+  else snprintf(buf, cap, "%s %.3g/%g", name, m->worst, allowed);
+}
+
+void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
+  const kda_score *s = &r->score;
+  fprintf(f, "%-7s %-12s %-28s", short_verdict(r->verdict), r->backend, r->case_id);
+  if (r->has_score) {
+    char a[64], b[64], c[64];
+    qtext(a, sizeof a, "o", &s->o, s->caps.o);
+    qtext(b, sizeof b, "ht", &s->ht, s->caps.ht);
+    qtext(c, sizeof c, "hc", &s->hc, s->caps.hc);
+    fprintf(f, " %s %s  %s  %s  rms %.2g", kda_class_name(s->cls), a, b, c, s->o.rms_ratio);
+    if (s->growth_kind != KDA_GROWTH_NA)
+      fprintf(f, "  growth %s (%.2f)", kda_growth_name(s->growth_kind), s->alpha);
+    if (r->prefix_done) fprintf(f, "  prefix %.3g%s", r->prefix_worst, r->causal_ok ? "" : " NONCAUSAL");
+    if (r->repeat_done) fprintf(f, "  repeat %s", r->repeat_identical ? "same" : "DIFFERS");
+  }
+  if (r->reason[0]) fprintf(f, "  -- %s", r->reason);
+  if (r->waiver[0]) fprintf(f, " [waiver: %s]", r->waiver);
+  fputc('\n', f);
+  int32_t n = s->n_lines < max_lines ? s->n_lines : max_lines;
+  if (r->verdict == KDA_VERDICT_PASS) n = 0;
+  for (int32_t i = 0; i < n; i++) {
+    const kda_fail_line *l = &s->lines[i];
+    char w[128];
+    where_text(l, w, sizeof w);
+    fprintf(f, "    %s  expected %a (%.17g)  observed %a (%.17g)  err %.4g > %g %s units\n", w,
+            l->expected, l->expected, l->observed, l->observed, l->err, l->allowed,
+            kda_class_name(s->cls));
+  }
+  if (r->verdict != KDA_VERDICT_PASS && s->n_lines > n)
+    fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
+            (int)(s->n_lines - n),
+            (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail));
+}
+
+/* JSON numbers must be finite: Inf and NaN become strings. */
+static json_t *jnum(double x) {
+  if (isfinite(x)) return json_real(x);
+  return json_string(isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"));
+}
+
+static json_t *jmetric(const kda_qmetric *m, double cap) {
+  if (!m->count) return json_null();
+  return json_pack("{s:I,s:o,s:o,s:[I,I,I,I],s:o,s:o,s:I,s:I,s:I}", "count", (json_int_t)m->count,
+                   "worst", jnum(m->worst), "allowed", jnum(cap), "at", (json_int_t)m->at.a,
+                   (json_int_t)m->at.b, (json_int_t)m->at.c, (json_int_t)m->at.d, "max_abs",
+                   jnum(m->max_abs), "rms_ratio", jnum(m->rms_ratio), "nan",
+                   (json_int_t)m->n_nan, "inf", (json_int_t)m->n_inf, "over_cap",
+                   (json_int_t)m->n_fail);
+}
+
+static json_t *report_json(const kda_case_report *r) {
+  json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o}", "case", r->case_id, "backend", r->backend,
+                        "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
+                        jnum(r->seconds));
+  if (!j) return NULL;
+  if (r->waiver[0]) json_object_set_new(j, "waiver", json_string(r->waiver));
+  if (!r->has_score) return j;
+  const kda_score *s = &r->score;
+  json_object_set_new(j, "class", json_string(kda_class_name(s->cls)));
+  json_object_set_new(j, "o", jmetric(&s->o, s->caps.o));
+  json_object_set_new(j, "ht", jmetric(&s->ht, s->caps.ht));
+  json_object_set_new(j, "hc", jmetric(&s->hc, s->caps.hc));
+  json_t *each = json_array();
+  for (int64_t c = 0; c < s->n_hc_each; c++) json_array_append_new(each, jnum(s->hc_each[c]));
+  json_object_set_new(j, "hc_each", each);
+  json_object_set_new(j, "first_fail_token", json_integer(s->first_fail_token));
+  json_object_set_new(j, "windows",
+                      json_pack("{s:I,s:o,s:o,s:o,s:I}", "size", (json_int_t)s->window, "first",
+                                jnum(s->win_first), "last", jnum(s->win_last), "worst",
+                                jnum(s->win_worst), "worst_start", (json_int_t)s->win_worst_start));
+  json_object_set_new(j, "growth",
+                      json_pack("{s:s,s:o,s:o}", "kind", kda_growth_name(s->growth_kind), "alpha",
+                                jnum(s->alpha), "alpha_fit", jnum(s->alpha_fit)));
+  if (r->prefix_done)
+    json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b}", "P", (json_int_t)r->prefix_P,
+                                               "worst", jnum(r->prefix_worst), "causal",
+                                               r->causal_ok));
+  if (r->repeat_done) json_object_set_new(j, "repeat_identical", json_boolean(r->repeat_identical));
+  return j;
+}
+
+int kda_report_jsonl(FILE *f, const kda_case_report *r) {
+  json_t *j = report_json(r);
+  if (!j) return KDA_ENOMEM;
+  int rc = json_dumpf(j, f, JSON_COMPACT | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  fputc('\n', f);
+  return rc == 0 && !ferror(f) ? KDA_OK : KDA_EIO;
+}
+
+void kda_tally_add(kda_tally *t, const kda_case_report *r) {
+  if (r->verdict < 0 || r->verdict > KDA_VERDICT_TIMEOUT) return;
+  t->by_verdict[r->verdict]++;
+  if (kda_verdict_is_failure(r->verdict)) t->failed++;
+  else if (r->verdict == KDA_VERDICT_NOT_SUPPORTED || r->verdict == KDA_VERDICT_WAIVED) t->skipped++;
+  else t->passed++;
+}
+
+void kda_report_final(FILE *f, const kda_tally *t) {
+  fprintf(f, "%lld passed, %lld failed", (long long)t->passed, (long long)t->failed);
+  if (t->skipped) fprintf(f, ", %lld skipped", (long long)t->skipped);
+  fputc('\n', f);
+}
+
+int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n) {
+  json_t *by = json_object();
+  for (int32_t v = 0; v <= KDA_VERDICT_TIMEOUT; v++)
+    json_object_set_new(by, kda_verdict_name(v), json_integer(t->by_verdict[v]));
+  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "schema", "kda-conform-summary/1", "cases",
+                        (json_int_t)n, "passed", (json_int_t)t->passed, "failed",
+                        (json_int_t)t->failed, "skipped", (json_int_t)t->skipped, "by_verdict",
+                        by);
+  if (!j) return KDA_ENOMEM;
+  int rc = json_dumpf(j, f, JSON_INDENT(1));
+  json_decref(j);
+  fputc('\n', f);
+  return rc == 0 && !ferror(f) ? KDA_OK : KDA_EIO;
+}
+
+static void xml_text(FILE *f, const char *s) {
+  for (; *s; s++) {
+    switch (*s) {
+      case '<': fputs("&lt;", f); break;
+      case '>': fputs("&gt;", f); break;
+      case '&': fputs("&amp;", f); break;
+      case '"': fputs("&quot;", f); break;
+      case '\'': fputs("&apos;", f); break;
+      default:
+        if ((unsigned char)*s < 0x20 && *s != '\n' && *s != '\t') fputc(' ', f);
+        else fputc(*s, f);
+    }
+  }
+}
+
+static void junit_case(FILE *f, const kda_case_report *r) {
+  fputs("    <testcase classname=\"kda.conform.", f);
+  xml_text(f, r->backend);
+  fputs("\" name=\"", f);
+  xml_text(f, r->case_id);
+  fprintf(f, "\" time=\"%.6f\"", r->seconds);
+  const char *tag = NULL;
+  if (r->verdict == KDA_VERDICT_FAIL) tag = "failure";
+  else if (r->verdict == KDA_VERDICT_CRASH || r->verdict == KDA_VERDICT_TIMEOUT) tag = "error";
+  else if (r->verdict == KDA_VERDICT_NOT_SUPPORTED || r->verdict == KDA_VERDICT_WAIVED) tag = "skipped";
+  if (!tag && !r->reason[0]) return (void)fputs("/>\n", f);
+  fputs(">\n", f);
+  if (tag) {
+    fprintf(f, "      <%s message=\"", tag);
+    xml_text(f, r->reason);
+    fprintf(f, "\" type=\"%s\"", kda_verdict_name(r->verdict));
+    if (strcmp(tag, "skipped") == 0) fputs("/>\n", f);
+    else {
+      fputs(">", f);
+      char *buf = NULL;
+      size_t len = 0;
+      FILE *m = open_memstream(&buf, &len);
+      if (m) {
+        kda_report_human(m, r, KDA_MAX_FAIL_LINES);
+        fclose(m);
+        xml_text(f, buf);
+        free(buf);
+      }
+      fprintf(f, "</%s>\n", tag);
+    }
+  }
+  if (r->verdict == KDA_VERDICT_QUALITY_WARNING) {
+    fputs("      <system-out>QualityWarning: ", f);
+    xml_text(f, r->reason);
+    fputs("</system-out>\n", f);
+  }
+  fputs("    </testcase>\n", f);
+}
+
+int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n) {
+  fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kda-conform\">\n", f);
+  for (int64_t i = 0; i < n; i++) {
+    int first = 1;
+    for (int64_t k = 0; k < i; k++)
+      if (strcmp(rs[k].backend, rs[i].backend) == 0) first = 0;
+    if (!first) continue;
+    int64_t tests = 0, failures = 0, errors = 0, skipped = 0;
+    double time = 0;
+    for (int64_t k = i; k < n; k++) {
+      if (strcmp(rs[k].backend, rs[i].backend) != 0) continue;
+      tests++, time += rs[k].seconds;
+      int32_t v = rs[k].verdict;
+      failures += v == KDA_VERDICT_FAIL;
+      errors += v == KDA_VERDICT_CRASH || v == KDA_VERDICT_TIMEOUT;
+      skipped += v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED;
+    }
+    fputs("  <testsuite name=\"", f);
+    xml_text(f, rs[i].backend);
+    fprintf(f, "\" tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" skipped=\"%lld\" time=\"%.6f\">\n",
+            (long long)tests, (long long)failures, (long long)errors, (long long)skipped, time);
+    for (int64_t k = i; k < n; k++)
+      if (strcmp(rs[k].backend, rs[i].backend) == 0) junit_case(f, &rs[k]);
+    fputs("  </testsuite>\n", f);
+  }
+  fputs("</testsuites>\n", f);
+  return ferror(f) ? KDA_EIO : KDA_OK;
+}
+
+int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n) {
+  json_t *cases = json_object();
+  const char *backend = n > 0 ? rs[0].backend : "";
+  int32_t cls = n > 0 ? rs[0].score.cls : 0;
+  for (int64_t i = 0; i < n; i++) {
+    if (!rs[i].has_score) continue;
+    const kda_score *s = &rs[i].score;
+    json_object_set_new(cases, rs[i].case_id,
+                        json_pack("{s:o,s:o,s:o}", "o", jnum(s->o.worst), "ht",
+                                  s->ht.count ? jnum(s->ht.worst) : json_null(), "hc",
+                                  s->hc.count ? jnum(s->hc.worst) : json_null()));
+  }
+  json_t *j = json_pack("{s:s,s:s,s:s,s:o}", "schema", "kda-baseline/1", "backend", backend,
+                        "class", kda_class_name(cls) ? kda_class_name(cls) : "?", "cases", cases);
+  if (!j) return KDA_ENOMEM;
+  int rc = json_dumpf(j, f, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
+  json_decref(j);
+  fputc('\n', f);
+  return rc == 0 && !ferror(f) ? KDA_OK : KDA_EIO;
+}

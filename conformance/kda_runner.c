@@ -1,0 +1,483 @@
+/* kda_runner.c: verdicts of one case: isolated call, scoring, repeat, prefix checks, baselines
+ * and waivers (SPEC.md §7.6-§7.8).
+ * SPDX-License-Identifier: MIT
+ */
+#include <fnmatch.h>
+#include <jansson.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_conform.h"
+#include "kda_npz.h"
+
+const char *kda_verdict_name(int32_t v) {
+  static const char *const names[] = {"Pass",   "Fail",  "QualityWarning", "NotSupported",
+                                      "Waived", "Crash", "Timeout"};
+  return (v >= 0 && v <= KDA_VERDICT_TIMEOUT) ? names[v] : "?";
+}
+
+int kda_verdict_is_failure(int32_t v) {
+  return v == KDA_VERDICT_FAIL || v == KDA_VERDICT_CRASH || v == KDA_VERDICT_TIMEOUT;
+}
+
+void kda_conform_opts_init(kda_conform_opts *o) {
+  memset(o, 0, sizeof *o);
+  o->call.timeout_s = 60.0;
+  o->call.isolate = 1;
+  o->cls = -1;
+  o->baseline_factor = 2.0;
+}
+
+/* ---- Waivers. */
+struct kda_waivers {
+  json_t *list;
+};
+
+int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
+  *out = NULL;
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
+  json_t *list = json_object_get(root, "waivers");
+  if (!json_is_array(list)) {
+    json_decref(root);
+    return snprintf(err, errlen, "%s: no \"waivers\" array", path), KDA_EFORMAT;
+  }
+  kda_waivers *w = calloc(1, sizeof *w);
+  if (!w) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  w->list = root;
+  *out = w;
+  return KDA_OK;
+}
+
+void kda_waivers_free(kda_waivers *w) {
+  if (!w) return;
+  json_decref(w->list);
+  free(w);
+}
+
+/* 1 when the case manifest's golden.flags (or top-level flags) array holds flag. */
+static int has_flag(const char *manifest_json, const char *flag) {
+  if (!manifest_json) return 0;
+  json_t *m = json_loads(manifest_json, 0, NULL);
+  if (!m) return 0;
+  json_t *g = json_object_get(m, "golden");
+  json_t *flags = json_object_get(g ? g : m, "flags");
+  int found = 0;
+  size_t i;
+  json_t *f;
+  json_array_foreach(flags, i, f) if (json_is_string(f) && strcmp(json_string_value(f), flag) == 0)
+      found = 1;
+  json_decref(m);
+  return found;
+}
+
+static int glob_ok(json_t *w, const char *key, const char *value) {
+  const char *pat = json_string_value(json_object_get(w, key));
+  return !pat || fnmatch(pat, value ? value : "", 0) == 0;
+}
+
+const char *kda_waivers_match(const kda_waivers *ws, const char *case_id, const char *backend,
+                              const char *manifest_json, const char **link) {
+  if (!ws) return NULL;
+  size_t i;
+  json_t *w;
+  json_array_foreach(json_object_get(ws->list, "waivers"), i, w) {
+    const char *flag = json_string_value(json_object_get(w, "flag"));
+    if (!glob_ok(w, "case", case_id) || !glob_ok(w, "backend", backend)) continue;
+    if (flag && !has_flag(manifest_json, flag)) continue;
+    if (link) *link = json_string_value(json_object_get(w, "link"));
+    const char *reason = json_string_value(json_object_get(w, "reason"));
+    return reason ? reason : "waived";
+  }
+  return NULL;
+}
+
+/* ---- Baselines. */
+struct kda_baseline {
+  json_t *root;
+};
+
+int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
+  *out = NULL;
+  json_error_t je;
+  json_t *root = json_load_file(path, 0, &je);
+  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
+  if (!json_is_object(json_object_get(root, "cases"))) {
+    json_decref(root);
+    return snprintf(err, errlen, "%s: no \"cases\" object", path), KDA_EFORMAT;
+  }
+  kda_baseline *b = calloc(1, sizeof *b);
+  if (!b) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  b->root = root;
+  *out = b;
+  return KDA_OK;
+}
+
+void kda_baseline_free(kda_baseline *b) {
+  if (!b) return;
+  json_decref(b->root);
+  free(b);
+}
+
+static double num_or_nan(json_t *x) { return json_is_number(x) ? json_number_value(x) : NAN; }
+
+int kda_baseline_get(const kda_baseline *b, const char *case_id, double *o, double *ht,
+                     double *hc) {
+  json_t *c = b ? json_object_get(json_object_get(b->root, "cases"), case_id) : NULL;
+  if (!c) return 0;
+  *o = num_or_nan(json_object_get(c, "o"));
+  *ht = num_or_nan(json_object_get(c, "ht"));
+  *hc = num_or_nan(json_object_get(c, "hc"));
+  return 1;
+}
+
+/* ---- One case. */
+static void report_init(kda_case_report *r, const kda_case *c, const char *backend,
+                        const char *fallback_id) {
+  memset(r, 0, sizeof *r);
+  snprintf(r->case_id, sizeof r->case_id, "%s", c->id ? c->id : fallback_id);
+  snprintf(r->backend, sizeof r->backend, "%s", backend);
+  r->causal_ok = 1;
+  r->repeat_identical = 1;
+}
+
+static void set_reason(kda_case_report *r, int32_t verdict, const char *msg) {
+  r->verdict = verdict;
+  snprintf(r->reason, sizeof r->reason, "%s", msg);
+}
+
+static int32_t outcome_verdict(int32_t outcome) {
+  switch (outcome) {
+    case KDA_CALL_OK: return KDA_VERDICT_PASS;
+    case KDA_CALL_UNSUPPORTED: return KDA_VERDICT_NOT_SUPPORTED;
+    case KDA_CALL_CRASH: return KDA_VERDICT_CRASH;
+    case KDA_CALL_TIMEOUT: return KDA_VERDICT_TIMEOUT;
+    default: return KDA_VERDICT_FAIL;
+  }
+}
+
+static const char *worst_quantity(const kda_score *s, const kda_qmetric **m, double *cap) {
+  const kda_qmetric *ms[3] = {&s->o, &s->ht, &s->hc};
+  const double caps[3] = {s->caps.o, s->caps.ht, s->caps.hc};
+  static const char *const names[3] = {"o", "ht", "hc"};
+  int best = 0;
+  double ratio = -1;
+  for (int q = 0; q < 3; q++) {
+    if (!ms[q]->count) continue;
+    double x = ms[q]->worst / caps[q];
+    if (x > ratio || isnan(x)) ratio = x, best = q;
+  }
+  *m = ms[best];
+  *cap = caps[best];
+  return names[best];
+}
+
+/* Verdict from a score: Fail over a cap, else Pass. */
+static void verdict_from_score(kda_case_report *r) {
+  const kda_score *s = &r->score;
+  r->has_score = 1;
+  if (kda_score_within_caps(s)) return set_reason(r, KDA_VERDICT_PASS, "");
+  const kda_qmetric *m;
+  double cap;
+  const char *q = worst_quantity(s, &m, &cap);
+  char msg[KDA_ERRLEN];
+  snprintf(msg, sizeof msg,
+           "%s error %.4g %s units > %g allowed (%llu elements over, %llu NaN, %llu Inf)%s",
+           q, m->worst, kda_class_name(s->cls), cap, (unsigned long long)m->n_fail,
+           (unsigned long long)(s->o.n_nan + s->ht.n_nan + s->hc.n_nan),
+           (unsigned long long)(s->o.n_inf + s->ht.n_inf + s->hc.n_inf),
+           s->first_fail_token >= 0 ? "" : "");
+  set_reason(r, KDA_VERDICT_FAIL, msg);
+  if (s->first_fail_token >= 0) {
+    size_t n = strlen(r->reason);
+    snprintf(r->reason + n, sizeof r->reason - n, "; first failing token %lld",
+             (long long)s->first_fail_token);
+  }
+}
+
+/* Regression against a recorded baseline, and systematic growth: QualityWarning. */
+static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
+  const kda_score *s = &r->score;
+  double bo, bht, bhc;
+  if (r->verdict != KDA_VERDICT_PASS) return;
+  if (kda_baseline_get(o->baseline, r->case_id, &bo, &bht, &bhc)) {
+    const double obs[3] = {s->o.worst, s->ht.worst, s->hc.worst};
+    const double base[3] = {bo, bht, bhc};
+    static const char *const names[3] = {"o", "ht", "hc"};
+    for (int q = 0; q < 3; q++) {
+      if (isnan(base[q])) continue;
+      double limit = o->baseline_factor * fmax(base[q], 1.0);
+      if (obs[q] > limit) {
+        char msg[KDA_ERRLEN];
+        snprintf(msg, sizeof msg, "regression: %s error %.4g > %g x baseline %.4g", names[q],
+                 obs[q], o->baseline_factor, base[q]);
+        return set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+      }
+    }
+  }
+  if ((s->growth_kind == KDA_GROWTH_SYSTEMATIC || s->growth_kind == KDA_GROWTH_UNSTABLE) &&
+      s->win_last > s->caps.o / 8) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "error grows %s along the sequence (alpha %.2f, last window %.3g)",
+             kda_growth_name(s->growth_kind), s->alpha, s->win_last);
+    set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+  }
+}
+
+static void apply_waiver(kda_case_report *r, const kda_case *c, const kda_conform_opts *o) {
+  if (r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_NOT_SUPPORTED) return;
+  const char *link = NULL;
+  const char *why = kda_waivers_match(o->waivers, r->case_id, r->backend, c->manifest_json, &link);
+  if (!why) return;
+  snprintf(r->waiver, sizeof r->waiver, "%s%s%s", why, link ? " " : "", link ? link : "");
+  size_t n = strlen(r->reason);
+  snprintf(r->reason + n, sizeof r->reason - n, "%s(was %s)", n ? " " : "",
+           kda_verdict_name(r->verdict));
+  r->verdict = KDA_VERDICT_WAIVED;
+}
+
+static int same_bits(const double *a, const double *b, uint64_t n) {
+  return n == 0 || !a || !b || memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+/* A second identical call: any bitwise difference is nondeterminism. */
+static int repeat_check(const kda_backend *b, const char *params, const kda_case *c,
+                        const kda_outputs *first, const kda_conform_opts *o,
+                        kda_case_report *r, char *err, size_t errlen) {
+  kda_outputs out2;
+  int st = kda_outputs_alloc(&c->p, &out2, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_tensors_f64 in;
+  kda_case_tensors(c, &in);
+  kda_call_result cr;
+  st = kda_call_forward(b, params, &c->p, &in, &out2, &o->call, &cr, err, errlen);
+  if (st == KDA_OK) {
+    r->repeat_done = 1;
+    if (cr.outcome != KDA_CALL_OK) {
+      char msg[KDA_ERRLEN];
+      snprintf(msg, sizeof msg, "repeated call: %.400s", cr.msg);
+      set_reason(r, outcome_verdict(cr.outcome), msg);
+    } else {
+      r->repeat_identical = same_bits(first->o, out2.o, first->n_o) &&
+                            same_bits(first->ht, out2.ht, first->n_ht) &&
+                            same_bits(first->hc, out2.hc, first->n_hc);
+      if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
+        set_reason(r, KDA_VERDICT_QUALITY_WARNING,
+                   "nondeterministic: a repeated call gave different bits");
+    }
+  }
+  kda_outputs_free(&out2);
+  return st;
+}
+
+/* Worst error (class units) of an observed array against the truth with per-head scales. */
+static double worst_err(const double *e, const double *obs, uint64_t n, const double *mag,
+                        uint64_t per_scale, double unit) {
+  double w = 0;
+  kda_qmetric dummy;
+  memset(&dummy, 0, sizeof dummy);
+  for (uint64_t i = 0; i < n; i++) {
+    double sc = unit * mag[i / per_scale];
+    double d = fabs(obs[i] - e[i]);
+    double x = (isnan(obs[i]) || isinf(obs[i])) ? INFINITY : (d == 0 ? 0 : (sc > 0 ? d / sc : INFINITY));
+    if (x > w) w = x;
+  }
+  (void)dummy;
+  return w;
+}
+
+typedef struct prefix_ctx {
+  const kda_backend *b;
+  const char *params;
+  const kda_case *c;
+  const kda_truth *t;
+  const kda_conform_opts *o;
+  kda_case_report *r;
+} prefix_ctx;
+
+static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *in,
+                    kda_outputs *out, const char *what, char *err, size_t errlen) {
+  int st = kda_outputs_alloc(p, out, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_call_result cr;
+  st = kda_call_forward(x->b, x->params, p, in, out, &x->o->call, &cr, err, errlen);
+  if (st != KDA_OK) return st;
+  if (cr.outcome == KDA_CALL_OK) return KDA_OK;
+  char msg[KDA_ERRLEN];
+  snprintf(msg, sizeof msg, "%s: %.400s", what, cr.msg);
+  set_reason(x->r, outcome_verdict(cr.outcome), msg);
+  return -1; /* reported in r */
+}
+
+/* Prefix resume: tokens [0,P) then [P,T) from the returned state, against the truth. */
+static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
+  const kda_problem *p0 = &x->c->p;
+  kda_tensors_f64 in;
+  kda_case_tensors(x->c, &in);
+  kda_problem p1 = *p0, p2 = *p0;
+  int64_t cu1[2] = {0, P}, cu2[2] = {0, p0->T - P};
+  p1.T = P, p1.n_checkpoints = 0, p1.want_final_state = 1;
+  p2.T = p0->T - P, p2.n_checkpoints = 0, p2.has_initial_state = 1;
+  kda_tensors_f64 in1 = in, in2 = in;
+  in1.cu_seqlens = cu1, in1.checkpoints = NULL;
+  kda_outputs o1 = {0}, o2 = {0};
+  int st = run_call(x, &p1, &in1, &o1, "prefix resume, first part", err, errlen);
+  if (st == KDA_OK) {
+    int64_t GW = kda_problem_gate_width(p0);
+    in2.q += P * p0->H * p0->K, in2.k += P * p0->H * p0->K, in2.v += P * p0->HV * p0->V;
+    if (in2.g) in2.g += P * p0->HV * GW;
+    in2.beta += P * p0->HV;
+    in2.h0 = o1.ht, in2.cu_seqlens = cu2, in2.checkpoints = NULL;
+    st = run_call(x, &p2, &in2, &o2, "prefix resume, second part", err, errlen);
+  }
+  if (st == KDA_OK) {
+    uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
+    double u = kda_class_unit(x->r->score.cls);
+    double w1 = worst_err(x->t->out.o, o1.o, n1, x->t->mag_o, (uint64_t)p0->V, u);
+    double w2 = worst_err(x->t->out.o + n1, o2.o, o2.n_o, x->t->mag_o + P * p0->HV,
+                          (uint64_t)p0->V, u);
+    double w3 = x->t->out.ht ? worst_err(x->t->out.ht, o2.ht, o2.n_ht, x->t->mag_ht,
+                                         (uint64_t)(p0->K * p0->V), u)
+                             : 0.0;
+    x->r->prefix_worst = fmax(w1, fmax(w2, w3));
+    x->r->prefix_done = 1;
+    double cap = fmin(x->r->score.caps.o, x->r->score.caps.ht);
+    if (!(x->r->prefix_worst <= cap)) {
+      char msg[KDA_ERRLEN];
+      snprintf(msg, sizeof msg, "prefix resume at P=%lld: error %.4g units > %g allowed",
+               (long long)P, x->r->prefix_worst, cap);
+      set_reason(x->r, KDA_VERDICT_FAIL, msg);
+    }
+  }
+  kda_outputs_free(&o1);
+  kda_outputs_free(&o2);
+  return st < 0 ? KDA_OK : st;
+}
+
+/* Causality: perturb q and v after P; outputs before P must keep their bits. */
+static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *err,
+                     size_t errlen) {
+  const kda_problem *p = &x->c->p;
+  kda_tensors_f64 in;
+  kda_case_tensors(x->c, &in);
+  size_t nq = (size_t)(p->T * p->H * p->K), nv = (size_t)(p->T * p->HV * p->V);
+  double *q = malloc(nq * sizeof *q + 1), *v = malloc(nv * sizeof *v + 1);
+  if (!q || !v) return free(q), free(v), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  memcpy(q, in.q, nq * sizeof *q);
+  memcpy(v, in.v, nv * sizeof *v);
+  for (size_t i = (size_t)(P * p->H * p->K); i < nq; i++) q[i] = -q[i];
+  for (size_t i = (size_t)(P * p->HV * p->V); i < nv; i++) v[i] = -v[i] - 0.5;
+  in.q = q, in.v = v;
+  kda_outputs o2 = {0};
+  int st = run_call(x, p, &in, &o2, "causality check", err, errlen);
+  if (st == KDA_OK) {
+    x->r->causal_ok = same_bits(first->o, o2.o, (uint64_t)(P * p->HV * p->V));
+    if (!x->r->causal_ok) {
+      char msg[KDA_ERRLEN];
+      snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
+               "tokens were perturbed", (long long)P);
+      set_reason(x->r, KDA_VERDICT_FAIL, msg);
+    }
+  }
+  free(q), free(v);
+  kda_outputs_free(&o2);
+  return st < 0 ? KDA_OK : st;
+}
+
+static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
+  const kda_problem *p = &x->c->p;
+  if (p->N != 1 || p->T < 4) return KDA_OK;
+  int64_t P = p->T * 5 / 8 + 1;
+  x->r->prefix_P = P;
+  int st = prefix_resume(x, P, err, errlen);
+  if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) st = causality(x, P, first, err, errlen);
+  return st;
+}
+
+int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
+                     const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
+                     char *err, size_t errlen) {
+  report_init(r, c, b->name, "case");
+  int32_t cls = o->cls >= 0 ? o->cls : b->precision_class;
+  kda_outputs out;
+  int st = kda_outputs_alloc(&c->p, &out, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_tensors_f64 in;
+  kda_case_tensors(c, &in);
+  kda_call_result cr;
+  st = kda_call_forward(b, params, &c->p, &in, &out, &o->call, &cr, err, errlen);
+  if (st != KDA_OK) return kda_outputs_free(&out), st;
+  r->seconds = cr.seconds;
+  r->score.cls = cls;
+  if (cr.outcome != KDA_CALL_OK) {
+    set_reason(r, outcome_verdict(cr.outcome), cr.msg);
+  } else {
+    st = kda_score_outputs(c, t, &out, cls, &r->score, err, errlen);
+    if (st != KDA_OK) return kda_outputs_free(&out), st;
+    r->bytes_scored = 2 * 8 * (out.n_o + out.n_ht + out.n_hc);
+    verdict_from_score(r);
+    if (o->repeat && st == KDA_OK) st = repeat_check(b, params, c, &out, o, r, err, errlen);
+    prefix_ctx x = {b, params, c, t, o, r};
+    if (o->prefix && st == KDA_OK && r->verdict == KDA_VERDICT_PASS)
+      st = prefix_checks(&x, &out, err, errlen);
+    quality_checks(r, o);
+  }
+  apply_waiver(r, c, o);
+  kda_outputs_free(&out);
+  return st;
+}
+
+/* ---- Candidate result files. */
+static int read_candidate(const char *path, const kda_case *c, kda_outputs *out, char *msg,
+                          size_t msglen) {
+  kda_npz *z;
+  int st = kda_npz_open(path, &z, msg, msglen);
+  if (st != KDA_OK) return st;
+  char *man = NULL;
+  st = kda_npz_read_blob(z, "manifest.json", &man, NULL, msg, msglen);
+  json_t *m = st == KDA_OK ? json_loads(man, 0, NULL) : NULL;
+  const char *schema = json_string_value(json_object_get(m, "schema"));
+  const char *cid = json_string_value(json_object_get(m, "case_id"));
+  if (st == KDA_OK && (!schema || strcmp(schema, "kda-result/1") != 0))
+    st = KDA_EFORMAT, snprintf(msg, msglen, "%s: manifest schema is not kda-result/1", path);
+  else if (st == KDA_OK && cid && c->id && strcmp(cid, c->id) != 0)
+    st = KDA_EINVAL, snprintf(msg, msglen, "%s: case_id '%s' is not '%s'", path, cid, c->id);
+  const char *names[3] = {"o", "ht", "hc"};
+  double *dst[3] = {out->o, out->ht, out->hc};
+  uint64_t ns[3] = {out->n_o, out->n_ht, out->n_hc};
+  for (int b = 0; b < 3 && st == KDA_OK; b++)
+    if (dst[b]) st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], msg, msglen);
+  json_decref(m);
+  free(man);
+  kda_npz_close(z);
+  return st;
+}
+
+int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
+                          int32_t cls, const kda_conform_opts *o, kda_case_report *r,
+                          char *err, size_t errlen) {
+  report_init(r, c, "candidate", "case");
+  r->score.cls = cls;
+  kda_outputs out;
+  int st = kda_outputs_alloc(&c->p, &out, err, errlen);
+  if (st != KDA_OK) return st;
+  char msg[KDA_ERRLEN] = "";
+  if (read_candidate(result_path, c, &out, msg, sizeof msg) != KDA_OK) {
+    set_reason(r, KDA_VERDICT_FAIL, msg);
+  } else {
+    st = kda_score_outputs(c, t, &out, cls, &r->score, err, errlen);
+    if (st == KDA_OK) {
+      r->bytes_scored = 2 * 8 * (out.n_o + out.n_ht + out.n_hc);
+      verdict_from_score(r);
+      quality_checks(r, o);
+    }
+  }
+  if (st == KDA_OK) apply_waiver(r, c, o);
+  kda_outputs_free(&out);
+  return st;
+}
+
+void kda_case_report_free(kda_case_report *r) { kda_score_free(&r->score); }

@@ -1,0 +1,350 @@
+/* kda_score.c: the truth and its magnitude scales, and the per-case metrics (SPEC.md §7.3-§7.5).
+ * SPDX-License-Identifier: MIT
+ *
+ * An output element o[t,hv,j] is scored as |o_obs - o_exp| / (u * M[t,hv]) with
+ * M[t,hv] = max_j sum_i |S_t[i][j]| |qhat_t[i]| (SPEC.md §7.3): the size of the terms the
+ * readout adds, not the size of their sum, so that cancellation in S^T qhat cannot make a
+ * correct backend fail.  A state element is scored against u times the largest |S| of its head.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_conform.h"
+#include "kda_npz.h"
+#include "kda_ref.h"
+#include "kda_ref_internal.h"
+
+/* ---- Magnitude trace: the float64 recurrence again, keeping M[t,hv]. */
+typedef struct mag_run {
+  const kda_problem *p;
+  const kda_tensors_f64 *ts;
+  int64_t GW;
+  double *S, *qq, *kk, *a, *pr, *o, *mag;
+} mag_run;
+
+static void mag_load(void *ctx, int64_t n, int64_t hv) {
+  mag_run *r = ctx;
+  const kda_problem *p = r->p;
+  for (int64_t i = 0; i < p->K; i++)
+    for (int64_t j = 0; j < p->V; j++)
+      r->S[i * p->V + j] = p->has_initial_state
+                               ? r->ts->h0[kda_ref_off_state(p, n, hv) + kda_ref_state_at(p, i, j)]
+                               : 0.0;
+}
+
+static void mag_prepare(mag_run *r, int64_t t, int64_t hv) {
+  const kda_problem *p = r->p;
+  const int64_t h = kda_ref_head(p->head_map, p->H, p->HV, hv);
+  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, r->ts->q + kda_ref_off_qk(p, t, h), r->qq);
+  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, r->ts->k + kda_ref_off_qk(p, t, h), r->kk);
+  for (int64_t i = 0; i < p->K; i++) r->qq[i] *= p->scale;
+  if (r->GW > 0) {
+    const double *g = r->ts->g + kda_ref_off_g(p, r->GW, t, hv);
+    const double A_log = kda_ref_needs_A_log(p) ? r->ts->A_log[hv] : 0.0;
+    for (int64_t c = 0; c < r->GW; c++) {
+      const double b = kda_ref_needs_dt_bias(p) ? r->ts->dt_bias[hv * r->GW + c] : 0.0;
+      r->a[c] = exp(kda_ref_gate(p->gate_mode, g[c], b, A_log, p->has_A_log, p->lower_bound));
+    }
+    for (int64_t i = r->GW; i < p->K; i++) r->a[i] = r->a[0];
+  }
+}
+
+static void mag_step(void *ctx, int64_t t, int64_t hv) {
+  mag_run *r = ctx;
+  const kda_problem *p = r->p;
+  const int64_t K = p->K, V = p->V;
+  mag_prepare(r, t, hv);
+  double beta = kda_ref_beta(p->beta_mode, r->ts->beta[kda_ref_off_beta(p, t, hv)]);
+  if (kda_ref_family_decays(p->family)) kda_ref_decay(K, V, r->S, r->a);
+  if (kda_ref_family_erases(p->family)) kda_ref_erase(K, V, r->S, r->kk, r->pr);
+  else
+    for (int64_t j = 0; j < V; j++) r->pr[j] = 0.0;
+  kda_ref_write(K, V, r->S, r->kk, r->ts->v + kda_ref_off_v(p, t, hv), r->pr, beta);
+  double m = 0.0;
+  for (int64_t j = 0; j < V; j++) {
+    double s = 0.0;
+    for (int64_t i = 0; i < K; i++) s += fabs(r->S[i * V + j]) * fabs(r->qq[i]);
+    if (s > m) m = s;
+  }
+  r->mag[t * p->HV + hv] = m;
+}
+
+static void mag_nop(void *ctx, int64_t a, int64_t b) {}
+
+static int mag_trace(const kda_case *c, double *mag, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  kda_tensors_f64 ts;
+  kda_case_tensors(c, &ts);
+  const size_t K = (size_t)p->K, V = (size_t)p->V;
+  double *work = malloc((K * V + 3 * K + V + 1) * sizeof *work);
+  if (!work) return snprintf(err, errlen, "out of memory for the magnitude trace"), KDA_ENOMEM;
+  mag_run r = {p, &ts, kda_problem_gate_width(p), work, work + K * V, work + K * V + K,
+               work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag};
+  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_nop, mag_nop};
+  kda_ref_drive(p, c->cu_seqlens, c->checkpoints, &vis);
+  free(work);
+  return KDA_OK;
+}
+
+/* Largest |S| of each head of a stored state array [slots, HV, K*V]. */
+static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, double *mag) {
+  for (int64_t s = 0; s < slots * HV; s++) {
+    double m = 0.0;
+    for (int64_t e = 0; e < KV; e++)
+      if (fabs(x[s * KV + e]) > m) m = fabs(x[s * KV + e]);
+    mag[s] = m;
+  }
+}
+
+static int load_golden(const char *path, kda_truth *t, int *found, char *err, size_t errlen) {
+  *found = 0;
+  if (!path) return KDA_OK;
+  kda_npz *z;
+  int st = kda_npz_open(path, &z, err, errlen);
+  if (st != KDA_OK) return st;
+  if (!kda_npz_has(z, "o")) return kda_npz_close(z), KDA_OK;
+  const char *names[3] = {"o", "ht", "hc"};
+  double *dst[3] = {t->out.o, t->out.ht, t->out.hc};
+  uint64_t ns[3] = {t->out.n_o, t->out.n_ht, t->out.n_hc};
+  for (int b = 0; b < 3 && st == KDA_OK; b++) {
+    if (!dst[b]) continue;
+    st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], err, errlen);
+  }
+  kda_npz_close(z);
+  if (st == KDA_OK) *found = 1;
+  return st;
+}
+
+int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,
+                      size_t errlen) {
+  memset(t, 0, sizeof *t);
+  const kda_problem *p = &c->p;
+  int st = kda_outputs_alloc(p, &t->out, err, errlen);
+  if (st != KDA_OK) return st;
+  t->mag_o = calloc((size_t)(p->T * p->HV) + 1, sizeof(double));
+  t->mag_ht = calloc((size_t)(p->N * p->HV) + 1, sizeof(double));
+  t->mag_hc = calloc((size_t)(p->n_checkpoints * p->HV) + 1, sizeof(double));
+  if (!t->mag_o || !t->mag_ht || !t->mag_hc) {
+    kda_truth_free(t);
+    return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
+  }
+  int golden = 0;
+  st = load_golden(path, t, &golden, err, errlen);
+  if (st == KDA_OK && !golden) {
+    kda_tensors_f64 ts;
+    kda_case_tensors(c, &ts);
+    ts.o = t->out.o, ts.ht = t->out.ht, ts.hc = t->out.hc;
+    st = kda_ref_forward_f64(p, &ts, err, errlen);
+  }
+  if (st == KDA_OK) st = mag_trace(c, t->mag_o, err, errlen);
+  if (st != KDA_OK) return kda_truth_free(t), st;
+  t->from_golden = golden;
+  if (t->out.ht) head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
+  if (t->out.hc) head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
+  return KDA_OK;
+}
+
+void kda_truth_free(kda_truth *t) {
+  kda_outputs_free(&t->out);
+  free(t->mag_o);
+  free(t->mag_ht);
+  free(t->mag_hc);
+  memset(t, 0, sizeof *t);
+}
+
+/* ---- Metrics. */
+const char *kda_growth_name(int32_t kind) {
+  static const char *const names[] = {"n/a", "bounded", "random-walk", "systematic",
+                                      "unstable"};
+  return (kind >= 0 && kind <= KDA_GROWTH_UNSTABLE) ? names[kind] : "?";
+}
+
+/* Error of one element in class units; NaN/Inf observed where finite expected is infinite. */
+static double elem_err(double exp_v, double obs, double unit_scale, kda_qmetric *m) {
+  if (isnan(obs) && !isnan(exp_v)) return m->n_nan++, INFINITY;
+  if (isinf(obs) && !isinf(exp_v)) return m->n_inf++, INFINITY;
+  if (!isfinite(exp_v)) return memcmp(&exp_v, &obs, sizeof obs) == 0 || exp_v == obs ? 0.0 : INFINITY;
+  double d = fabs(obs - exp_v);
+  if (d > m->max_abs) m->max_abs = d;
+  if (d == 0.0) return 0.0;
+  return unit_scale > 0.0 ? d / unit_scale : INFINITY;
+}
+
+static void keep_line(kda_score *s, const char *q, kda_where at, uint64_t idx, double e,
+                      double o, double err, double allowed) {
+  if (s->n_lines >= KDA_MAX_FAIL_LINES) return;
+  kda_fail_line *l = &s->lines[s->n_lines++];
+  snprintf(l->quantity, sizeof l->quantity, "%s", q);
+  l->at = at, l->index = idx, l->expected = e, l->observed = o, l->err = err;
+  l->allowed = allowed;
+}
+
+typedef struct rms_acc {
+  double sd, se;
+} rms_acc;
+
+static void record(kda_score *s, kda_qmetric *m, const char *q, kda_where at, uint64_t idx,
+                   double e, double o, double err, double cap, rms_acc *acc) {
+  m->count++;
+  if (isfinite(e) && isfinite(o)) acc->sd += (o - e) * (o - e), acc->se += e * e;
+  if (err > m->worst || m->count == 1) m->worst = err, m->at = at, m->worst_index = idx;
+  if (err > cap) {
+    m->n_fail++;
+    keep_line(s, q, at, idx, e, o, err, cap);
+  }
+}
+
+static void finish_rms(kda_qmetric *m, const rms_acc *acc) {
+  m->rms_ratio = acc->se > 0 ? sqrt(acc->sd / acc->se) : (acc->sd > 0 ? INFINITY : 0.0);
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+static double median(const double *x, int64_t n, double *tmp) {
+  if (n <= 0) return 0.0;
+  memcpy(tmp, x, (size_t)n * sizeof *tmp);
+  qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
+  return (n & 1) ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+}
+
+/* Growth of the per-token error along the longest sequence (SPEC.md §7.5). */
+static void growth(kda_score *s, const double *tok, const kda_case *c, double *tmp) {
+  const kda_problem *p = &c->p;
+  int64_t bos = 0, len = 0;
+  for (int64_t n = 0; n < p->N; n++)
+    if (c->cu_seqlens[n + 1] - c->cu_seqlens[n] > len)
+      bos = c->cu_seqlens[n], len = c->cu_seqlens[n + 1] - c->cu_seqlens[n];
+  s->alpha = NAN, s->alpha_fit = NAN, s->growth_kind = KDA_GROWTH_NA;
+  if (len < 256) return;
+  const double floor_u = 1e-3;
+  double lo = median(tok + bos + len / 4, len / 2 - len / 4, tmp);
+  double hi = median(tok + bos + len / 2, len - len / 2, tmp);
+  s->alpha = log2(fmax(hi, floor_u) / fmax(lo, floor_u));
+  /* least squares over octaves [2^k, 2^(k+1)) of positions, k >= 3, of the median error */
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  int nb = 0;
+  for (int64_t a = 8; a < len; a *= 2) {
+    int64_t b = a * 2 < len ? a * 2 : len;
+    double x = log2((double)(a + b) / 2.0), y = log2(fmax(median(tok + bos + a, b - a, tmp), floor_u));
+    sx += x, sy += y, sxx += x * x, sxy += x * y, nb++;
+  }
+  if (nb >= 2) s->alpha_fit = (nb * sxy - sx * sy) / (nb * sxx - sx * sx);
+  double al = s->alpha;
+  s->growth_kind = al < 0.25 ? KDA_GROWTH_BOUNDED
+                   : al < 0.75 ? KDA_GROWTH_RANDOM_WALK
+                   : al < 1.5  ? KDA_GROWTH_SYSTEMATIC
+                               : KDA_GROWTH_UNSTABLE;
+}
+
+static void windows(kda_score *s, const double *tok, int64_t T) {
+  s->window = T < 64 ? (T > 0 ? T : 1) : 64;
+  int64_t W = s->window;
+  s->win_first = s->win_last = s->win_worst = 0.0;
+  s->win_worst_start = 0;
+  for (int64_t a = 0; a + W <= T || (a == 0 && T > 0); a += W) {
+    int64_t b = a + W < T ? a + W : T;
+    double sum = 0;
+    for (int64_t t = a; t < b; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
+    double mean = sum / (double)(b - a);
+    if (a == 0) s->win_first = mean;
+    if (mean > s->win_worst) s->win_worst = mean, s->win_worst_start = a;
+    if (b >= T) break;
+  }
+  if (T > 0) {
+    double sum = 0;
+    for (int64_t t = T - (W < T ? W : T); t < T; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
+    s->win_last = sum / (double)(W < T ? W : T);
+  }
+}
+
+static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *obs, kda_score *s,
+                    double *tok) {
+  const kda_problem *p = &c->p;
+  rms_acc acc = {0, 0};
+  s->first_fail_token = -1;
+  for (int64_t n = 0; n < p->N; n++)
+    for (int64_t tt = c->cu_seqlens[n]; tt < c->cu_seqlens[n + 1]; tt++) {
+      tok[tt] = 0.0;
+      for (int64_t hv = 0; hv < p->HV; hv++) {
+        double sc = s->unit * t->mag_o[tt * p->HV + hv];
+        for (int64_t j = 0; j < p->V; j++) {
+          uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
+          double e = t->out.o[idx], o = obs->o[idx];
+          double err = elem_err(e, o, sc, &s->o);
+          kda_where at = {tt, n, hv, j};
+          record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
+          if (err > tok[tt]) tok[tt] = err;
+          if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
+        }
+      }
+    }
+  finish_rms(&s->o, &acc);
+}
+
+static void score_state(const kda_problem *p, const double *e_all, const double *o_all,
+                        const double *mag, int64_t slots, const char *q, double cap,
+                        kda_qmetric *m, kda_score *s, double *each) {
+  rms_acc acc = {0, 0};
+  for (int64_t sl = 0; sl < slots; sl++) {
+    if (each) each[sl] = 0.0;
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      double sc = s->unit * mag[sl * p->HV + hv];
+      for (int64_t i = 0; i < p->K; i++)
+        for (int64_t j = 0; j < p->V; j++) {
+          uint64_t idx = (uint64_t)(kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j));
+          double err = elem_err(e_all[idx], o_all[idx], sc, m);
+          kda_where at = {sl, hv, i, j};
+          record(s, m, q, at, idx, e_all[idx], o_all[idx], err, cap, &acc);
+          if (each && err > each[sl]) each[sl] = err;
+        }
+    }
+  }
+  finish_rms(m, &acc);
+}
+
+int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
+                      int32_t cls, kda_score *s, char *err, size_t errlen) {
+  memset(s, 0, sizeof *s);
+  const kda_problem *p = &c->p;
+  if (kda_class_caps(cls, &s->caps) != KDA_OK)
+    return snprintf(err, errlen, "unknown precision class %d", (int)cls), KDA_EINVAL;
+  s->cls = cls;
+  s->unit = kda_class_unit(cls);
+  if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
+    return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
+  double *tok = calloc((size_t)p->T + 1, sizeof *tok);
+  double *tmp = calloc((size_t)p->T + 1, sizeof *tmp);
+  if (p->n_checkpoints > 0) s->hc_each = calloc((size_t)p->n_checkpoints, sizeof(double));
+  if (!tok || !tmp || (p->n_checkpoints > 0 && !s->hc_each)) {
+    free(tok), free(tmp), kda_score_free(s);
+    return snprintf(err, errlen, "out of memory scoring"), KDA_ENOMEM;
+  }
+  s->n_hc_each = p->n_checkpoints;
+  score_o(c, t, obs, s, tok);
+  if (t->out.ht)
+    score_state(p, t->out.ht, obs->ht, t->mag_ht, p->N, "ht", s->caps.ht, &s->ht, s, NULL);
+  if (t->out.hc)
+    score_state(p, t->out.hc, obs->hc, t->mag_hc, p->n_checkpoints, "hc", s->caps.hc, &s->hc, s,
+                s->hc_each);
+  windows(s, tok, p->T);
+  growth(s, tok, c, tmp);
+  free(tok);
+  free(tmp);
+  return KDA_OK;
+}
+
+void kda_score_free(kda_score *s) {
+  free(s->hc_each);
+  s->hc_each = NULL;
+  s->n_hc_each = 0;
+}
+
+int kda_score_within_caps(const kda_score *s) {
+  return s->o.n_fail == 0 && s->ht.n_fail == 0 && s->hc.n_fail == 0 && s->o.n_nan == 0 &&
+         s->o.n_inf == 0 && s->ht.n_nan == 0 && s->ht.n_inf == 0 && s->hc.n_nan == 0 &&
+         s->hc.n_inf == 0;
+}

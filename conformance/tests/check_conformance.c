@@ -1,0 +1,347 @@
+/* check_conformance.c: unit tests of the conformance runner: ABI checks, plugins, isolation,
+ * scoring, mutation testing of the case set, candidates, waivers and reports.
+ * SPDX-License-Identifier: MIT
+ */
+#include <check.h>
+#include <libgen.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kda_case.h"
+#include "kda_conform.h"
+#include "kda_npz.h"
+
+/* The fixed set of generated cases (golden/L1 replaces it when present; see SPEC.md §7.7). */
+static const char *const case_descs[] = {
+    "seed=1 T=16 H=2 HV=4 K=8 V=8 gate=softplus beta=logit l2=fla prec=bf16 id=small",
+    "seed=3 T=300 H=2 HV=4 K=16 V=16 gate=softplus beta=logit l2=fla prec=bf16 h0=1 "
+    "checkpoints=log id=long",
+    "seed=4 T=1024 H=1 HV=2 K=8 V=12 regime=lowrank family=deltanet beta=logit l2=fla prec=f32 "
+    "h0=1 id=lowrank-long",
+    "seed=5 T=96 H=2 HV=4 K=16 V=16 gate=lower_bound lb=-5 beta=logit l2=fla prec=bf16 h0=1 "
+    "layout=vk checkpoints=log id=lb-vk",
+    "seed=8 seqlens=5,0,37,100 H=2 HV=4 K=16 V=8 family=gdn gate=softplus beta=logit_neg l2=ggml "
+    "prec=f16 h0=1 checkpoints=3,40,120 id=varlen-gdn",
+};
+#define N_CASES (sizeof case_descs / sizeof case_descs[0])
+
+static const char *const mutant_names[] = {
+    "erase_before_decay", "readout_before_write", "predict_undecayed", "decay_value_axis",
+    "transposed_state", "scale_on_k", "wrong_head_map", "beta_bf16", "f32_ulp_bias",
+    "drop_h0", "exp2_gate"};
+
+static kda_case cases[N_CASES];
+static kda_truth truths[N_CASES];
+static char plugin_dir[4096];
+
+static void setup(void) {
+  char err[KDA_ERRLEN];
+  for (size_t i = 0; i < N_CASES; i++) {
+    kda_gen_desc d;
+    ck_assert_msg(kda_gen_parse(case_descs[i], &d, err, sizeof err) == KDA_OK, "%s", err);
+    ck_assert_msg(kda_gen_case(&d, &cases[i], err, sizeof err) == KDA_OK, "%s", err);
+    kda_gen_desc_free(&d);
+    if (!cases[i].id) cases[i].id = strdup("case");
+    ck_assert_msg(kda_truth_compute(&cases[i], NULL, &truths[i], err, sizeof err) == KDA_OK, "%s",
+                  err);
+  }
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  ck_assert(n > 0);
+  exe[n] = 0;
+  snprintf(plugin_dir, sizeof plugin_dir, "%s", dirname(exe));
+}
+
+static void teardown(void) {
+  for (size_t i = 0; i < N_CASES; i++) kda_truth_free(&truths[i]), kda_case_free(&cases[i]);
+}
+
+static kda_plugin *load(const char *name, const kda_backend **b) {
+  char path[4200], err[KDA_ERRLEN];
+  kda_plugin *p = NULL;
+  snprintf(path, sizeof path, "%s/kda_plugin_%s.so", plugin_dir, name);
+  ck_assert_msg(kda_plugin_load(path, &p, b, err, sizeof err) == KDA_OK, "%s", err);
+  return p;
+}
+
+static int32_t run_one(const kda_backend *b, const char *params, size_t i,
+                       const kda_conform_opts *o, kda_case_report *r) {
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_conform_case(b, params, &cases[i], &truths[i], o, r, err, sizeof err) == KDA_OK,
+                "%s", err);
+  return r->verdict;
+}
+
+START_TEST(test_registry) {
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_backend_builtin_count(), 2);
+  const kda_backend *f64 = kda_backend_find("ref-f64"), *f32 = kda_backend_find("ref-f32");
+  ck_assert_ptr_nonnull(f64);
+  ck_assert_ptr_nonnull(f32);
+  ck_assert_ptr_null(kda_backend_find("nope"));
+  ck_assert_int_eq(kda_backend_validate(f64, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(f32->precision_class, KDA_CLASS_FP32);
+  kda_backend bad = *f64;
+  bad.abi_version = 99;
+  ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EUNSUPPORTED);
+  bad = *f64;
+  bad.struct_size = 8;
+  ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EINVAL);
+  bad = *f64;
+  bad.forward = NULL;
+  ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EINVAL);
+  bad = *f64;
+  bad.precision_class = 17;
+  ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EINVAL);
+  kda_plugin *p;
+  const kda_backend *b;
+  ck_assert_int_eq(kda_plugin_load("/nonexistent/x.so", &p, &b, err, sizeof err), KDA_EIO);
+  int32_t cls;
+  ck_assert_int_eq(kda_class_parse("bf16", &cls), KDA_OK);
+  ck_assert(kda_class_unit(cls) == 0x1p-8);
+  ck_assert_int_eq(kda_class_parse("fp8", &cls), KDA_EINVAL);
+}
+END_TEST
+
+/* ref-f64 and ref-f32 pass every case (with prefix, causality and repeat checks); the
+ * float32 twin stays at least 3x under the fp32 caps (SPEC.md §7.4's measured margin). */
+START_TEST(test_references_pass) {
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.prefix = 1, o.repeat = 1;
+  for (size_t i = 0; i < N_CASES; i++) {
+    kda_case_report r;
+    ck_assert_msg(run_one(kda_backend_find("ref-f64"), "", i, &o, &r) == KDA_VERDICT_PASS,
+                  "ref-f64 %s: %s", case_descs[i], r.reason);
+    kda_case_report_free(&r);
+    int32_t v = run_one(kda_backend_find("ref-f32"), "", i, &o, &r);
+    ck_assert_msg(v == KDA_VERDICT_PASS, "ref-f32 %s: %s", case_descs[i], r.reason);
+    ck_assert_msg(r.score.o.worst * 3 < r.score.caps.o && r.score.ht.worst * 3 < r.score.caps.ht,
+                  "ref-f32 margin on %s: o %g ht %g", case_descs[i], r.score.o.worst,
+                  r.score.ht.worst);
+    ck_assert(r.repeat_done && r.repeat_identical);
+    if (cases[i].p.N == 1) ck_assert(r.prefix_done && r.causal_ok);
+    kda_case_report_free(&r);
+  }
+}
+END_TEST
+
+/* Mutation testing: the case set kills every mutant by a wide margin (8x the cap). */
+START_TEST(test_mutants_killed) {
+  const kda_backend *b;
+  kda_plugin *p = load("mutants", &b);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  char params[128];
+  for (size_t m = 0; m < sizeof mutant_names / sizeof mutant_names[0]; m++) {
+    snprintf(params, sizeof params, "mutant=%s", mutant_names[m]);
+    double worst_ratio = 0;
+    for (size_t i = 0; i < N_CASES; i++) {
+      kda_case_report r;
+      if (run_one(b, params, i, &o, &r) == KDA_VERDICT_FAIL) {
+        double q = fmax(r.score.o.worst / r.score.caps.o,
+                        fmax(r.score.ht.worst / r.score.caps.ht, r.score.hc.worst / r.score.caps.hc));
+        if (q > worst_ratio) worst_ratio = q;
+      }
+      kda_case_report_free(&r);
+    }
+    ck_assert_msg(worst_ratio > 8, "mutant %s not killed by a wide margin (%g x cap)",
+                  mutant_names[m], worst_ratio);
+  }
+  for (size_t i = 0; i < N_CASES; i++) {
+    kda_case_report r;
+    ck_assert_msg(run_one(b, "mutant=none", i, &o, &r) == KDA_VERDICT_PASS, "none: %s", r.reason);
+    kda_case_report_free(&r);
+  }
+  kda_plugin_unload(p);
+}
+END_TEST
+
+/* A crash, a hang, an overrun and an FP-environment change become verdicts; the run goes on. */
+START_TEST(test_isolation) {
+  const kda_backend *crash, *hang, *mut;
+  kda_plugin *pc = load("crash", &crash), *ph = load("hang", &hang), *pm = load("mutants", &mut);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.call.timeout_s = 0.5;
+  kda_case_report r;
+  ck_assert_int_eq(run_one(crash, "", 0, &o, &r), KDA_VERDICT_CRASH);
+  ck_assert_int_eq(run_one(hang, "", 0, &o, &r), KDA_VERDICT_TIMEOUT);
+  ck_assert_int_eq(run_one(mut, "mutant=overrun", 0, &o, &r), KDA_VERDICT_CRASH);
+  ck_assert_ptr_nonnull(strstr(r.reason, "past the end"));
+  ck_assert_int_eq(run_one(mut, "mutant=fpenv", 0, &o, &r), KDA_VERDICT_FAIL);
+  ck_assert_ptr_nonnull(strstr(r.reason, "floating-point environment"));
+  ck_assert_int_eq(run_one(mut, "mutant=nosuch", 0, &o, &r), KDA_VERDICT_FAIL);
+  ck_assert_int_eq(run_one(kda_backend_find("ref-f32"), "", 0, &o, &r), KDA_VERDICT_PASS);
+  kda_case_report_free(&r);
+  kda_plugin_unload(pc), kda_plugin_unload(ph), kda_plugin_unload(pm);
+}
+END_TEST
+
+/* Candidate result files: the float64 reference's file passes; a perturbed one fails with a
+ * TestFloat-style line; a missing file is a Fail of the case. */
+START_TEST(test_candidates) {
+  char err[KDA_ERRLEN], path[] = "/tmp/kda_cand_XXXXXX";
+  int fd = mkstemp(path);
+  ck_assert(fd >= 0);
+  close(fd);
+  kda_truth *t = &truths[1];
+  ck_assert_msg(kda_result_save(path, &cases[1], "test", KDA_DTYPE_F32, t->out.o, t->out.ht,
+                                t->out.hc, err, sizeof err) == KDA_OK, "%s", err);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  kda_case_report r;
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+                   KDA_OK);
+  ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s", r.reason);
+  kda_case_report_free(&r);
+  t->out.o[5] += 1e-3;
+  ck_assert_int_eq(kda_result_save(path, &cases[1], "test", KDA_DTYPE_F64, t->out.o, t->out.ht,
+                                   t->out.hc, err, sizeof err), KDA_OK);
+  t->out.o[5] -= 1e-3;
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+                   KDA_OK);
+  ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
+  ck_assert_int_eq(r.score.lines[0].index, 5);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  kda_report_human(f, &r, 3);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "expected 0x"));
+  ck_assert_ptr_nonnull(strstr(buf, "observed 0x"));
+  free(buf);
+  kda_case_report_free(&r);
+  unlink(path);
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+                   KDA_OK);
+  ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
+  kda_case_report_free(&r);
+}
+END_TEST
+
+/* A tiny structural check of JUnit XML against the common Jenkins/Surefire shape. */
+static void check_junit(const char *xml, int64_t want_tests, int64_t want_fail, int64_t want_err,
+                        int64_t want_skip) {
+  const char *allowed_parent[][2] = {{"testsuites", ""},         {"testsuite", "testsuites"},
+                                     {"testcase", "testsuite"},  {"failure", "testcase"},
+                                     {"error", "testcase"},      {"skipped", "testcase"},
+                                     {"system-out", "testcase"}, {"properties", "testsuite"}};
+  char stack[16][32];
+  int depth = 0, cases_seen = 0;
+  const char *s = strstr(xml, "?>");
+  ck_assert_ptr_nonnull(s);
+  for (s = strchr(s + 2, '<'); s; s = strchr(s + 1, '<')) {
+    int closing = s[1] == '/';
+    char name[32];
+    ck_assert_int_eq(sscanf(s + 1 + closing, "%31[a-z-]", name), 1);
+    const char *end = strchr(s, '>');
+    ck_assert_ptr_nonnull(end);
+    int selfclose = end[-1] == '/';
+    if (closing) {
+      ck_assert_int_gt(depth, 0);
+      ck_assert_str_eq(stack[--depth], name);
+      continue;
+    }
+    const char *parent = depth ? stack[depth - 1] : "";
+    int ok = 0;
+    for (size_t k = 0; k < sizeof allowed_parent / sizeof allowed_parent[0]; k++)
+      if (!strcmp(allowed_parent[k][0], name) && !strcmp(allowed_parent[k][1], parent)) ok = 1;
+    ck_assert_msg(ok, "<%s> inside <%s>", name, parent);
+    if (!strcmp(name, "testcase")) {
+      cases_seen++;
+      ck_assert(strstr(s, "classname=\"") < end && strstr(s, " name=\"") < end);
+    }
+    if (!strcmp(name, "testsuite")) {
+      long long t, fa, er, sk;
+      ck_assert_int_eq(sscanf(strstr(s, "tests="), "tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" "
+                              "skipped=\"%lld\"", &t, &fa, &er, &sk), 4);
+      ck_assert_int_eq(t, want_tests);
+      ck_assert_int_eq(fa, want_fail);
+      ck_assert_int_eq(er, want_err);
+      ck_assert_int_eq(sk, want_skip);
+    }
+    if (!selfclose) snprintf(stack[depth++], sizeof stack[0], "%s", name);
+  }
+  ck_assert_int_eq(depth, 0);
+  ck_assert_int_eq(cases_seen, want_tests);
+}
+
+START_TEST(test_reports_and_waivers) {
+  const kda_backend *mut;
+  kda_plugin *pm = load("mutants", &mut);
+  char wpath[] = "/tmp/kda_waiver_XXXXXX", err[KDA_ERRLEN];
+  int fd = mkstemp(wpath);
+  const char *wtext = "{\"waivers\":[{\"case\":\"lb-*\",\"backend\":\"mutant\",\"reason\":\"known\","
+                      "\"link\":\"https://example.org/1\"}]}";
+  ck_assert(write(fd, wtext, strlen(wtext)) == (ssize_t)strlen(wtext));
+  close(fd);
+  kda_waivers *w;
+  ck_assert_int_eq(kda_waivers_load(wpath, &w, err, sizeof err), KDA_OK);
+  unlink(wpath);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.waivers = w;
+  o.call.timeout_s = 30;
+  kda_case_report rs[4];
+  run_one(mut, "mutant=drop_h0", 1, &o, &rs[0]);   /* Fail */
+  run_one(mut, "mutant=drop_h0", 3, &o, &rs[1]);   /* waived */
+  run_one(mut, "mutant=none", 2, &o, &rs[2]);      /* Pass */
+  run_one(mut, "mutant=overrun", 0, &o, &rs[3]);   /* Crash */
+  ck_assert_int_eq(rs[0].verdict, KDA_VERDICT_FAIL);
+  ck_assert_int_eq(rs[1].verdict, KDA_VERDICT_WAIVED);
+  ck_assert_int_eq(rs[2].verdict, KDA_VERDICT_PASS);
+  ck_assert_int_eq(rs[3].verdict, KDA_VERDICT_CRASH);
+  kda_tally t;
+  memset(&t, 0, sizeof t);
+  for (int i = 0; i < 4; i++) kda_tally_add(&t, &rs[i]);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  kda_report_final(f, &t);
+  fclose(f);
+  ck_assert_str_eq(buf, "1 passed, 2 failed, 1 skipped\n");
+  free(buf);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(kda_report_junit(f, rs, 4), KDA_OK);
+  fclose(f);
+  check_junit(buf, 4, 1, 1, 1);
+  free(buf);
+  f = open_memstream(&buf, &len);
+  for (int i = 0; i < 4; i++) ck_assert_int_eq(kda_report_jsonl(f, &rs[i]), KDA_OK);
+  fclose(f);
+  ck_assert_ptr_nonnull(strstr(buf, "\"verdict\":\"Waived\""));
+  ck_assert_ptr_nonnull(strstr(buf, "\"first_fail_token\""));
+  free(buf);
+  for (int i = 0; i < 4; i++) kda_case_report_free(&rs[i]);
+  kda_waivers_free(w);
+  kda_plugin_unload(pm);
+}
+END_TEST
+
+static Suite *conformance_suite(void) {
+  Suite *s = suite_create("conformance");
+  TCase *tc = tcase_create("runner");
+  tcase_add_unchecked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 300);
+  tcase_add_test(tc, test_registry);
+  tcase_add_test(tc, test_references_pass);
+  tcase_add_test(tc, test_mutants_killed);
+  tcase_add_test(tc, test_isolation);
+  tcase_add_test(tc, test_candidates);
+  tcase_add_test(tc, test_reports_and_waivers);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(conformance_suite());
+  srunner_set_fork_status(sr, CK_NOFORK);
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,30 @@
+/* plugin_crash.c: test-only backend plugin whose forward dies of a segmentation fault.
+ * SPDX-License-Identifier: MIT
+ */
+#include <stdlib.h>
+
+#include "kda_backend.h"
+
+static int32_t c_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  *handle = malloc(1);
+  return *handle ? KDA_OK : KDA_ENOMEM;
+}
+static void c_close(void *h) { free(h); }
+static int32_t c_supports(void *h, const kda_problem *p, char *r, uint32_t n) { return KDA_OK; }
+static const char *c_last_error(void *h) { return ""; }
+
+/* volatile, so that the compiler cannot prove the store undefined and drop it. */
+static double *volatile nowhere;
+
+static int32_t c_forward(void *h, const kda_problem *p, const kda_backend_tensors *t) {
+  *nowhere = 1.0; /* a store through a null pointer: SIGSEGV */
+  return KDA_OK;
+}
+
+static const kda_backend crash = {
+    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "crash", "test-only: segfaults in forward",
+    KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, c_open, c_close,
+    c_supports, c_forward, c_last_error};
+
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &crash; }

@@ -1,0 +1,28 @@
+/* plugin_hang.c: test-only backend plugin whose forward never returns (a busy loop).
+ * SPDX-License-Identifier: MIT
+ */
+#include <stdlib.h>
+
+#include "kda_backend.h"
+
+static int32_t h_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  *handle = malloc(1);
+  return *handle ? KDA_OK : KDA_ENOMEM;
+}
+static void h_close(void *h) { free(h); }
+static int32_t h_supports(void *h, const kda_problem *p, char *r, uint32_t n) { return KDA_OK; }
+static const char *h_last_error(void *h) { return ""; }
+
+static int32_t h_forward(void *h, const kda_problem *p, const kda_backend_tensors *t) {
+  volatile uint64_t spin = 0;
+  for (;;) spin++;
+  return KDA_OK;
+}
+
+static const kda_backend hang = {
+    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "hang", "test-only: loops forever in forward",
+    KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, h_open, h_close,
+    h_supports, h_forward, h_last_error};
+
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &hang; }

@@ -1,0 +1,200 @@
+/* plugin_mutants.c: test-only backend plugin: a float64 KDA with one plausible mistake each.
+ * SPDX-License-Identifier: MIT
+ *
+ * params "mutant=NAME" picks the mistake (SPEC.md §7.7 lists them and why each is plausible);
+ * "mutant=none" is a correct float64 implementation (it must pass).  Declares the fp32 class:
+ * `make check` asserts that the case set fails every mutant and passes ref-f32 in that class.
+ * Self-contained: it includes only kda_backend.h, as any third-party plugin would.
+ */
+#include <fenv.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_backend.h"
+
+enum {
+  M_NONE, M_ERASE_BEFORE_DECAY, M_READOUT_BEFORE_WRITE, M_PREDICT_UNDECAYED,
+  M_DECAY_VALUE_AXIS, M_TRANSPOSED_STATE, M_SCALE_ON_K, M_WRONG_HEAD_MAP, M_BETA_BF16,
+  M_F32_ULP_BIAS, M_DROP_H0, M_EXP2_GATE, M_OVERRUN, M_FPENV, M_COUNT
+};
+static const char *const mutant_names[M_COUNT] = {
+    "none", "erase_before_decay", "readout_before_write", "predict_undecayed",
+    "decay_value_axis", "transposed_state", "scale_on_k", "wrong_head_map", "beta_bf16",
+    "f32_ulp_bias", "drop_h0", "exp2_gate", "overrun", "fpenv"};
+
+typedef struct mhandle {
+  int mutant;
+  char err[256];
+} mhandle;
+
+static int32_t m_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  const char *eq = strstr(params, "mutant=");
+  const char *name = eq ? eq + 7 : "none";
+  for (int m = 0; m < M_COUNT; m++) {
+    size_t n = strlen(mutant_names[m]);
+    if (strncmp(name, mutant_names[m], n) == 0 && (name[n] == 0 || name[n] == ' ')) {
+      mhandle *h = calloc(1, sizeof *h);
+      if (!h) return KDA_ENOMEM;
+      h->mutant = m;
+      *handle = h;
+      return KDA_OK;
+    }
+  }
+  if (errlen) snprintf(err, errlen, "unknown mutant in '%s'", params);
+  return KDA_EINVAL;
+}
+
+static void m_close(void *h) { free(h); }
+static int32_t m_supports(void *h, const kda_problem *p, char *r, uint32_t n) { return KDA_OK; }
+static const char *m_last_error(void *h) { return ((mhandle *)h)->err; }
+
+static double sigm(double y) { return y >= 0 ? 1 / (1 + exp(-y)) : exp(y) / (1 + exp(y)); }
+static double softplus(double y) { return fmax(y, 0) + log1p(exp(-fabs(y))); }
+
+static double round_bf16(double x) {
+  float f = (float)x;
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  u &= 0xFFFF0000u;
+  memcpy(&f, &u, 4);
+  return f;
+}
+
+static void l2(int32_t mode, double eps, int64_t n, const double *x, double *y) {
+  double s = 0;
+  for (int64_t i = 0; i < n; i++) s += x[i] * x[i];
+  double d = mode == KDA_L2_FLA ? sqrt(s + eps) : mode == KDA_L2_GGML ? fmax(sqrt(s), eps) : 1.0;
+  for (int64_t i = 0; i < n; i++) y[i] = mode == KDA_L2_OFF ? x[i] : x[i] / d;
+}
+
+static double gate(const kda_problem *p, const kda_backend_tensors *t, int64_t GW, int64_t tt,
+                   int64_t hv, int64_t c) {
+  const double *g = t->g;
+  double x = g[(tt * p->HV + hv) * GW + c];
+  if (p->gate_mode == KDA_GATE_LOG) return x;
+  double b = ((const double *)t->dt_bias)[hv * GW + c];
+  double A = p->has_A_log ? exp(((const double *)t->A_log)[hv]) : 1.0;
+  if (p->gate_mode == KDA_GATE_SOFTPLUS) return -A * softplus(x + b);
+  return p->lower_bound * sigm(A * (x + b));
+}
+
+static size_t st_at(const kda_problem *p, int64_t i, int64_t j, int transposed) {
+  int vk = (p->state_layout == KDA_STATE_VK) != transposed;
+  return vk ? (size_t)(j * p->K + i) : (size_t)(i * p->V + j);
+}
+
+/* One (sequence, value head) with mutation m. */
+static void run_head(const kda_problem *p, const kda_backend_tensors *t, int m, int64_t n,
+                     int64_t hv, int64_t *ck, double *S, double *w) {
+  const int64_t K = p->K, V = p->V, GW = p->family == KDA_FAMILY_KDA ? K
+                                         : p->family == KDA_FAMILY_GDN ? 1 : 0;
+  double *qq = w, *kk = w + K, *a = w + 2 * K, *pr = w + 3 * K, *o = pr + V;
+  const int tr = m == M_TRANSPOSED_STATE;
+  const int64_t *cu = t->cu_seqlens;
+  const int64_t G = p->HV / p->H;
+  int map = m == M_WRONG_HEAD_MAP ? !p->head_map : p->head_map;
+  int64_t h = map == KDA_HEADMAP_DIV ? hv / G : hv % p->H;
+  for (int64_t i = 0; i < K; i++)
+    for (int64_t j = 0; j < V; j++)
+      S[i * V + j] = (p->has_initial_state && m != M_DROP_H0)
+                         ? ((const double *)t->h0)[(n * p->HV + hv) * K * V + st_at(p, i, j, tr)]
+                         : 0.0;
+  for (int64_t tt = cu[n]; tt < cu[n + 1]; tt++) {
+    l2(p->l2_mode, p->l2_eps, K, (const double *)t->q + (tt * p->H + h) * K, qq);
+    l2(p->l2_mode, p->l2_eps, K, (const double *)t->k + (tt * p->H + h) * K, kk);
+    for (int64_t i = 0; i < K; i++) {
+      if (m == M_SCALE_ON_K) kk[i] *= p->scale;
+      else qq[i] *= p->scale;
+    }
+    for (int64_t i = 0; i < K; i++) {
+      double ge = GW ? gate(p, t, GW, tt, hv, GW == 1 ? 0 : i) : 0.0;
+      a[i] = m == M_EXP2_GATE ? exp2(ge) : exp(ge);
+    }
+    double bs = ((const double *)t->beta)[tt * p->HV + hv];
+    double b = p->beta_mode == KDA_BETA_PROB ? bs : p->beta_mode == KDA_BETA_LOGIT ? sigm(bs) : 2 * sigm(bs);
+    if (m == M_BETA_BF16) b = round_bf16(b);
+    const double *v = (const double *)t->v + (tt * p->HV + hv) * V;
+    int erases = p->family != KDA_FAMILY_LINEAR;
+    for (int64_t j = 0; j < V; j++) {
+      double s = 0;
+      for (int64_t i = 0; i < K; i++) s += S[i * V + j] * kk[i];
+      pr[j] = erases ? s : 0.0; /* prediction on the undecayed state (used by two mutants) */
+    }
+    if (m == M_ERASE_BEFORE_DECAY)
+      for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++) S[i * V + j] -= b * kk[i] * pr[j];
+    for (int64_t i = 0; i < K; i++)
+      for (int64_t j = 0; j < V; j++)
+        S[i * V + j] *= m == M_DECAY_VALUE_AXIS ? a[j % K] : a[i];
+    if (m != M_PREDICT_UNDECAYED && m != M_ERASE_BEFORE_DECAY && erases)
+      for (int64_t j = 0; j < V; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < K; i++) s += S[i * V + j] * kk[i];
+        pr[j] = s;
+      }
+    if (m == M_ERASE_BEFORE_DECAY)
+      for (int64_t j = 0; j < V; j++) pr[j] = 0;
+    if (m == M_READOUT_BEFORE_WRITE)
+      for (int64_t j = 0; j < V; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < K; i++) s += S[i * V + j] * qq[i];
+        o[j] = s;
+      }
+    for (int64_t i = 0; i < K; i++)
+      for (int64_t j = 0; j < V; j++) {
+        double x = S[i * V + j] + kk[i] * (b * (v[j] - pr[j]));
+        S[i * V + j] = m == M_F32_ULP_BIAS ? nextafterf((float)x, INFINITY) : x;
+      }
+    if (m != M_READOUT_BEFORE_WRITE)
+      for (int64_t j = 0; j < V; j++) {
+        double s = 0;
+        for (int64_t i = 0; i < K; i++) s += S[i * V + j] * qq[i];
+        o[j] = s;
+      }
+    double *out = (double *)t->o + (tt * p->HV + hv) * V;
+    for (int64_t j = 0; j < V; j++) out[j] = m == M_F32_ULP_BIAS ? (float)o[j] : o[j];
+    if (*ck < p->n_checkpoints && t->checkpoints[*ck] == tt) {
+      double *hc = (double *)t->hc + (*ck * p->HV + hv) * K * V;
+      for (int64_t i = 0; i < K; i++)
+        for (int64_t j = 0; j < V; j++) hc[st_at(p, i, j, tr)] = S[i * V + j];
+      (*ck)++;
+    }
+  }
+  if (p->want_final_state) {
+    double *ht = (double *)t->ht + (n * p->HV + hv) * K * V;
+    for (int64_t i = 0; i < K; i++)
+      for (int64_t j = 0; j < V; j++) ht[st_at(p, i, j, tr)] = S[i * V + j];
+  }
+}
+
+static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  mhandle *h = handle;
+  double *S = malloc((size_t)(p->K * p->V + 3 * p->K + 2 * p->V) * sizeof *S);
+  if (!S) return snprintf(h->err, sizeof h->err, "out of memory"), KDA_ENOMEM;
+  int64_t c0 = 0;
+  for (int64_t n = 0; n < p->N; n++) {
+    while (c0 < p->n_checkpoints && t->checkpoints[c0] < t->cu_seqlens[n]) c0++;
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      int64_t ck = c0;
+      run_head(p, t, h->mutant, n, hv, &ck, S, S + p->K * p->V);
+    }
+  }
+  free(S);
+  if (h->mutant == M_OVERRUN) ((double *)t->o)[p->T * p->HV * p->V] = 1.0;
+  if (h->mutant == M_FPENV) fesetround(FE_TOWARDZERO);
+  return KDA_OK;
+}
+
+static const kda_backend mutants = {
+    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "mutant",
+    "test-only: float64 KDA with one deliberate mistake (params mutant=NAME)", KDA_CLASS_FP32,
+    KDA_BACKEND_DTYPE_F64, KDA_BACKEND_DTYPE_F64, 0, m_open, m_close, m_supports, m_forward,
+    m_last_error};
+
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
+KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {
+  return abi_version >= 1 ? &mutants : NULL;
+}

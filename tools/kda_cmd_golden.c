@@ -1,0 +1,716 @@
+/* kda_cmd_golden.c: `kda golden`, write and verify the committed golden sets (golden/L0, L1).
+ * SPDX-License-Identifier: MIT
+ *
+ * --write regenerates every case of the catalog (vectors/kda_catalog.c) with its certified
+ * outputs, the level manifests and SHA256SUMS; --verify checks SHA256SUMS and every file's
+ * member hashes, then regenerates everything into a temporary directory and compares it with
+ * the committed files byte for byte.  Cases run in forked worker processes (two by default),
+ * longest first; a progress bar goes to standard error when it is a terminal.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <getopt.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "kda_catalog.h"
+#include "kda_golden.h"
+#include "kda_mpfr.h"
+#include "kda_ref.h"
+#include "kda_tool.h"
+
+#define SUB "golden"
+
+int kda_cmd_golden(int argc, char **argv);
+
+static const char help_text[] =
+    "Usage: kda golden --write [--level L0|L1|all] [--jobs N] [DIR]\n"
+    "       kda golden --verify [--level L0|L1|all] [--jobs N] [DIR]\n"
+    "       kda golden --list\n"
+    "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
+    "\n"
+    "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
+    "outputs certified by the MPFR reference, under DIR (default: golden).\n"
+    "\n"
+    "  --write       regenerate DIR/L0 and DIR/L1 (case files, L0 traces, manifests) and\n"
+    "                DIR/SHA256SUMS; print the generation time and the float64 reference's\n"
+    "                error budget.  `make golden` runs this.\n"
+    "  --verify      check DIR/SHA256SUMS and the member hashes of every case file, then\n"
+    "                regenerate every case into a temporary directory and compare it with\n"
+    "                DIR byte for byte (generator-made files such as DIR/example/*.npz too).\n"
+    "                `make check` runs this.\n"
+    "  --list        print the catalog: level, id, flags and comment of every case\n"
+    "  --bench-step  time one certified MPFR step against one float64 step (K = V = 128)\n"
+    "\n"
+    "Options:\n"
+    "  -l, --level L   L0, L1 or all (default all): the cases to write or regenerate\n"
+    "  -j, --jobs N    worker processes (default 2)\n"
+    "      --K N, --V N, --T N   the bench-step problem (default 128, 128, 8)\n"
+    "  -h, --help      print this help and exit\n"
+    "\n"
+    "Exit status:\n"
+    "  0  written, or everything verified\n"
+    "  1  --verify found a difference (the file and its first differing member are named)\n"
+    "  2  usage error, I/O error, or a case could not be made\n";
+
+enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH };
+
+typedef struct gargs {
+  int mode;
+  int32_t level; /* -1: all */
+  int64_t jobs;
+  const char *dir;
+  int64_t bK, bV, bT;
+} gargs;
+
+/* ---- Arguments. */
+static int set_mode(gargs *a, int mode) {
+  if (a->mode != MODE_NONE && a->mode != mode)
+    return kda_tool_usage(SUB, "give only one of --write, --verify, --list, --bench-step");
+  a->mode = mode;
+  return -1;
+}
+
+static int parse_dim(const char *s, int64_t *out, const char *what) {
+  if (kda_tool_parse_count(s, out) != 0 || *out < 1 || *out > 4096)
+    return kda_tool_usage(SUB, "bad value '%s' for %s (1 to 4096)", s, what);
+  return -1;
+}
+
+static int parse_option(gargs *a, int c) {
+  switch (c) {
+  case 'w': return set_mode(a, MODE_WRITE);
+  case 'v': return set_mode(a, MODE_VERIFY);
+  case 'L': return set_mode(a, MODE_LIST);
+  case 'b': return set_mode(a, MODE_BENCH);
+  case 'l':
+    if (strcmp(optarg, "all") == 0) a->level = -1;
+    else if (kda_level_parse(optarg, &a->level) != KDA_OK)
+      return kda_tool_usage(SUB, "bad level '%s' (L0, L1 or all)", optarg);
+    return -1;
+  case 'j':
+    if (kda_tool_parse_count(optarg, &a->jobs) != 0 || a->jobs < 1 || a->jobs > 256)
+      return kda_tool_usage(SUB, "bad value '%s' for --jobs (1 to 256)", optarg);
+    return -1;
+  case 'K': return parse_dim(optarg, &a->bK, "--K");
+  case 'V': return parse_dim(optarg, &a->bV, "--V");
+  case 'T': return parse_dim(optarg, &a->bT, "--T");
+  case 'h': fputs(help_text, stdout); return KDA_EXIT_OK;
+  default: return -2;
+  }
+}
+
+static int parse_args(int argc, char **argv, gargs *a) {
+  static const struct option longopts[] = {
+      {"write", no_argument, NULL, 'w'},      {"verify", no_argument, NULL, 'v'},
+      {"list", no_argument, NULL, 'L'},       {"bench-step", no_argument, NULL, 'b'},
+      {"level", required_argument, NULL, 'l'}, {"jobs", required_argument, NULL, 'j'},
+      {"K", required_argument, NULL, 'K'},    {"V", required_argument, NULL, 'V'},
+      {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
+      {NULL, 0, NULL, 0}};
+  *a = (gargs){MODE_NONE, -1, 2, "golden", 128, 128, 8};
+  opterr = 0;
+  optind = 0;
+  int c;
+  while ((c = getopt_long(argc, argv, ":l:j:h", longopts, NULL)) != -1) {
+    int st = parse_option(a, c);
+    if (st == -2) return kda_tool_bad_option(SUB, c, argv);
+    if (st >= 0) return st;
+  }
+  if (a->mode == MODE_NONE) return kda_tool_usage(SUB, "missing --write, --verify, --list or "
+                                                  "--bench-step");
+  if (optind < argc) {
+    if (a->mode == MODE_LIST || a->mode == MODE_BENCH)
+      return kda_tool_usage(SUB, "--list and --bench-step take no DIR");
+    a->dir = argv[optind++];
+  }
+  if (optind < argc) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind]);
+  return -1;
+}
+
+/* ---- Progress on a terminal. */
+typedef struct progress {
+  int on;
+  const char *what;
+  int64_t done, total;
+  double t0;
+} progress;
+
+static void progress_show(progress *pg, const char *id) {
+  if (!pg->on) return;
+  const int width = 30;
+  int fill = pg->total ? (int)(width * pg->done / pg->total) : width;
+  fprintf(stderr, "\r%s [%.*s%*s] %lld/%lld %6.1fs  %-28.28s", pg->what, fill,
+          "##############################", width - fill, "", (long long)pg->done,
+          (long long)pg->total, kda_golden_now() - pg->t0, id ? id : "");
+  fflush(stderr);
+}
+
+static void progress_end(progress *pg) {
+  if (!pg->on) return;
+  fprintf(stderr, "\r%*s\r", 100, "");
+  fflush(stderr);
+}
+
+/* ---- Running cases over worker processes. */
+static ssize_t io_full(int fd, void *buf, size_t n, int writing) {
+  size_t done = 0;
+  while (done < n) {
+    ssize_t r = writing ? write(fd, (char *)buf + done, n - done)
+                        : read(fd, (char *)buf + done, n - done);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    done += (size_t)r;
+  }
+  return (ssize_t)done;
+}
+
+static void make_one(int64_t i, const char *dir, kda_golden_info *info) {
+  char err[KDA_ERRLEN];
+  kda_golden_make(kda_catalog_get(i), dir, info, err, sizeof err);
+}
+
+/* A worker: reads case indices until EOF, answers each with its info. */
+static void worker_main(int cmd, int res, const char *dir) {
+  int64_t i;
+  while (io_full(cmd, &i, sizeof i, 0) == (ssize_t)sizeof i) {
+    kda_golden_info info;
+    make_one(i, dir, &info);
+    if (io_full(res, &info, sizeof info, 1) != (ssize_t)sizeof info) _exit(3);
+  }
+  _exit(0);
+}
+
+typedef struct worker {
+  pid_t pid;
+  int cmd, res;
+  int64_t busy; /* case index, or -1 */
+} worker;
+
+/* Estimated cost of a case: tokens x value heads x K x V. */
+static double case_cost(int64_t i) {
+  kda_gen_desc d;
+  if (kda_gen_parse(kda_catalog_get(i)->desc, &d, NULL, 0) != KDA_OK) return 0.0;
+  double c = (double)d.p.T * (double)d.p.HV * (double)d.p.K * (double)d.p.V + 1.0;
+  kda_gen_desc_free(&d);
+  return c;
+}
+
+static const double *sort_costs;
+static int by_cost(const void *a, const void *b) {
+  const double x = sort_costs[*(const int64_t *)a], y = sort_costs[*(const int64_t *)b];
+  return x < y ? 1 : x > y ? -1 : (*(const int64_t *)a > *(const int64_t *)b) - (*(const int64_t *)a < *(const int64_t *)b);
+}
+
+static void record(kda_golden_info *infos, const kda_golden_info *in, progress *pg) {
+  infos[in->index] = *in;
+  pg->done++;
+  progress_show(pg, kda_catalog_get(in->index)->id);
+}
+
+static int spawn(worker *w, int nw, const char *dir) {
+  for (int k = 0; k < nw; k++) {
+    int cp[2], rp[2];
+    if (pipe(cp) != 0) return -1;
+    if (pipe(rp) != 0) {
+      close(cp[0]);
+      close(cp[1]);
+      return -1;
+    }
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+      for (int j = 0; j < k; j++) {
+        close(w[j].cmd);
+        close(w[j].res);
+      }
+      close(cp[1]);
+      close(rp[0]);
+      worker_main(cp[0], rp[1], dir);
+    }
+    close(cp[0]);
+    close(rp[1]);
+    w[k] = (worker){pid, cp[1], rp[0], -1};
+  }
+  return 0;
+}
+
+/* Sends the next case to an idle worker, or closes its command pipe when none is left (or
+ * it cannot take one: that case then stays "not run"). */
+static void dispatch(worker *w, const int64_t *order, int64_t n, int64_t *next) {
+  if (*next < n) {
+    int64_t i = order[(*next)++];
+    if (io_full(w->cmd, &i, sizeof i, 1) == (ssize_t)sizeof i) {
+      w->busy = i;
+      return;
+    }
+  }
+  w->busy = -1;
+  close(w->cmd);
+  w->cmd = -1;
+}
+
+/* Polls the busy workers until every case is answered; a worker that dies fails its case. */
+static void collect(worker *w, int nw, const int64_t *order, int64_t n, int64_t next,
+                    kda_golden_info *infos, progress *pg) {
+  int64_t done = 0;
+  while (done < n) {
+    struct pollfd fds[256];
+    int map[256], nf = 0;
+    for (int k = 0; k < nw; k++)
+      if (w[k].busy >= 0) {
+        fds[nf] = (struct pollfd){w[k].res, POLLIN, 0};
+        map[nf++] = k;
+      }
+    if (nf == 0) break;
+    if (poll(fds, (nfds_t)nf, -1) < 0 && errno != EINTR) break;
+    for (int f = 0; f < nf; f++) {
+      if (!fds[f].revents) continue;
+      worker *wk = &w[map[f]];
+      kda_golden_info in;
+      if (io_full(wk->res, &in, sizeof in, 0) != (ssize_t)sizeof in) {
+        memset(&in, 0, sizeof in);
+        in.index = wk->busy;
+        in.status = KDA_EIO;
+        snprintf(in.message, sizeof in.message, "case '%s': the worker process died",
+                 kda_catalog_get(wk->busy)->id);
+        wk->busy = -1;
+        if (wk->cmd >= 0) close(wk->cmd);
+        wk->cmd = -1;
+      } else {
+        wk->busy = -1;
+        if (wk->cmd >= 0) dispatch(wk, order, n, &next);
+      }
+      record(infos, &in, pg);
+      done++;
+    }
+  }
+}
+
+/* Makes the cases idx[0..n) into dir with `jobs` workers; infos[catalog index] filled. */
+static void run_cases(const int64_t *idx, int64_t n, const char *dir, int64_t jobs,
+                      kda_golden_info *infos, progress *pg) {
+  int64_t *order = malloc((size_t)(n ? n : 1) * sizeof *order);
+  double *cost = calloc((size_t)kda_catalog_count(), sizeof *cost);
+  if (!order || !cost) {
+    for (int64_t i = 0; i < n; i++) {
+      infos[idx[i]].status = KDA_ENOMEM;
+      snprintf(infos[idx[i]].message, sizeof infos[idx[i]].message, "out of memory");
+    }
+    free(order);
+    free(cost);
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) {
+    order[i] = idx[i];
+    cost[idx[i]] = case_cost(idx[i]);
+    memset(&infos[idx[i]], 0, sizeof infos[idx[i]]);
+    infos[idx[i]].index = idx[i];
+    infos[idx[i]].status = KDA_EIO;
+    snprintf(infos[idx[i]].message, sizeof infos[idx[i]].message, "case '%s': not run",
+             kda_catalog_get(idx[i])->id);
+  }
+  sort_costs = cost;
+  qsort(order, (size_t)n, sizeof *order, by_cost);
+  const int nw = (int)(jobs < n ? jobs : n);
+  worker w[256];
+  void (*old)(int) = signal(SIGPIPE, SIG_IGN);
+  if (nw <= 1 || spawn(w, nw, dir) != 0) {
+    for (int64_t i = 0; i < n; i++) {
+      kda_golden_info in;
+      make_one(order[i], dir, &in);
+      record(infos, &in, pg);
+    }
+  } else {
+    int64_t next = 0;
+    for (int k = 0; k < nw; k++) dispatch(&w[k], order, n, &next);
+    collect(w, nw, order, n, next, infos, pg);
+    for (int k = 0; k < nw; k++) {
+      if (w[k].cmd >= 0) close(w[k].cmd);
+      close(w[k].res);
+      waitpid(w[k].pid, NULL, 0);
+    }
+  }
+  signal(SIGPIPE, old);
+  free(order);
+  free(cost);
+}
+
+/* ---- Shared by write and verify. */
+static int level_on(const gargs *a, int32_t level) { return a->level < 0 || a->level == level; }
+
+static int64_t selected(const gargs *a, int64_t *idx) {
+  int64_t n = 0;
+  for (int64_t i = 0; i < kda_catalog_count(); i++)
+    if (level_on(a, kda_catalog_get(i)->level)) idx[n++] = i;
+  return n;
+}
+
+static int make_dirs(const char *dir, const gargs *a) {
+  char path[4096];
+  if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
+    if (!level_on(a, l)) continue;
+    snprintf(path, sizeof path, "%s/%s", dir, kda_level_name(l));
+    if (mkdir(path, 0755) != 0 && errno != EEXIST) return -1;
+  }
+  return 0;
+}
+
+/* Prints the failed cases; returns how many. */
+static int64_t report_failures(const kda_golden_info *infos, const int64_t *idx, int64_t n) {
+  int64_t bad = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (infos[idx[i]].status != KDA_OK) {
+      kda_tool_fail(SUB, "%s", infos[idx[i]].message);
+      bad++;
+    }
+  return bad;
+}
+
+static int write_manifests(const char *dir, const gargs *a, const kda_golden_info *infos) {
+  char err[KDA_ERRLEN];
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++)
+    if (level_on(a, l) &&
+        kda_golden_write_level_manifest(dir, l, infos, kda_catalog_count(), err, sizeof err))
+      return kda_tool_fail(SUB, "%s", err);
+  return KDA_EXIT_OK;
+}
+
+/* ---- --write. */
+/* Removes files in DIR/<level> that the catalog no longer produces. */
+static void remove_stale(const char *dir, const gargs *a) {
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
+    if (!level_on(a, l)) continue;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, kda_level_name(l));
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      if (e->d_name[0] == '.' || kda_golden_owns(l, e->d_name)) continue;
+      char f[8192];
+      snprintf(f, sizeof f, "%s/%s", path, e->d_name);
+      if (unlink(f) == 0) printf("removed %s (no longer in the catalog)\n", f);
+    }
+    if (d) closedir(d);
+  }
+}
+
+static void print_level_summary(int32_t l, const kda_golden_info *infos, double wall) {
+  int64_t cases = 0, proven = 0, values = 0, steps = 0;
+  double cert = 0, ulps = 0, rel = 0, nw = 0;
+  const char *wu = "", *wr = "", *wn = "";
+  int32_t pmin = 1 << 30, pmax = 0;
+  for (int64_t i = 0; i < kda_catalog_count(); i++) {
+    const kda_golden_info *in = &infos[i];
+    if (kda_catalog_get(i)->level != l) continue;
+    cases++;
+    proven += in->method == KDA_CERT_PROVEN;
+    values += in->n_values;
+    steps += in->steps;
+    cert += in->seconds_certify;
+    if (in->prec_bits < pmin) pmin = in->prec_bits;
+    if (in->prec_bits > pmax) pmax = in->prec_bits;
+    if (in->ref_max_ulps >= ulps) ulps = in->ref_max_ulps, wu = kda_catalog_get(i)->id;
+    if (in->ref_max_rel >= rel) rel = in->ref_max_rel, wr = kda_catalog_get(i)->id;
+    if (in->ref_max_normwise >= nw) nw = in->ref_max_normwise, wn = kda_catalog_get(i)->id;
+  }
+  printf("%s: %lld cases (%lld PROVEN, %lld AGREED), %lld values, %lld head-steps; precision "
+         "%d..%d bits\n", kda_level_name(l), (long long)cases, (long long)proven,
+         (long long)(cases - proven), (long long)values, (long long)steps, (int)pmin, (int)pmax);
+  printf("%s: generated and certified in %.1f s wall (%.1f s of MPFR certification in all "
+         "workers)\n", kda_level_name(l), wall, cert);
+  printf("%s: ref-f64 error budget: max %.3g ulps (%s), max relative %.3g (%s), max normwise "
+         "relative %.3g (%s)\n", kda_level_name(l), ulps, wu, rel, wr, nw, wn);
+}
+
+static int cmd_write(const gargs *a) {
+  int64_t n0 = kda_catalog_count();
+  int64_t *idx = malloc((size_t)n0 * sizeof *idx);
+  kda_golden_info *infos = calloc((size_t)n0, sizeof *infos);
+  if (!idx || !infos) {
+    free(idx);
+    free(infos);
+    return kda_tool_fail(SUB, "out of memory");
+  }
+  int rc = KDA_EXIT_OK;
+  if (make_dirs(a->dir, a) != 0) rc = kda_tool_fail(SUB, "%s: cannot create: %s", a->dir,
+                                                    strerror(errno));
+  double wall[KDA_LEVEL_COUNT] = {0};
+  for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++) {
+    if (!level_on(a, l)) continue;
+    gargs one = *a;
+    one.level = l;
+    int64_t n = selected(&one, idx);
+    progress pg = {isatty(STDERR_FILENO), kda_level_name(l), 0, n, kda_golden_now()};
+    run_cases(idx, n, a->dir, a->jobs, infos, &pg);
+    progress_end(&pg);
+    wall[l] = kda_golden_now() - pg.t0;
+    if (report_failures(infos, idx, n) > 0) rc = KDA_EXIT_USAGE;
+  }
+  if (rc == KDA_EXIT_OK) rc = write_manifests(a->dir, a, infos);
+  if (rc == KDA_EXIT_OK) {
+    char err[KDA_ERRLEN];
+    remove_stale(a->dir, a);
+    if (kda_golden_write_sums(a->dir, err, sizeof err)) rc = kda_tool_fail(SUB, "%s", err);
+  }
+  for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++)
+    if (level_on(a, l)) print_level_summary(l, infos, wall[l]);
+  if (rc == KDA_EXIT_OK) printf("wrote %s (jobs %lld; %s)\n", a->dir, (long long)a->jobs,
+                                kda_golden_versions());
+  free(idx);
+  free(infos);
+  return rc;
+}
+
+/* ---- --verify. */
+static void rm_tree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return;
+  if (S_ISDIR(sb.st_mode)) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[8192];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      rm_tree(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
+}
+
+typedef struct vstate {
+  int64_t files, mismatches, notes;
+} vstate;
+
+static void mismatch(vstate *v, const char *msg) {
+  printf("MISMATCH %s\n", msg);
+  v->mismatches++;
+}
+
+static void compare_one(vstate *v, const char *committed, const char *fresh, int manifest) {
+  char msg[KDA_ERRLEN];
+  int rc = manifest ? kda_golden_compare_manifests(committed, fresh, msg, sizeof msg)
+                    : kda_golden_compare_files(committed, fresh, msg, sizeof msg);
+  v->files++;
+  if (rc == 2) {
+    printf("note: %s\n", msg);
+    v->notes++;
+  } else if (rc != 0) {
+    mismatch(v, msg);
+  }
+}
+
+/* Member hashes of every committed case file, and files the catalog does not produce. */
+static void check_level_files(const gargs *a, vstate *v) {
+  char msg[KDA_ERRLEN], path[4096];
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
+    if (!level_on(a, l)) continue;
+    snprintf(path, sizeof path, "%s/%s", a->dir, kda_level_name(l));
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+      if (e->d_name[0] != '.' && !kda_golden_owns(l, e->d_name)) {
+        snprintf(msg, sizeof msg, "%.300s/%.150s: not produced by the catalog (stale file)",
+                 path, e->d_name);
+        mismatch(v, msg);
+      }
+    if (d) closedir(d);
+    for (int64_t i = 0; i < kda_catalog_count(); i++) {
+      const kda_catalog_entry *c = kda_catalog_get(i);
+      if (c->level != l) continue;
+      char f[8192];
+      snprintf(f, sizeof f, "%s/%s.npz", path, c->id);
+      if (kda_golden_check_members(f, msg, sizeof msg) != KDA_OK) mismatch(v, msg);
+    }
+  }
+}
+
+static void compare_levels(const gargs *a, const char *tmp, vstate *v) {
+  char c1[8192], c2[8192];
+  for (int64_t i = 0; i < kda_catalog_count(); i++) {
+    const kda_catalog_entry *e = kda_catalog_get(i);
+    if (!level_on(a, e->level)) continue;
+    const char *lv = kda_level_name(e->level);
+    for (int txt = 0; txt <= (e->level == KDA_LEVEL_L0); txt++) {
+      snprintf(c1, sizeof c1, "%s/%s/%s.%s", a->dir, lv, e->id, txt ? "txt" : "npz");
+      snprintf(c2, sizeof c2, "%s/%s/%s.%s", tmp, lv, e->id, txt ? "txt" : "npz");
+      compare_one(v, c1, c2, 0);
+    }
+  }
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
+    if (!level_on(a, l)) continue;
+    snprintf(c1, sizeof c1, "%s/%s/manifest.json", a->dir, kda_level_name(l));
+    snprintf(c2, sizeof c2, "%s/%s/manifest.json", tmp, kda_level_name(l));
+    compare_one(v, c1, c2, 1);
+  }
+}
+
+/* Generator-made case files outside the level directories (such as golden/example). */
+static void compare_generated(const char *dir, const char *rel, const char *tmp, vstate *v) {
+  char path[4096];
+  snprintf(path, sizeof path, "%s%s%s", dir, *rel ? "/" : "", rel);
+  DIR *d = opendir(path);
+  struct dirent *e;
+  while (d && (e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    if (!*rel && kda_level_parse(e->d_name, NULL) == KDA_OK) continue;
+    char sub[4096], full[8192], out[8192], err[KDA_ERRLEN];
+    snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
+    snprintf(full, sizeof full, "%s/%s", dir, sub);
+    struct stat sb;
+    if (lstat(full, &sb) != 0) continue;
+    if (S_ISDIR(sb.st_mode)) {
+      compare_generated(dir, sub, tmp, v);
+      continue;
+    }
+    const size_t L = strlen(e->d_name);
+    if (L < 4 || strcmp(e->d_name + L - 4, ".npz") != 0) continue;
+    snprintf(out, sizeof out, "%s/generated-%lld.npz", tmp, (long long)v->files);
+    int st = kda_golden_regen_generated(full, out, err, sizeof err);
+    if (st == KDA_ENOTFOUND) continue;
+    if (st != KDA_OK) {
+      char msg[KDA_ERRLEN + 64];
+      snprintf(msg, sizeof msg, "%.300s: cannot regenerate: %.250s", full, err);
+      mismatch(v, msg);
+      continue;
+    }
+    compare_one(v, full, out, 0);
+  }
+  if (d) closedir(d);
+}
+
+static int cmd_verify(const gargs *a) {
+  char msg[KDA_ERRLEN];
+  vstate v = {0, 0, 0};
+  const double t0 = kda_golden_now();
+  int st = kda_golden_check_sums(a->dir, msg, sizeof msg);
+  if (st == KDA_EIO) return kda_tool_fail(SUB, "%s", msg);
+  if (st) mismatch(&v, msg);
+  check_level_files(a, &v);
+  const char *td = getenv("TMPDIR");
+  char tmp[4096];
+  snprintf(tmp, sizeof tmp, "%s/kda-golden-verify.XXXXXX", td && *td ? td : "/tmp");
+  if (!mkdtemp(tmp)) return kda_tool_fail(SUB, "cannot create a temporary directory: %s",
+                                          strerror(errno));
+  int64_t n0 = kda_catalog_count();
+  int64_t *idx = malloc((size_t)n0 * sizeof *idx);
+  kda_golden_info *infos = calloc((size_t)n0, sizeof *infos);
+  int rc = !idx || !infos ? kda_tool_fail(SUB, "out of memory") : KDA_EXIT_OK;
+  if (rc == KDA_EXIT_OK && make_dirs(tmp, a) != 0)
+    rc = kda_tool_fail(SUB, "%s: cannot create: %s", tmp, strerror(errno));
+  if (rc == KDA_EXIT_OK) {
+    int64_t n = selected(a, idx);
+    progress pg = {isatty(STDERR_FILENO), "verify", 0, n, kda_golden_now()};
+    run_cases(idx, n, tmp, a->jobs, infos, &pg);
+    progress_end(&pg);
+    if (report_failures(infos, idx, n) > 0) rc = KDA_EXIT_USAGE;
+  }
+  if (rc == KDA_EXIT_OK) rc = write_manifests(tmp, a, infos);
+  if (rc == KDA_EXIT_OK) {
+    compare_levels(a, tmp, &v);
+    compare_generated(a->dir, "", tmp, &v);
+  }
+  rm_tree(tmp);
+  free(idx);
+  free(infos);
+  if (rc != KDA_EXIT_OK) return rc;
+  printf("golden: %s: SHA256SUMS checked, %lld files regenerated and compared in %.1f s (jobs "
+         "%lld): %s\n", a->dir, (long long)v.files, kda_golden_now() - t0, (long long)a->jobs,
+         v.mismatches ? "MISMATCH" : "identical");
+  return v.mismatches ? KDA_EXIT_CHECK : KDA_EXIT_OK;
+}
+
+/* ---- --list. */
+static int cmd_list(void) {
+  for (int64_t i = 0; i < kda_catalog_count(); i++) {
+    const kda_catalog_entry *e = kda_catalog_get(i);
+    printf("%s  %-26s ", kda_level_name(e->level), e->id);
+    int first = 1;
+    for (int f = 0; f < KDA_FLAG_COUNT; f++)
+      if (e->flags & (UINT64_C(1) << f)) {
+        printf("%s%s", first ? "" : ",", kda_catalog_flag_get(f)->name);
+        first = 0;
+      }
+    printf("%s %s\n", first ? "-" : "", e->comment);
+  }
+  return KDA_EXIT_OK;
+}
+
+/* ---- --bench-step. */
+static int bench_case(const gargs *a, kda_case *c, char *err, size_t errlen) {
+  char desc[256];
+  snprintf(desc, sizeof desc, "seed=1 T=%lld H=1 K=%lld V=%lld gate=softplus beta=logit l2=fla "
+           "prec=bf16 id=bench-step", (long long)a->bT, (long long)a->bK, (long long)a->bV);
+  kda_gen_desc d;
+  int st = kda_gen_parse(desc, &d, err, errlen);
+  if (st) return st;
+  st = kda_gen_case(&d, c, err, errlen);
+  kda_gen_desc_free(&d);
+  if (!st) printf("bench-step: %s\n", desc);
+  return st;
+}
+
+static int cmd_bench(const gargs *a) {
+  char err[KDA_ERRLEN];
+  kda_case c;
+  int st = bench_case(a, &c, err, sizeof err);
+  if (st) return kda_tool_fail(SUB, "%s", err);
+  kda_case_sizes s;
+  kda_case_sizes_get(&c.p, &s, NULL, 0);
+  double *out = calloc((size_t)(s.o + s.ht + 1), sizeof(double));
+  kda_tensors_f64 t;
+  kda_case_tensors(&c, &t);
+  t.o = out;
+  t.ht = out + s.o;
+  kda_mpfr_report r;
+  double t0 = kda_golden_now();
+  st = out ? kda_mpfr_forward(&c.p, &t, NULL, &r, err, sizeof err) : KDA_ENOMEM;
+  const double tm = kda_golden_now() - t0;
+  int64_t reps = 0;
+  t0 = kda_golden_now();
+  double tf = 0.0;
+  while (!st && (tf < 1.0 || reps < 3)) {
+    st = kda_ref_forward_f64(&c.p, &t, err, sizeof err);
+    reps++;
+    tf = kda_golden_now() - t0;
+  }
+  free(out);
+  const double steps = (double)(c.p.T * c.p.HV);
+  kda_case_free(&c);
+  if (st) return kda_tool_fail(SUB, "%s", st == KDA_ENOMEM ? "out of memory" : err);
+  const double ms = 1e3 * tm / steps, fs = 1e3 * tf / (double)reps / steps;
+  printf("  MPFR, certified (%s, %lld evaluations at %lld and %lld bits): %.3f s = %.3f ms per "
+         "step\n", kda_mpfr_method_name(r.method), (long long)r.ziv_rounds,
+         (long long)r.prec_check, (long long)r.prec_used, tm, ms);
+  printf("  MPFR, per evaluation (average of the %lld): %.3f ms per step\n",
+         (long long)r.ziv_rounds, ms / (double)r.ziv_rounds);
+  printf("  float64 reference (%lld runs): %.6f ms per step\n", (long long)reps, fs);
+  printf("  ratio: one certified MPFR step = %.0f float64 steps; one MPFR evaluation step = "
+         "%.0f float64 steps\n", ms / fs, ms / (double)r.ziv_rounds / fs);
+  return KDA_EXIT_OK;
+}
+
+int kda_cmd_golden(int argc, char **argv) {
+  gargs a;
+  int st = parse_args(argc, argv, &a);
+  if (st >= 0) return st;
+  switch (a.mode) {
+  case MODE_WRITE: return cmd_write(&a);
+  case MODE_VERIFY: return cmd_verify(&a);
+  case MODE_LIST: return cmd_list();
+  default: return cmd_bench(&a);
+  }
+}

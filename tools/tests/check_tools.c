@@ -1,0 +1,931 @@
+/* check_tools.c: Check tests of the kda command, run as a separate process (tools/).
+ * SPDX-License-Identifier: MIT
+ *
+ * The binary is $KDA_BIN (set by `make check-unit`), else ./build/kda.  Every test works in
+ * its own mkdtemp directory; the command runs with standard input from /dev/null and its
+ * standard output and error captured into files there.  KDA_CHECK_SHOW=1 prints every
+ * expected error message, to review their wording.
+ */
+#define _XOPEN_SOURCE 700 /* nftw */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <jansson.h>
+#include <math.h>
+#include <spawn.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zip.h>
+
+#include "kda_case.h"
+#include "kda_npz.h"
+#include "kda_problem.h"
+
+#if defined(__has_include)
+#if __has_include("kda_mpfr.h")
+#define KDA_CHECK_HAVE_MPFR 1 /* kda ref has --backend mpfr (tools/kda_cmd_ref.c) */
+#endif
+#endif
+#ifndef KDA_CHECK_HAVE_MPFR
+#define KDA_CHECK_HAVE_MPFR 0
+#endif
+
+extern char **environ;
+
+/* ---- The temporary directory of one test. */
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+  const char *base = getenv("TMPDIR");
+  snprintf(tmpdir, sizeof tmpdir, "%s/kda-check-tools-XXXXXX", base && *base ? base : "/tmp");
+  ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
+}
+
+static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
+  (void)sb;
+  (void)flag;
+  (void)ftw;
+  return remove(path);
+}
+
+static void remove_tmpdir(void) {
+  if (tmpdir[0]) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+  tmpdir[0] = '\0';
+}
+
+/* A path in the temporary directory (one of 64 rotating static buffers: a test asks for far
+ * fewer). */
+static const char *tpath(const char *name) {
+  static char bufs[64][512];
+  static int next;
+  char *b = bufs[next++ % 64];
+  snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
+  return b;
+}
+
+/* ---- Files. */
+
+static unsigned char *read_all(const char *path, size_t *len) {
+  FILE *f = fopen(path, "rb");
+  if (!f) return NULL;
+  size_t cap = 4096, n = 0, got;
+  unsigned char *buf = malloc(cap + 1);
+  ck_assert_ptr_nonnull(buf);
+  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
+    n += got;
+    if (n == cap) {
+      cap *= 2;
+      buf = realloc(buf, cap + 1);
+      ck_assert_ptr_nonnull(buf);
+    }
+  }
+  fclose(f);
+  buf[n] = '\0';
+  if (len) *len = n;
+  return buf;
+}
+
+static void write_all(const char *path, const void *data, size_t len) {
+  FILE *f = fopen(path, "wb");
+  ck_assert_msg(f != NULL, "cannot create %s: %s", path, strerror(errno));
+  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
+  ck_assert_int_eq(fclose(f), 0);
+}
+
+static int exists(const char *path) {
+  struct stat st;
+  return stat(path, &st) == 0;
+}
+
+static int same_bytes(const char *a, const char *b) {
+  size_t la = 0, lb = 0;
+  unsigned char *x = read_all(a, &la), *y = read_all(b, &lb);
+  int same = x && y && la == lb && memcmp(x, y, la) == 0;
+  free(x);
+  free(y);
+  return same;
+}
+
+/* Entries of a directory, "." and ".." not counted. */
+static int count_entries(const char *dir) {
+  DIR *d = opendir(dir);
+  ck_assert_msg(d != NULL, "opendir(%s): %s", dir, strerror(errno));
+  int n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL)
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
+  closedir(d);
+  return n;
+}
+
+/* ---- Running kda. */
+
+typedef struct run_result {
+  int status;     /* exit status, or 128 + signal */
+  char *out, *err; /* captured standard output and error, NUL-terminated */
+} run_result;
+
+static void run_free(run_result *r) {
+  free(r->out);
+  free(r->err);
+  r->out = r->err = NULL;
+}
+
+static const char *kda_bin(void) {
+  const char *b = getenv("KDA_BIN");
+  return b && *b ? b : "./build/kda";
+}
+
+/* Runs kda with the NULL-terminated arguments; r is freed first when it holds output. */
+static void run_argv(run_result *r, const char *const *args) {
+  const char *argv[64];
+  int n = 0;
+  argv[n++] = kda_bin();
+  for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
+  argv[n] = NULL;
+  char out[512], err[512];
+  snprintf(out, sizeof out, "%s/.stdout", tmpdir);
+  snprintf(err, sizeof err, "%s/.stderr", tmpdir);
+  posix_spawn_file_actions_t fa;
+  ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
+  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  ck_assert_msg(rc == 0, "cannot run %s: %s", argv[0], strerror(rc));
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  run_free(r);
+  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  r->out = (char *)read_all(out, NULL);
+  r->err = (char *)read_all(err, NULL);
+  ck_assert_ptr_nonnull(r->out);
+  ck_assert_ptr_nonnull(r->err);
+  remove(out);
+  remove(err);
+}
+
+/* kda(&r, "ref", "in.npz", "-o", "out.npz", NULL) */
+static void kda(run_result *r, ...) {
+  const char *args[64];
+  int n = 0;
+  va_list ap;
+  va_start(ap, r);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 63) args[n++] = a;
+  va_end(ap);
+  args[n] = NULL;
+  run_argv(r, args);
+}
+
+static int count_lines(const char *s) {
+  int n = 0;
+  for (; *s; s++) n += *s == '\n';
+  return n;
+}
+
+/* The error contract: exit 2, nothing on stdout, exactly one line "kda SUB: ..." on stderr
+ * that contains every NULL-terminated phrase. */
+static void expect_error_v(const run_result *r, const char *what, const char *prefix,
+                           va_list ap) {
+  if (getenv("KDA_CHECK_SHOW")) printf("%s: %s", what, r->err); /* to review the messages */
+  ck_assert_msg(r->status == 2, "%s: exit status %d, want 2 (stderr: %s)", what, r->status,
+                r->err);
+  ck_assert_msg(r->out[0] == '\0', "%s: stdout not empty: %s", what, r->out);
+  ck_assert_msg(count_lines(r->err) == 1 && r->err[strlen(r->err) - 1] == '\n',
+                "%s: want exactly one line on stderr, got: %s", what, r->err);
+  ck_assert_msg(strncmp(r->err, prefix, strlen(prefix)) == 0, "%s: stderr lacks prefix '%s': %s",
+                what, prefix, r->err);
+  const char *phrase;
+  while ((phrase = va_arg(ap, const char *)) != NULL)
+    ck_assert_msg(strstr(r->err, phrase) != NULL, "%s: stderr lacks '%s': %s", what, phrase,
+                  r->err);
+}
+
+static void expect_error(const run_result *r, const char *what, const char *prefix, ...) {
+  va_list ap;
+  va_start(ap, prefix);
+  expect_error_v(r, what, prefix, ap);
+  va_end(ap);
+}
+
+static void expect_ok(const run_result *r, const char *what) {
+  ck_assert_msg(r->status == 0, "%s: exit status %d, want 0 (stderr: %s)", what, r->status,
+                r->err);
+  ck_assert_msg(r->err[0] == '\0', "%s: stderr not empty: %s", what, r->err);
+}
+
+/* ---- The hand-computed case (SPEC.md §3.1), K = V = 2, T = 3, H = HV = 1, S0 = 0,
+ * pre-gated g = 0 (so a = exp(0) = 1 and the decay is the identity), beta = 0.5 as a
+ * probability, no L2, scale = 0.5 given explicitly.  Row i of S is key index i.
+ *
+ *  t=1  k=[1,0] v=[2,4] q=[1,1]
+ *       p = S^T k = [0,0];  S += 0.5*k(v-p)^T = 0.5*[1,0]^T[2,4]   ->  S = [[1,2],[0,0]]
+ *       o = S^T (0.5 q) = S^T [0.5,0.5] = [0.5, 1]
+ *  t=2  k=[1,1] v=[1,0] q=[2,0]
+ *       p = S^T k = [1+0, 2+0] = [1,2];  v-p = [0,-2];  S += 0.5*[1,1]^T[0,-2]
+ *                                                          ->  S = [[1,1],[0,-1]]
+ *       o = S^T [1,0] = [1, 1]
+ *  t=3  k=[0,2] v=[3,1] q=[1,-1]
+ *       p = S^T k = [2*0, 2*(-1)] = [0,-2];  v-p = [3,3];  S += 0.5*[0,2]^T[3,3]
+ *                                                          ->  S = [[1,1],[3,2]]
+ *       o = S^T [0.5,-0.5] = [0.5-1.5, 0.5-1] = [-1, -0.5]
+ *  ht = S = [[1,1],[3,2]] (layout kv, shape [N=1, HV=1, K=2, V=2]).
+ * Every value is dyadic and small, so float64 and float32 give these exactly. */
+static const double hand_q[] = {1, 1, 2, 0, 1, -1};
+static const double hand_k[] = {1, 0, 1, 1, 0, 2};
+static const double hand_v[] = {2, 4, 1, 0, 3, 1};
+static const double hand_g[] = {0, 0, 0, 0, 0, 0};
+static const double hand_beta[] = {0.5, 0.5, 0.5};
+static const double hand_o[] = {0.5, 1, 1, 1, -1, -0.5};
+static const double hand_ht[] = {1, 1, 3, 2};
+
+/* One array member to write through the kda_npz writer. */
+typedef struct tmember {
+  const char *name;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t shape[4];
+  const double *data;
+} tmember;
+
+typedef struct tcase {
+  const char *manifest;
+  int n;
+  tmember m[8];
+} tcase;
+
+/* The manifest of the hand case (SPEC.md §10.2), with scale = 0.5 given explicitly. */
+static const char hand_manifest[] =
+    "{\"schema\": \"kda-case/1\", \"id\": \"hand-k2v2t3\", \"input_precision\": \"f64\","
+    " \"problem\": {\"N\": 1, \"T\": 3, \"H\": 1, \"HV\": 1, \"K\": 2, \"V\": 2,"
+    " \"n_checkpoints\": 0, \"family\": \"kda\", \"gate\": \"log\", \"beta\": \"prob\","
+    " \"l2\": \"off\", \"head_map\": \"div\", \"state_layout\": \"kv\", \"has_A_log\": false,"
+    " \"has_initial_state\": false, \"want_final_state\": true, \"scale\": 0.5,"
+    " \"lower_bound\": -5.0, \"l2_eps\": 1e-06}}";
+
+static tcase hand_case(void) {
+  tcase c = {hand_manifest, 5,
+             {{"q", KDA_DTYPE_F64, 3, {3, 1, 2}, hand_q},
+              {"k", KDA_DTYPE_F64, 3, {3, 1, 2}, hand_k},
+              {"v", KDA_DTYPE_F64, 3, {3, 1, 2}, hand_v},
+              {"g", KDA_DTYPE_F64, 3, {3, 1, 2}, hand_g},
+              {"beta", KDA_DTYPE_F64, 2, {3, 1}, hand_beta}}};
+  return c;
+}
+
+static void write_case(const char *path, const tcase *c) {
+  char err[KDA_ERRLEN] = "";
+  kda_npz_writer *w = NULL;
+  ck_assert_msg(kda_npz_writer_open(path, &w, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_npz_writer_set_manifest(w, c->manifest, err, sizeof err) == KDA_OK, "%s",
+                err);
+  for (int i = 0; i < c->n; i++)
+    ck_assert_msg(kda_npz_writer_add_f64(w, c->m[i].name, c->m[i].dtype, c->m[i].ndim,
+                                         c->m[i].shape, c->m[i].data, err, sizeof err) == KDA_OK,
+                  "%s: %s", c->m[i].name, err);
+  ck_assert_msg(kda_npz_writer_commit(w, err, sizeof err) == KDA_OK, "%s", err);
+}
+
+static tmember *find_member(tcase *c, const char *name) {
+  for (int i = 0; i < c->n; i++)
+    if (strcmp(c->m[i].name, name) == 0) return &c->m[i];
+  ck_abort_msg("no member %s", name);
+  return NULL;
+}
+
+static void drop_member(tcase *c, const char *name) {
+  tmember *m = find_member(c, name);
+  int i = (int)(m - c->m);
+  memmove(&c->m[i], &c->m[i + 1], (size_t)(c->n - i - 1) * sizeof c->m[0]);
+  c->n--;
+}
+
+/* Loads member name of a result file as float64, checking its dtype and element count. */
+static double *load_member(const char *path, const char *name, int32_t dtype, uint64_t count) {
+  char err[KDA_ERRLEN] = "";
+  kda_npz *z = NULL;
+  kda_array_info info;
+  double *x = NULL;
+  ck_assert_msg(kda_npz_open(path, &z, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_npz_load_f64(z, name, &info, &x, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(info.dtype == dtype, "%s: %s has dtype %d, want %d", path, name,
+                (int)info.dtype, (int)dtype);
+  ck_assert_uint_eq(info.count, count);
+  kda_npz_close(z);
+  return x;
+}
+
+static void expect_values(const double *got, const double *want, int n, const char *what) {
+  for (int i = 0; i < n; i++)
+    ck_assert_msg(got[i] == want[i], "%s[%d] = %.17g, want %.17g", what, i, got[i], want[i]);
+}
+
+/* ---- Help and usage. */
+
+static void expect_help(const char *sub, const char *const *words) {
+  run_result r = {0, NULL, NULL};
+  if (sub) kda(&r, sub, "--help", NULL);
+  else kda(&r, "--help", NULL);
+  expect_ok(&r, sub ? sub : "kda --help");
+  for (int i = 0; words[i]; i++)
+    ck_assert_msg(strstr(r.out, words[i]) != NULL, "kda %s --help does not mention '%s'",
+                  sub ? sub : "", words[i]);
+  ck_assert_msg(strstr(r.out, "Exit status") != NULL, "kda %s --help lacks the exit statuses",
+                sub ? sub : "");
+  run_free(&r);
+}
+
+START_TEST(test_help) {
+  static const char *const top[] = {"ref", "gen", "inspect", "--help", "-h", "--version", "-V",
+                                    NULL};
+  static const char *const ref[] = {"--backend", "-b", "--dtype", "-d", "--output", "-o",
+                                    "--help", "-h", "ref-f64", "ref-f32", "mpfr", "f64", "f32",
+                                    "  0 ", "  2 ", NULL};
+  static const char *const gen[] = {"--output", "-o", "--list-regimes", "-l", "--help", "-h",
+                                    "  0 ", "  2 ", NULL};
+  static const char *const inspect[] = {"--json", "-j", "--values", "-n", "--help", "-h",
+                                        "  0 ", "  2 ", NULL};
+  expect_help(NULL, top);
+  expect_help("ref", ref);
+  expect_help("gen", gen);
+  expect_help("inspect", inspect);
+  run_result r = {0, NULL, NULL};
+  kda(&r, "--version", NULL);
+  expect_ok(&r, "kda --version");
+  ck_assert_msg(strncmp(r.out, "kda ", 4) == 0 && count_lines(r.out) == 1, "version: %s", r.out);
+  kda(&r, "gen", "--list-regimes", NULL);
+  expect_ok(&r, "kda gen --list-regimes");
+  for (int32_t g = KDA_REGIME_RANDN; g <= KDA_REGIME_EXPANSIVE; g++)
+    ck_assert_msg(strstr(r.out, kda_regime_name(g)) != NULL, "--list-regimes lacks %s",
+                  kda_regime_name(g));
+  run_free(&r);
+}
+END_TEST
+
+/* Each usage error: exit 2, one line "kda[ SUB]: ..." naming the problem. */
+START_TEST(test_usage_errors) {
+  static const struct {
+    const char *args[8];
+    const char *prefix, *phrase;
+  } cases[] = {
+      {{NULL}, "kda: ", "missing subcommand"},
+      {{"frob", NULL}, "kda: ", "unknown subcommand 'frob'"},
+      {{"--frob", NULL}, "kda: ", "unknown option '--frob'"},
+      {{"ref", NULL}, "kda ref: ", "missing INPUT"},
+      {{"ref", "in.npz", NULL}, "kda ref: ", "missing -o"},
+      {{"ref", "--frob", "in.npz", "-o", "x.npz", NULL}, "kda ref: ", "unknown option '--frob'"},
+      {{"ref", "-x", "in.npz", "-o", "x.npz", NULL}, "kda ref: ", "unknown option '-x'"},
+      {{"ref", "in.npz", "-o", NULL}, "kda ref: ", "'-o' needs an argument"},
+      {{"ref", "in.npz", "--backend", NULL}, "kda ref: ", "'--backend' needs an argument"},
+      {{"ref", "--backend", "nope", "in.npz", "-o", "x.npz", NULL}, "kda ref: ",
+       "unknown backend 'nope'"},
+      {{"ref", "--dtype", "f16", "in.npz", "-o", "x.npz", NULL}, "kda ref: ",
+       "unknown dtype 'f16'"},
+      {{"ref", "a.npz", "b.npz", "-o", "x.npz", NULL}, "kda ref: ", "unexpected argument"},
+      {{"gen", NULL}, "kda gen: ", "missing DESCRIPTION"},
+      {{"gen", "seed=1", NULL}, "kda gen: ", "missing -o"},
+      {{"gen", "--frob", "seed=1", "-o", "x.npz", NULL}, "kda gen: ", "unknown option"},
+      {{"gen", "--list-regimes", "seed=1", NULL}, "kda gen: ", "takes no DESCRIPTION"},
+      {{"inspect", NULL}, "kda inspect: ", "missing FILE"},
+      {{"inspect", "a.npz", "b.npz", NULL}, "kda inspect: ", "unexpected argument"},
+      {{"inspect", "--values", "abc", "a.npz", NULL}, "kda inspect: ", "--values"},
+      {{"inspect", "--values", "-3", "a.npz", NULL}, "kda inspect: ", "--values"},
+      {{"inspect", "--json=yes", "a.npz", NULL}, "kda inspect: ", "--json=yes"},
+  };
+  run_result r = {0, NULL, NULL};
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    run_argv(&r, cases[i].args);
+    char what[128];
+    snprintf(what, sizeof what, "usage case %zu (%s %s)", i,
+             cases[i].args[0] ? cases[i].args[0] : "", cases[i].args[0] && cases[i].args[1]
+                                                            ? cases[i].args[1] : "");
+    expect_error(&r, what, cases[i].prefix, cases[i].phrase, NULL);
+    ck_assert_msg(!exists("x.npz"), "%s left x.npz behind", what);
+  }
+  run_free(&r);
+}
+END_TEST
+
+/* ---- gen, inspect and ref round trip. */
+
+#define RT_DESC "seed=3 T=9 H=1 HV=2 K=4 V=4 gate=softplus beta=logit l2=fla prec=bf16 id=rt"
+
+static void gen_file(const char *desc, const char *path) {
+  /* The description is passed as separate words, as a shell would split it. */
+  char buf[1024];
+  snprintf(buf, sizeof buf, "%s", desc);
+  const char *args[40];
+  int n = 0;
+  args[n++] = "gen";
+  for (char *w = strtok(buf, " "); w && n < 36; w = strtok(NULL, " ")) args[n++] = w;
+  args[n++] = "-o";
+  args[n++] = path;
+  args[n] = NULL;
+  run_result r = {0, NULL, NULL};
+  run_argv(&r, args);
+  expect_ok(&r, desc);
+  ck_assert_msg(r.out[0] == '\0', "kda gen printed: %s", r.out);
+  run_free(&r);
+}
+
+START_TEST(test_roundtrip) {
+  const char *a = tpath("a.npz"), *b = tpath("b.npz"), *ra = tpath("ra.npz"),
+             *rb = tpath("rb.npz"), *rf = tpath("rf.npz");
+  gen_file(RT_DESC, a);
+  gen_file(RT_DESC, b);
+  ck_assert_msg(same_bytes(a, b), "kda gen is not deterministic for '%s'", RT_DESC);
+
+  /* The manifest's canonical description makes the same file again. */
+  run_result r = {0, NULL, NULL};
+  kda(&r, "inspect", "--json", a, NULL);
+  expect_ok(&r, "inspect --json case");
+  json_t *root = json_loads(r.out, 0, NULL);
+  ck_assert_msg(root != NULL, "inspect --json: %s", r.out);
+  const char *canon = json_string_value(json_object_get(
+      json_object_get(json_object_get(root, "manifest"), "generator_info"), "description"));
+  ck_assert_msg(canon != NULL, "no generator_info.description: %s", r.out);
+  gen_file(canon, b);
+  ck_assert_msg(same_bytes(a, b), "the canonical description '%s' gives other bytes", canon);
+  json_decref(root);
+
+  kda(&r, "inspect", a, NULL);
+  expect_ok(&r, "inspect case");
+  static const char *const want[] = {"q", "k", "v", "g", "beta", "A_log", "dt_bias",
+                                     "manifest", "case rt (bf16):", " T=9", " HV=2", "gate=softplus",
+                                     "<f4", "[9, 2, 4]", NULL};
+  for (int i = 0; want[i]; i++)
+    ck_assert_msg(strstr(r.out, want[i]) != NULL, "inspect lacks '%s': %s", want[i], r.out);
+
+  kda(&r, "ref", a, "-o", ra, NULL);
+  expect_ok(&r, "ref a");
+  ck_assert_msg(r.out[0] == '\0', "kda ref printed: %s", r.out);
+  kda(&r, "ref", "--backend", "ref-f64", b, "-o", rb, NULL);
+  expect_ok(&r, "ref b");
+  ck_assert_msg(same_bytes(ra, rb), "kda ref is not deterministic for '%s'", RT_DESC);
+  double *o = load_member(ra, "o", KDA_DTYPE_F64, 9 * 2 * 4);
+  double *ht = load_member(ra, "ht", KDA_DTYPE_F64, 1 * 2 * 4 * 4);
+  for (int i = 0; i < 9 * 2 * 4; i++) ck_assert(isfinite(o[i]));
+  free(o);
+  free(ht);
+
+  /* bf16 inputs are exact in float32, so ref-f32 accepts them; its default dtype is f32. */
+  kda(&r, "ref", "-b", "ref-f32", a, "-o", rf, NULL);
+  expect_ok(&r, "ref-f32");
+  free(load_member(rf, "o", KDA_DTYPE_F32, 9 * 2 * 4));
+  kda(&r, "ref", "-b", "ref-f32", "--dtype", "f64", a, "-o", rf, NULL);
+  expect_ok(&r, "ref-f32 --dtype f64");
+  free(load_member(rf, "o", KDA_DTYPE_F64, 9 * 2 * 4));
+
+  kda(&r, "inspect", ra, NULL);
+  expect_ok(&r, "inspect result");
+  ck_assert_msg(strstr(r.out, "ht") && strstr(r.out, "result of case rt by ref-f64:") &&
+                    strstr(r.out, "<f8"),
+                "inspect of the result: %s", r.out);
+  run_free(&r);
+}
+END_TEST
+
+START_TEST(test_inspect_json_values) {
+  const char *in = tpath("hand.npz");
+  tcase c = hand_case();
+  write_case(in, &c);
+  run_result r = {0, NULL, NULL};
+  kda(&r, "inspect", "--json", "--values", "4", in, NULL);
+  expect_ok(&r, "inspect --json");
+  json_error_t je;
+  json_t *root = json_loads(r.out, 0, &je);
+  ck_assert_msg(root != NULL, "inspect --json is not JSON (line %d: %s): %s", je.line, je.text,
+                r.out);
+  ck_assert(json_is_true(json_object_get(root, "verified")));
+  ck_assert_str_eq(json_string_value(json_object_get(root, "file")), in);
+  json_t *members = json_object_get(root, "members");
+  ck_assert_uint_eq(json_array_size(members), 5);
+  json_t *q = json_array_get(members, 0);
+  ck_assert_str_eq(json_string_value(json_object_get(q, "name")), "q");
+  ck_assert_str_eq(json_string_value(json_object_get(q, "dtype")), "<f8");
+  ck_assert_int_eq(json_integer_value(json_object_get(q, "bytes")), 48);
+  json_t *shape = json_object_get(q, "shape");
+  ck_assert_uint_eq(json_array_size(shape), 3);
+  ck_assert_int_eq(json_integer_value(json_array_get(shape, 0)), 3);
+  json_t *values = json_object_get(q, "values");
+  ck_assert_uint_eq(json_array_size(values), 4);
+  for (int i = 0; i < 4; i++)
+    ck_assert(json_number_value(json_array_get(values, (size_t)i)) == hand_q[i]);
+  json_t *beta = json_array_get(members, 4);
+  ck_assert_uint_eq(json_array_size(json_object_get(beta, "values")), 3); /* only 3 exist */
+  json_t *manifest = json_object_get(root, "manifest");
+  ck_assert(json_is_object(manifest));
+  ck_assert(json_is_object(json_object_get(manifest, "problem")));
+  ck_assert(json_is_string(json_object_get(root, "summary")));
+  json_decref(root);
+
+  kda(&r, "inspect", "-n", "3", in, NULL);
+  expect_ok(&r, "inspect --values");
+  ck_assert_msg(strstr(r.out, "values: 1 1 2 ...") != NULL, "q values: %s", r.out);
+  ck_assert_msg(strstr(r.out, "values: 0.5 0.5 0.5\n") != NULL, "beta values: %s", r.out);
+  ck_assert_msg(strstr(r.out, "case hand-k2v2t3 (f64): ") && strstr(r.out, " scale=0.5 "),
+                "summary: %s", r.out);
+  run_free(&r);
+}
+END_TEST
+
+/* ---- kda ref on the hand-computed case. */
+
+START_TEST(test_ref_hand) {
+  const char *in = tpath("hand.npz"), *out64 = tpath("o64.npz"), *out32 = tpath("o32.npz");
+  tcase c = hand_case();
+  write_case(in, &c);
+  run_result r = {0, NULL, NULL};
+  kda(&r, "ref", "--backend", "ref-f64", in, "-o", out64, NULL);
+  expect_ok(&r, "ref-f64 hand");
+  kda(&r, "ref", "--backend=ref-f32", in, "--output", out32, NULL);
+  expect_ok(&r, "ref-f32 hand");
+  run_free(&r);
+  double *o = load_member(out64, "o", KDA_DTYPE_F64, 6);
+  double *ht = load_member(out64, "ht", KDA_DTYPE_F64, 4);
+  expect_values(o, hand_o, 6, "ref-f64 o");
+  expect_values(ht, hand_ht, 4, "ref-f64 ht");
+  free(o);
+  free(ht);
+  o = load_member(out32, "o", KDA_DTYPE_F32, 6);
+  ht = load_member(out32, "ht", KDA_DTYPE_F32, 4);
+  expect_values(o, hand_o, 6, "ref-f32 o");
+  expect_values(ht, hand_ht, 4, "ref-f32 ht");
+  free(o);
+  free(ht);
+#if KDA_CHECK_HAVE_MPFR
+  /* The exact results are dyadic, so their correctly rounded float64 values are themselves. */
+  const char *outm = tpath("om.npz");
+  kda(&r, "ref", "--backend", "mpfr", in, "-o", outm, NULL);
+  expect_ok(&r, "mpfr hand");
+  run_free(&r);
+  o = load_member(outm, "o", KDA_DTYPE_F64, 6);
+  ht = load_member(outm, "ht", KDA_DTYPE_F64, 4);
+  expect_values(o, hand_o, 6, "mpfr o");
+  expect_values(ht, hand_ht, 4, "mpfr ht");
+  free(o);
+  free(ht);
+#endif
+}
+END_TEST
+
+/* T = 0 (no tokens): every backend writes an empty o and the final state h0 = 0. */
+START_TEST(test_ref_empty) {
+  const char *in = tpath("t0.npz"), *out = tpath("r0.npz");
+  gen_file("seed=4 T=0 H=1 HV=1 K=2 V=2 prec=f32", in);
+  static const char *const backends[] = {"ref-f64", "ref-f32"};
+  static const double zeros[4] = {0, 0, 0, 0};
+  run_result r = {0, NULL, NULL};
+  for (int i = 0; i < 2; i++) {
+    kda(&r, "ref", "-b", backends[i], in, "-o", out, NULL);
+    expect_ok(&r, backends[i]);
+    free(load_member(out, "o", i ? KDA_DTYPE_F32 : KDA_DTYPE_F64, 0));
+    double *ht = load_member(out, "ht", i ? KDA_DTYPE_F32 : KDA_DTYPE_F64, 4);
+    expect_values(ht, zeros, 4, backends[i]);
+    free(ht);
+  }
+  run_free(&r);
+}
+END_TEST
+
+/* ref-f32 refuses inputs that float32 cannot hold exactly. */
+START_TEST(test_ref_f32_refuses_f64_inputs) {
+  const char *in = tpath("inexact.npz"), *out = tpath("out.npz");
+  static const double q[] = {0.1, 1, 2, 0, 1, -1}; /* 0.1 is not a float32 */
+  tcase c = hand_case();
+  find_member(&c, "q")->data = q;
+  write_case(in, &c);
+  run_result r = {0, NULL, NULL};
+  kda(&r, "ref", "--backend", "ref-f32", in, "-o", out, NULL);
+  expect_error(&r, "ref-f32 inexact", "kda ref: ", in, "'q'", "not exact in float32", NULL);
+  ck_assert(!exists(out));
+  kda(&r, "ref", in, "-o", out, NULL); /* ref-f64 takes it */
+  expect_ok(&r, "ref-f64 inexact");
+  run_free(&r);
+}
+END_TEST
+
+/* ---- Bad inputs: each class gives exit 2, one line naming the file, and no output. */
+
+/* Builds a bad file at path. */
+typedef void (*bad_builder)(const char *path);
+
+static void build_truncated_half(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  size_t len;
+  unsigned char *b = read_all(path, &len);
+  write_all(path, b, len / 2);
+  free(b);
+}
+
+static void build_truncated_tail(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  size_t len;
+  unsigned char *b = read_all(path, &len);
+  write_all(path, b, len - 7); /* cuts the end-of-central-directory record */
+  free(b);
+}
+
+static void build_garbage(const char *path) {
+  unsigned char b[4096];
+  uint64_t x = 0x9E3779B97F4A7C15u; /* fixed seed: xorshift64 */
+  for (size_t i = 0; i < sizeof b; i++) {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    b[i] = (unsigned char)x;
+  }
+  write_all(path, b, sizeof b);
+}
+
+/* Local-header data of member name in a stored zip: offset of its first byte. */
+static size_t member_data_offset(const unsigned char *b, size_t len, const char *name) {
+  size_t nlen = strlen(name);
+  for (size_t i = 0; i + 30 <= len; i++) {
+    if (memcmp(b + i, "PK\3\4", 4) != 0) continue;
+    size_t n = (size_t)b[i + 26] | (size_t)b[i + 27] << 8;
+    size_t e = (size_t)b[i + 28] | (size_t)b[i + 29] << 8;
+    if (n == nlen && i + 30 + n <= len && memcmp(b + i + 30, name, n) == 0) return i + 30 + n + e;
+  }
+  ck_abort_msg("member %s not found", name);
+  return 0;
+}
+
+static void build_bad_crc(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  size_t len, off;
+  unsigned char *b = read_all(path, &len);
+  size_t at = member_data_offset(b, len, "q.npy");
+  kda_array_info info;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_npy_parse_header(b + at, len - at, "q", &info, &off, err, sizeof err) ==
+                    KDA_OK, "%s", err);
+  b[at + off] ^= 1; /* the last bit of q[0]'s mantissa: still finite, only the CRC differs */
+  write_all(path, b, len);
+  free(b);
+}
+
+static void build_text(const char *path) {
+  static const char text[] = "this is a text file, not a vector file\n";
+  write_all(path, text, sizeof text - 1);
+}
+
+/* Replaces the bytes of member name (e.g. "v.npy") with data, through libzip. */
+static void replace_member(const char *path, const char *name, const void *data, size_t len) {
+  int zerr = 0;
+  zip_t *za = zip_open(path, 0, &zerr);
+  ck_assert_msg(za != NULL, "zip_open %s: %d", path, zerr);
+  zip_int64_t idx = zip_name_locate(za, name, 0);
+  ck_assert_msg(idx >= 0, "no member %s", name);
+  zip_source_t *src = zip_source_buffer(za, data, len, 0);
+  ck_assert_ptr_nonnull(src);
+  ck_assert_int_eq(zip_file_replace(za, (zip_uint64_t)idx, src, 0), 0);
+  zip_set_file_compression(za, (zip_uint64_t)idx, ZIP_CM_STORE, 0);
+  ck_assert_msg(zip_close(za) == 0, "zip_close: %s", zip_strerror(za));
+}
+
+static void build_not_npy_member(const char *path) {
+  static const char junk[] = "hello, I am not a .npy array";
+  tcase c = hand_case();
+  write_case(path, &c);
+  replace_member(path, "v.npy", junk, sizeof junk - 1);
+}
+
+/* A hand-made NumPy 1.0 member: header dictionary dict, padded to 64 bytes, then len bytes. */
+static void replace_with_npy(const char *path, const char *name, const char *dict, size_t len) {
+  unsigned char buf[1024];
+  size_t dlen = strlen(dict), total = (10 + dlen + 1 + 63) / 64 * 64;
+  ck_assert(total + len <= sizeof buf);
+  memcpy(buf, "\x93NUMPY\x01\x00", 8);
+  buf[8] = (unsigned char)((total - 10) & 0xff);
+  buf[9] = (unsigned char)((total - 10) >> 8);
+  memset(buf + 10, ' ', total - 10);
+  memcpy(buf + 10, dict, dlen);
+  buf[total - 1] = '\n';
+  memset(buf + total, 0, len);
+  replace_member(path, name, buf, total + len);
+}
+
+static void build_dtype_c16(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  replace_with_npy(path, "v.npy", "{'descr': '<c16', 'fortran_order': False, 'shape': (3, 1, 2), }",
+                   96);
+}
+
+static void build_dtype_big_endian(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  replace_with_npy(path, "v.npy", "{'descr': '>f8', 'fortran_order': False, 'shape': (3, 1, 2), }",
+                   48);
+}
+
+static void build_shape_overflow(const char *path) {
+  tcase c = hand_case();
+  write_case(path, &c);
+  replace_with_npy(path, "v.npy",
+                   "{'descr': '<f8', 'fortran_order': False, 'shape': "
+                   "(4611686018427387904, 4611686018427387904, 2), }",
+                   48);
+}
+
+static void build_missing_v(const char *path) {
+  tcase c = hand_case();
+  drop_member(&c, "v");
+  write_case(path, &c);
+}
+
+static void build_wrong_v_shape(const char *path) {
+  static const double v9[9] = {2, 4, 0, 1, 0, 0, 3, 1, 0};
+  tcase c = hand_case();
+  tmember *v = find_member(&c, "v");
+  v->shape[2] = 3; /* V = 3 where the manifest says V = 2 */
+  v->data = v9;
+  write_case(path, &c);
+}
+
+static void build_nan_q(const char *path) {
+  static double q[6];
+  memcpy(q, hand_q, sizeof q);
+  q[3] = NAN;
+  tcase c = hand_case();
+  find_member(&c, "q")->data = q;
+  write_case(path, &c);
+}
+
+static void build_inf_v(const char *path) {
+  static double v[6];
+  memcpy(v, hand_v, sizeof v);
+  v[2] = INFINITY;
+  tcase c = hand_case();
+  find_member(&c, "v")->data = v;
+  write_case(path, &c);
+}
+
+static void build_neg_inf_beta(const char *path) {
+  static double beta[3];
+  memcpy(beta, hand_beta, sizeof beta);
+  beta[1] = -INFINITY;
+  tcase c = hand_case();
+  find_member(&c, "beta")->data = beta;
+  write_case(path, &c);
+}
+
+typedef struct bad_class {
+  const char *label;
+  bad_builder build;
+  const char *phrase; /* expected in the one-line message, besides the file's name */
+} bad_class;
+
+static const bad_class bad_classes[] = {
+    {"truncated archive (half)", build_truncated_half, "truncated"},
+    {"truncated archive (tail)", build_truncated_tail, "truncated"},
+    {"corrupt archive (garbage bytes)", build_garbage, "not a zip archive"},
+    {"bad CRC", build_bad_crc, "CRC mismatch"},
+    {"wrong magic (text file)", build_text, "not a zip archive"},
+    {"wrong magic (member not .npy)", build_not_npy_member, "member 'v': not a .npy array"},
+    {"unsupported dtype <c16", build_dtype_c16, "member 'v': unsupported dtype '<c16'"},
+    {"unsupported dtype >f8", build_dtype_big_endian, "member 'v': unsupported dtype '>f8'"},
+    {"shape product overflow", build_shape_overflow, "member 'v': array size overflows"},
+    {"missing member v", build_missing_v, "missing member 'v'"},
+    {"shapes disagree (v with V=3)", build_wrong_v_shape, "member 'v' has shape [3,1,3]"},
+    {"NaN in q", build_nan_q, "member 'q' element 3 [t=1,h=0,k=1] is NaN"},
+    {"+Inf in v", build_inf_v, "member 'v' element 2 [t=1,hv=0,v=0] is +Inf"},
+    {"-Inf in beta", build_neg_inf_beta, "member 'beta' element 1 [t=1,hv=0] is -Inf"},
+};
+
+#define SENTINEL "previous result, must survive\n"
+
+/* Runs args (with OUT in place of the output) twice: with no output file (none may appear in
+ * the output directory) and with a pre-existing output file (it must stay as it was). */
+static void expect_no_output(const char *label, const char *const *args, const char *prefix,
+                             const char *name_in_msg, const char *phrase) {
+  const char *outdir = tpath("out");
+  mkdir(outdir, 0755);
+  const char *out = tpath("out/result.npz");
+  const char *argv[16];
+  int n = 0;
+  for (; args[n] && n < 15; n++) argv[n + 1] = strcmp(args[n], "OUT") == 0 ? out : args[n];
+  argv[n + 1] = NULL;
+  run_result r = {0, NULL, NULL};
+  for (int pass = 0; pass < 2; pass++) {
+    remove(out);
+    if (pass == 1) write_all(out, SENTINEL, strlen(SENTINEL));
+    run_argv(&r, argv + 1);
+    expect_error(&r, label, prefix, name_in_msg, phrase, NULL);
+    if (pass == 0) {
+      ck_assert_msg(count_entries(outdir) == 0, "%s: left a file in the output directory",
+                    label);
+    } else {
+      size_t len;
+      char *s = (char *)read_all(out, &len);
+      ck_assert_msg(s && strcmp(s, SENTINEL) == 0, "%s: clobbered the existing output", label);
+      free(s);
+      ck_assert_msg(count_entries(outdir) == 1, "%s: left a temporary file behind", label);
+    }
+  }
+  run_free(&r);
+}
+
+START_TEST(test_bad_inputs) {
+  const bad_class *b = &bad_classes[_i];
+  const char *in = tpath("bad.npz");
+  b->build(in);
+  const char *ref_args[] = {"ref", in, "-o", "OUT", NULL};
+  expect_no_output(b->label, ref_args, "kda ref: ", in, b->phrase);
+  const char *f32_args[] = {"ref", "-b", "ref-f32", in, "-o", "OUT", NULL};
+  expect_no_output(b->label, f32_args, "kda ref: ", in, b->phrase);
+#if KDA_CHECK_HAVE_MPFR
+  const char *mpfr_args[] = {"ref", "-b", "mpfr", in, "-o", "OUT", NULL};
+  expect_no_output(b->label, mpfr_args, "kda ref: ", in, b->phrase);
+#endif
+  /* kda inspect checks every CRC and validates case files as kda ref loads them. */
+  run_result r = {0, NULL, NULL};
+  kda(&r, "inspect", in, NULL);
+  expect_error(&r, b->label, "kda inspect: ", in, b->phrase, NULL);
+  kda(&r, "inspect", "--json", "--values", "2", in, NULL);
+  expect_error(&r, b->label, "kda inspect: ", in, b->phrase, NULL);
+  run_free(&r);
+}
+END_TEST
+
+/* A missing input is an I/O error naming the input. */
+START_TEST(test_missing_input) {
+  const char *in = tpath("does-not-exist.npz");
+  const char *args[] = {"ref", in, "-o", "OUT", NULL};
+  expect_no_output("missing input", args, "kda ref: ", in, "cannot open");
+  run_result r = {0, NULL, NULL};
+  kda(&r, "inspect", in, NULL);
+  expect_error(&r, "inspect missing", "kda inspect: ", in, "cannot open", NULL);
+  run_free(&r);
+}
+END_TEST
+
+/* An output in a directory that does not exist: an I/O error naming the output. */
+START_TEST(test_output_dir_missing) {
+  const char *in = tpath("hand.npz"), *out = tpath("no/such/dir/out.npz");
+  tcase c = hand_case();
+  write_case(in, &c);
+  run_result r = {0, NULL, NULL};
+  kda(&r, "ref", in, "-o", out, NULL);
+  expect_error(&r, "ref to missing dir", "kda ref: ", out, "cannot create", NULL);
+  ck_assert(!exists(out));
+  kda(&r, "gen", "seed=1", "T=2", "H=1", "HV=1", "K=2", "V=2", "-o", out, NULL);
+  expect_error(&r, "gen to missing dir", "kda gen: ", out, "cannot create", NULL);
+  ck_assert(!exists(out));
+  run_free(&r);
+}
+END_TEST
+
+/* A bad description: exit 2, one line naming the bad word, no output. */
+START_TEST(test_gen_bad_description) {
+  const char *args[] = {"gen", "seed=1", "T=4", "frobnicate=3", "-o", "OUT", NULL};
+  expect_no_output("bad description", args, "kda gen: ", "unknown key 'frobnicate'", "");
+}
+END_TEST
+
+static void setup(void) { make_tmpdir(); }
+static void teardown(void) { remove_tmpdir(); }
+
+static Suite *tools_suite(void) {
+  Suite *s = suite_create("kda command");
+  TCase *tc = tcase_create("cli");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_help);
+  tcase_add_test(tc, test_usage_errors);
+  tcase_add_test(tc, test_roundtrip);
+  tcase_add_test(tc, test_inspect_json_values);
+  tcase_add_test(tc, test_ref_hand);
+  tcase_add_test(tc, test_ref_empty);
+  tcase_add_test(tc, test_ref_f32_refuses_f64_inputs);
+  tcase_add_loop_test(tc, test_bad_inputs, 0, (int)(sizeof bad_classes / sizeof bad_classes[0]));
+  tcase_add_test(tc, test_missing_input);
+  tcase_add_test(tc, test_output_dir_missing);
+  tcase_add_test(tc, test_gen_bad_description);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  printf("kda binary under test: %s\n", kda_bin());
+  SRunner *sr = srunner_create(tools_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

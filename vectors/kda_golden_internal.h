@@ -1,0 +1,55 @@
+/* kda_golden_internal.h: what the golden-set files share (not installed).
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef KDA_GOLDEN_INTERNAL_H
+#define KDA_GOLDEN_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kda_case.h"
+#include "kda_golden.h"
+
+/* Writes a one-line message and returns status. */
+int kda_golden_fail(int status, char *err, size_t errlen, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 4, 5)))
+#endif
+    ;
+
+/* A growable string; oom is set (and later output dropped) when an allocation fails. */
+typedef struct kda_sbuf {
+  char *s;
+  size_t len, cap;
+  int oom;
+} kda_sbuf;
+
+void kda_sbuf_printf(kda_sbuf *b, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* x as "%a (shortest decimal)", e.g. "0x1.8p+1 (3)"; "-inf", "0x0p+0 (0)". */
+void kda_sbuf_value(kda_sbuf *b, double x);
+
+/* Writes len bytes to path through "<path>.tmp.XXXXXX" and a rename (fsynced).  Returns
+ * KDA_OK or KDA_EIO. */
+int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
+                            size_t errlen);
+
+/* Reads a whole file; *out freed by the caller.  Returns KDA_OK, KDA_EIO, KDA_ENOMEM. */
+int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *err,
+                     size_t errlen);
+
+/* SHA-256 of a buffer as 64 hex digits. */
+void kda_golden_sha256_hex(const void *data, size_t len, char hex[65]);
+
+/* The L0 trace of case c (kda_golden_trace.c): every step of every head with its
+ * intermediates, each checked to be exact, and the traced outputs checked against the
+ * certified values gold (o, then ht, then hc).  *text freed by the caller.  Returns KDA_OK,
+ * KDA_EINVAL (an intermediate is not exact, a gate is neither 0 nor -inf, or an output
+ * differs from the certified value; the message says where), KDA_ENOMEM. */
+int kda_golden_trace(const kda_case *c, const char *comment, const char *method,
+                     const double *gold, char **text, char *err, size_t errlen);
+
+#endif
