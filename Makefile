@@ -2,8 +2,10 @@
 # SPDX-License-Identifier: MIT
 #
 #   make                 library (static and shared), the kda command
-#   make check           every unit test, the CLI tests, numpy interop, and the same unit
-#                        tests again under AddressSanitizer + UndefinedBehaviorSanitizer
+#   make golden          regenerate golden/ (the certified golden sets; docs/golden.md)
+#   make check           every unit test, the CLI tests, numpy interop, golden/ verified
+#                        (kda golden --verify), and the same unit tests again under
+#                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
 #   make install PREFIX=/usr/local DESTDIR=
 #
@@ -35,7 +37,12 @@ CFLAGS    ?=
 BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g $(OPT) $(WARN) \
              -ffp-contract=off -fno-fast-math -fPIC $(SANFLAGS) \
              -Iref -Ivectors -Iconformance -DKDA_VERSION=\"$(VERSION)\"
-ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS)
+ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS) $(ISA_CFLAGS)
+# ISA flags go to the simd backend's kernel files only (never -march=native); the backend
+# picks a kernel at run time from what the CPU has.
+ISA_CFLAGS :=
+$(BUILD)/conformance/backends/simd/kda_simd_avx2.o: ISA_CFLAGS := -mavx2 -mfma
+$(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -mavx2 -mfma
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 
 # Library: every .c directly under the library modules (tests and backends live in folders).
@@ -50,7 +57,8 @@ TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c) \
              $(wildcard conformance/tests/check_*.c) $(wildcard tools/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
-HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h)
+HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
+             $(wildcard conformance/backends/*/*.h)
 PUB_HEADERS := ref/kda_problem.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
                vectors/kda_case.h $(wildcard ref/kda_mpfr.h) $(wildcard conformance/kda_backend.h)
 
@@ -58,7 +66,7 @@ LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-unit check-cli check-numpy check-asan example install clean deps fuzz conform
+.PHONY: all check check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -99,7 +107,15 @@ check-numpy: $(KDA)
 check-asan:
 	$(MAKE) BUILD=$(BUILD)/asan SAN=1 OPT=-O1 check-unit
 
-check: check-unit check-numpy check-asan
+# The committed golden sets: hashes, then every file regenerated and compared byte for byte.
+check-golden: $(KDA)
+	$(KDA) golden --verify golden
+
+# Regenerate golden/ (after a change to the catalog, the generator or the MPFR reference).
+golden: $(KDA)
+	$(KDA) golden --write golden
+
+check: check-unit check-numpy check-golden check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.

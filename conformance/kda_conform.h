@@ -45,6 +45,12 @@ typedef struct kda_caps {
 const char *kda_class_name(int32_t cls); /* "fp64" "fp32" "tf32" "bf16" "fp16", or NULL */
 int kda_class_parse(const char *name, int32_t *cls); /* KDA_OK or KDA_EINVAL */
 double kda_class_unit(int32_t cls);                  /* the unit roundoff u, or 0 */
+double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, or 0 (§7.3) */
+/* The step allowance L(n) = max(1, n / KDA_STEP_ALLOWANCE_N0) of an element n steps into its
+ * sequence (SPEC.md §7.3): caps were calibrated up to N0 steps; the a-priori error bound of a
+ * non-expansive recurrence grows linearly with the number of steps. */
+#define KDA_STEP_ALLOWANCE_N0 256
+double kda_step_allowance(int64_t n);
 int kda_class_caps(int32_t cls, kda_caps *caps);     /* KDA_OK or KDA_EINVAL */
 
 /* ---- Outputs of one call, float64 whatever the backend computed in. */
@@ -137,10 +143,12 @@ typedef struct kda_score {
   int32_t growth_kind;   /* KDA_GROWTH_* (NA for sequences shorter than 256 tokens) */
   kda_caps caps;
   double unit;
-  kda_qmetric o, ht, hc;
+  double tiny;           /* floor of the error scale: kda_class_tiny(cls) */
+  kda_qmetric o, ht, hc; /* errors in class units divided by the step allowance */
   int64_t first_fail_token; /* -1 when no output element exceeds its cap */
   int64_t window;           /* tokens per window */
-  double win_first, win_last, win_worst; /* worst o error in the first, last, worst window */
+  double win_first, win_last, win_worst; /* mean per-token o error (class units, without the
+                                            step allowance) in the first, last, worst window */
   int64_t win_worst_start;
   double alpha;             /* growth exponent (median-ratio estimator), NaN when NA */
   double alpha_fit;         /* least-squares slope of log err against log position */

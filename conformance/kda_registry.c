@@ -11,8 +11,12 @@
 
 extern const kda_backend kda_backend_ref_f64;
 extern const kda_backend kda_backend_ref_f32;
+extern const kda_backend kda_backend_simd, kda_backend_simd_avx512, kda_backend_simd_avx2,
+    kda_backend_simd_scalar; /* backends/simd/kda_simd.c */
 
-static const kda_backend *const builtins[] = {&kda_backend_ref_f64, &kda_backend_ref_f32};
+static const kda_backend *const builtins[] = {
+    &kda_backend_ref_f64,     &kda_backend_ref_f32,  &kda_backend_simd,
+    &kda_backend_simd_avx512, &kda_backend_simd_avx2, &kda_backend_simd_scalar};
 
 int32_t kda_backend_builtin_count(void) {
   return (int32_t)(sizeof builtins / sizeof builtins[0]);
@@ -114,16 +118,17 @@ void kda_plugin_unload(kda_plugin *p) {
 /* ---- Precision classes: unit roundoff and caps (SPEC.md §7.2, §7.4). */
 typedef struct class_row {
   const char *name;
-  double unit;
+  double unit; /* unit roundoff u */
+  double tiny; /* smallest positive subnormal of the class's output format (§7.3 floor) */
   kda_caps caps;
 } class_row;
 
 static const class_row class_table[KDA_CLASS_COUNT] = {
-    {"fp64", 0x1p-53, {64.0, 64.0, 64.0}},
-    {"fp32", 0x1p-24, {64.0, 64.0, 64.0}},
-    {"tf32", 0x1p-11, {32.0, 32.0, 32.0}},
-    {"bf16", 0x1p-8, {8.0, 4.0, 4.0}},
-    {"fp16", 0x1p-11, {16.0, 16.0, 16.0}},
+    {"fp64", 0x1p-53, 0x1p-1074, {64.0, 64.0, 64.0}},
+    {"fp32", 0x1p-24, 0x1p-149, {64.0, 64.0, 64.0}},
+    {"tf32", 0x1p-11, 0x1p-149, {32.0, 32.0, 32.0}},
+    {"bf16", 0x1p-8, 0x1p-133, {8.0, 4.0, 4.0}},
+    {"fp16", 0x1p-11, 0x1p-24, {16.0, 16.0, 16.0}},
 };
 
 const char *kda_class_name(int32_t cls) {
@@ -138,6 +143,10 @@ int kda_class_parse(const char *name, int32_t *cls) {
 
 double kda_class_unit(int32_t cls) {
   return kda_class_name(cls) ? class_table[cls].unit : 0.0;
+}
+
+double kda_class_tiny(int32_t cls) {
+  return kda_class_name(cls) ? class_table[cls].tiny : 0.0;
 }
 
 int kda_class_caps(int32_t cls, kda_caps *caps) {

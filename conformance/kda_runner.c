@@ -273,22 +273,6 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
   return st;
 }
 
-/* Worst error (class units) of an observed array against the truth with per-head scales. */
-static double worst_err(const double *e, const double *obs, uint64_t n, const double *mag,
-                        uint64_t per_scale, double unit) {
-  double w = 0;
-  kda_qmetric dummy;
-  memset(&dummy, 0, sizeof dummy);
-  for (uint64_t i = 0; i < n; i++) {
-    double sc = unit * mag[i / per_scale];
-    double d = fabs(obs[i] - e[i]);
-    double x = (isnan(obs[i]) || isinf(obs[i])) ? INFINITY : (d == 0 ? 0 : (sc > 0 ? d / sc : INFINITY));
-    if (x > w) w = x;
-  }
-  (void)dummy;
-  return w;
-}
-
 typedef struct prefix_ctx {
   const kda_backend *b;
   const char *params;
@@ -310,6 +294,29 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   snprintf(msg, sizeof msg, "%s: %.400s", what, cr.msg);
   set_reason(x->r, outcome_verdict(cr.outcome), msg);
   return -1; /* reported in r */
+}
+
+/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the
+ * outputs of the two resumed calls joined together, and of the final state. */
+static double resumed_worst(prefix_ctx *x, int64_t P, const kda_outputs *o1,
+                            const kda_outputs *o2, char *err, size_t errlen, int *st) {
+  const kda_problem *p0 = &x->c->p;
+  uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
+  kda_outputs joined = {0};
+  joined.o = malloc((size_t)(o1->n_o + o2->n_o + 1) * sizeof(double));
+  if (!joined.o) return *st = KDA_ENOMEM, snprintf(err, errlen, "out of memory"), INFINITY;
+  memcpy(joined.o, o1->o, (size_t)n1 * sizeof(double));
+  memcpy(joined.o + n1, o2->o, (size_t)o2->n_o * sizeof(double));
+  joined.ht = o2->ht;
+  kda_truth t = *x->t;
+  t.out.hc = NULL; /* the resumed calls ask for no checkpoints */
+  kda_score sc;
+  *st = kda_score_outputs(x->c, &t, &joined, x->r->score.cls, &sc, err, errlen);
+  free(joined.o);
+  if (*st != KDA_OK) return INFINITY;
+  double w = fmax(sc.o.worst, t.out.ht ? sc.ht.worst : 0.0);
+  kda_score_free(&sc);
+  return w;
 }
 
 /* Prefix resume: tokens [0,P) then [P,T) from the returned state, against the truth. */
@@ -334,18 +341,10 @@ static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
     st = run_call(x, &p2, &in2, &o2, "prefix resume, second part", err, errlen);
   }
   if (st == KDA_OK) {
-    uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
-    double u = kda_class_unit(x->r->score.cls);
-    double w1 = worst_err(x->t->out.o, o1.o, n1, x->t->mag_o, (uint64_t)p0->V, u);
-    double w2 = worst_err(x->t->out.o + n1, o2.o, o2.n_o, x->t->mag_o + P * p0->HV,
-                          (uint64_t)p0->V, u);
-    double w3 = x->t->out.ht ? worst_err(x->t->out.ht, o2.ht, o2.n_ht, x->t->mag_ht,
-                                         (uint64_t)(p0->K * p0->V), u)
-                             : 0.0;
-    x->r->prefix_worst = fmax(w1, fmax(w2, w3));
-    x->r->prefix_done = 1;
+    x->r->prefix_worst = resumed_worst(x, P, &o1, &o2, err, errlen, &st);
+    x->r->prefix_done = st == KDA_OK;
     double cap = fmin(x->r->score.caps.o, x->r->score.caps.ht);
-    if (!(x->r->prefix_worst <= cap)) {
+    if (st == KDA_OK && !(x->r->prefix_worst <= cap)) {
       char msg[KDA_ERRLEN];
       snprintf(msg, sizeof msg, "prefix resume at P=%lld: error %.4g units > %g allowed",
                (long long)P, x->r->prefix_worst, cap);

@@ -1,10 +1,13 @@
 /* kda_score.c: the truth and its magnitude scales, and the per-case metrics (SPEC.md §7.3-§7.5).
  * SPDX-License-Identifier: MIT
  *
- * An output element o[t,hv,j] is scored as |o_obs - o_exp| / (u * M[t,hv]) with
- * M[t,hv] = max_j sum_i |S_t[i][j]| |qhat_t[i]| (SPEC.md §7.3): the size of the terms the
+ * An output element o[t,hv,j] is scored as |o_obs - o_exp| / (max(u * M[t,hv], tiny) * L(n))
+ * with M[t,hv] = max_j sum_i |S_t[i][j]| |qhat_t[i]| (SPEC.md §7.3): the size of the terms the
  * readout adds, not the size of their sum, so that cancellation in S^T qhat cannot make a
- * correct backend fail.  A state element is scored against u times the largest |S| of its head.
+ * correct backend fail; tiny the class's smallest subnormal; L(n) the step allowance of a token
+ * n steps into its sequence.  A state element is scored against u times the largest |S| of its
+ * head, with the same floor and allowance.  Drift metrics (windows, growth) use the error
+ * without the allowance.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -261,6 +264,18 @@ static void windows(kda_score *s, const double *tok, int64_t T) {
   }
 }
 
+double kda_step_allowance(int64_t n) {
+  double L = (double)n / (double)KDA_STEP_ALLOWANCE_N0;
+  return L > 1.0 ? L : 1.0;
+}
+
+/* The error scale of SPEC.md §7.3: u * magnitude, floored at the output format's smallest
+ * subnormal (below it no implementation of the class can be more exact). */
+static double error_scale(const kda_score *s, double mag) {
+  double sc = s->unit * mag;
+  return sc > s->tiny ? sc : s->tiny;
+}
+
 static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *obs, kda_score *s,
                     double *tok) {
   const kda_problem *p = &c->p;
@@ -269,15 +284,16 @@ static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *ob
   for (int64_t n = 0; n < p->N; n++)
     for (int64_t tt = c->cu_seqlens[n]; tt < c->cu_seqlens[n + 1]; tt++) {
       tok[tt] = 0.0;
+      double L = kda_step_allowance(tt - c->cu_seqlens[n] + 1);
       for (int64_t hv = 0; hv < p->HV; hv++) {
-        double sc = s->unit * t->mag_o[tt * p->HV + hv];
+        double sc = error_scale(s, t->mag_o[tt * p->HV + hv]);
         for (int64_t j = 0; j < p->V; j++) {
           uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
           double e = t->out.o[idx], o = obs->o[idx];
-          double err = elem_err(e, o, sc, &s->o);
+          double raw = elem_err(e, o, sc, &s->o), err = raw / L;
           kda_where at = {tt, n, hv, j};
           record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
-          if (err > tok[tt]) tok[tt] = err;
+          if (raw > tok[tt]) tok[tt] = raw;
           if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
         }
       }
@@ -285,18 +301,29 @@ static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *ob
   finish_rms(&s->o, &acc);
 }
 
-static void score_state(const kda_problem *p, const double *e_all, const double *o_all,
+/* Steps behind state slot sl: the sequence's length for ht, the checkpoint's position in its
+ * sequence (plus one) for hc. */
+static int64_t state_steps(const kda_case *c, int is_hc, int64_t sl) {
+  if (!is_hc) return c->cu_seqlens[sl + 1] - c->cu_seqlens[sl];
+  int64_t t = c->checkpoints[sl], n = 0;
+  while (c->cu_seqlens[n + 1] <= t) n++;
+  return t - c->cu_seqlens[n] + 1;
+}
+
+static void score_state(const kda_case *c, int is_hc, const double *e_all, const double *o_all,
                         const double *mag, int64_t slots, const char *q, double cap,
                         kda_qmetric *m, kda_score *s, double *each) {
+  const kda_problem *p = &c->p;
   rms_acc acc = {0, 0};
   for (int64_t sl = 0; sl < slots; sl++) {
     if (each) each[sl] = 0.0;
+    double L = kda_step_allowance(state_steps(c, is_hc, sl));
     for (int64_t hv = 0; hv < p->HV; hv++) {
-      double sc = s->unit * mag[sl * p->HV + hv];
+      double sc = error_scale(s, mag[sl * p->HV + hv]);
       for (int64_t i = 0; i < p->K; i++)
         for (int64_t j = 0; j < p->V; j++) {
           uint64_t idx = (uint64_t)(kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j));
-          double err = elem_err(e_all[idx], o_all[idx], sc, m);
+          double err = elem_err(e_all[idx], o_all[idx], sc, m) / L;
           kda_where at = {sl, hv, i, j};
           record(s, m, q, at, idx, e_all[idx], o_all[idx], err, cap, &acc);
           if (each && err > each[sl]) each[sl] = err;
@@ -314,6 +341,7 @@ int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *
     return snprintf(err, errlen, "unknown precision class %d", (int)cls), KDA_EINVAL;
   s->cls = cls;
   s->unit = kda_class_unit(cls);
+  s->tiny = kda_class_tiny(cls);
   if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
     return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
   double *tok = calloc((size_t)p->T + 1, sizeof *tok);
@@ -326,9 +354,9 @@ int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *
   s->n_hc_each = p->n_checkpoints;
   score_o(c, t, obs, s, tok);
   if (t->out.ht)
-    score_state(p, t->out.ht, obs->ht, t->mag_ht, p->N, "ht", s->caps.ht, &s->ht, s, NULL);
+    score_state(c, 0, t->out.ht, obs->ht, t->mag_ht, p->N, "ht", s->caps.ht, &s->ht, s, NULL);
   if (t->out.hc)
-    score_state(p, t->out.hc, obs->hc, t->mag_hc, p->n_checkpoints, "hc", s->caps.hc, &s->hc, s,
+    score_state(c, 1, t->out.hc, obs->hc, t->mag_hc, p->n_checkpoints, "hc", s->caps.hc, &s->hc, s,
                 s->hc_each);
   windows(s, tok, p->T);
   growth(s, tok, c, tmp);

@@ -18,6 +18,7 @@ static const char usage_text[] =
     "  inspect  list the members, manifest and problem of a vector file\n"
     "  golden   write or verify the golden sets (golden/L0, golden/L1)\n"
     "  conform  score backends, plugins or result files (SPEC.md section 7)\n"
+    "  bench    throughput of the simd backend against ref-f32 and the FMA peak\n"
     "\n"
     "Options:\n"
     "  -h, --help     print this help and exit\n"
@@ -43,6 +44,7 @@ static const subcommand subcommands[] = {
     {"inspect", kda_cmd_inspect},
     {"golden", kda_cmd_golden},
     {"conform", kda_cmd_conform},
+    {"bench", kda_cmd_bench},
 };
 
 /* Runs one subcommand, then makes sure everything it printed reached standard output. */

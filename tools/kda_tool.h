@@ -54,5 +54,6 @@ int kda_cmd_ref(int argc, char **argv);
 int kda_cmd_gen(int argc, char **argv);
 int kda_cmd_inspect(int argc, char **argv);
 int kda_cmd_conform(int argc, char **argv);
+int kda_cmd_bench(int argc, char **argv); /* tools/kda_cmd_bench.c */
 
 #endif

@@ -77,7 +77,7 @@ static int32_t run_one(const kda_backend *b, const char *params, size_t i,
 
 START_TEST(test_registry) {
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_backend_builtin_count(), 2);
+  ck_assert_int_ge(kda_backend_builtin_count(), 2); /* + the simd backends */
   const kda_backend *f64 = kda_backend_find("ref-f64"), *f32 = kda_backend_find("ref-f32");
   ck_assert_ptr_nonnull(f64);
   ck_assert_ptr_nonnull(f32);
@@ -129,7 +129,7 @@ START_TEST(test_references_pass) {
 }
 END_TEST
 
-/* Mutation testing: the case set kills every mutant by a wide margin (8x the cap). */
+/* Mutation testing: the case set kills every mutant by a wide margin (4x the cap; SPEC.md §7.7). */
 START_TEST(test_mutants_killed) {
   const kda_backend *b;
   kda_plugin *p = load("mutants", &b);
@@ -148,7 +148,7 @@ START_TEST(test_mutants_killed) {
       }
       kda_case_report_free(&r);
     }
-    ck_assert_msg(worst_ratio > 8, "mutant %s not killed by a wide margin (%g x cap)",
+    ck_assert_msg(worst_ratio > 4, "mutant %s not killed by a wide margin (%g x cap)",
                   mutant_names[m], worst_ratio);
   }
   for (size_t i = 0; i < N_CASES; i++) {

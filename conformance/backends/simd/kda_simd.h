@@ -1,0 +1,68 @@
+/* kda_simd.h: internals of the `simd` backend: the per-ISA kernels and the FMA peak probe.
+ * SPDX-License-Identifier: MIT
+ *
+ * Not installed.  The backend (kda_simd.c) prepares, for one (sequence, value head) and a
+ * segment of L consecutive tokens, the per-token coefficients of SPEC.md §3.1
+ *   qh[t][i] = scale * L2(q)_i,  kh[t][i] = L2(k)_i,  a[t][i] = exp(g_eff[t][i]),  b[t],
+ * and the values v[t][j] (padded with zeros to Vp columns).  A kernel then advances the
+ * state S (K rows of Vp floats, K-major: S[i*Vp + j]) over the L tokens for the value columns
+ * [j0, j1), writing o[t][j] = sum_i S_t[i][j] qh[t][i].  Each column j of S evolves on its own
+ * given the coefficients, so a kernel vectorises across j and keeps no cross-column state:
+ * the result of a column does not depend on which block or thread computed it.
+ */
+#ifndef KDA_SIMD_H
+#define KDA_SIMD_H
+
+#include <stdint.h>
+
+#define KDA_SIMD_ISA_SCALAR 0
+#define KDA_SIMD_ISA_AVX2 1
+#define KDA_SIMD_ISA_AVX512 2
+#define KDA_SIMD_ISA_COUNT 3
+
+/* One segment of tokens for one (sequence, head), coefficients already prepared. */
+typedef struct kda_simd_seg {
+  int64_t K, L, Vp;          /* key rows, tokens, padded row length of S, v and o */
+  const float *qh, *kh, *a;  /* [L][K] */
+  const float *b;            /* [L] */
+  const float *v;            /* [L][Vp] */
+  float *o;                  /* [L][Vp] */
+  int32_t erase;             /* 0: the linear family (prediction p = 0) */
+  int32_t reserved0;
+} kda_simd_seg;
+
+/* Advances S over the segment for columns [j0, j1); j0 and j1 are multiples of the ISA's
+ * width (kda_simd_width), j1 <= Vp.  The state left in S is the state after token L-1. */
+typedef void (*kda_simd_kernel_fn)(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
+
+void kda_simd_kernel_scalar(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
+void kda_simd_kernel_avx2(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
+void kda_simd_kernel_avx512(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
+
+/* Columns per kernel block of each ISA (Vp is a multiple of it). */
+int64_t kda_simd_width(int32_t isa);
+/* "scalar", "avx2", "avx512", or NULL. */
+const char *kda_simd_isa_name(int32_t isa);
+/* 1 when this CPU (and OS) can run the ISA's kernel; otherwise 0 and a reason in why. */
+int kda_simd_isa_available(int32_t isa, const char **why);
+/* The best available ISA. */
+int32_t kda_simd_isa_best(void);
+
+/* Vector math of the coefficient pass (kda_simd_avx2.c; also used with the AVX-512 kernel).
+ * exp in place; log1p in place for x in [0, 1]; sum of squares; y = mul * (x / d). */
+void kda_simd_avx2_exp(float *x, int64_t n);
+void kda_simd_avx2_log1p(float *x, int64_t n);
+float kda_simd_avx2_sumsq(const float *x, int64_t n);
+void kda_simd_avx2_scale_div(const float *x, int64_t n, float d, float mul, float *y);
+/* a = exp(g_eff) of n gate channels (SPEC.md §4.1); mode is the KDA_GATE_* code, use_eA 1 when
+ * the lower_bound gate has A_log (eA = exp(A_log)); tmp is n floats of scratch. */
+void kda_simd_avx2_gate(int32_t mode, const float *g, const float *bias, float eA,
+                        int32_t use_eA, float lb, int64_t n, float *a, float *tmp);
+
+/* FMA peak probe: runs `iters` iterations of independent FMA chains on one core and returns
+ * the number of floating-point operations performed (2 per lane per FMA).  Only call for an
+ * available ISA; the scalar probe counts fmaf-free multiply-adds (2 flops each). */
+double kda_simd_fma_probe_avx2(int64_t iters);
+double kda_simd_fma_probe_avx512(int64_t iters);
+
+#endif
