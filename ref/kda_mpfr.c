@@ -1,7 +1,7 @@
 /* kda_mpfr.c: the MPFR reference's entry point: checks, MPFR state, Ziv's loop (SPEC.md §8).
  * SPDX-License-Identifier: MIT
  *
- * Ziv's strategy over whole evaluations (docs/certification.md §6): evaluate at p0, then at
+ * Ziv's strategy over whole evaluations (SPEC.md §8.6): evaluate at p0, then at
  * increasing precisions; stop when two consecutive evaluations round every value to the same
  * binary64 bits and either the error bound proves every value (PROVEN) or proving the rest is
  * out of reach within prec_max (AGREED).  The next precision is p + p/2, or p plus the number

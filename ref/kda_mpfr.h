@@ -5,7 +5,7 @@
  * the exact real result of SPEC.md §3-§5 on the stored inputs (which are exact binary numbers),
  * rounded to the nearest binary64 number, ties to even, subnormals and overflow as in IEEE-754.
  * It evaluates the whole recurrence with GNU MPFR at a working precision p and checks each
- * value with Ziv's strategy (docs/certification.md):
+ * value with Ziv's strategy (SPEC.md §8):
  *
  *   - every evaluation carries a rigorous a-priori bound on the error of each output; a value
  *     is *proven* when every real number within the bound rounds to the same binary64 value;

@@ -6,7 +6,7 @@
  * that it can only decrease the result and once so that it can only increase it, gives
  * lo <= x* <= hi for the exact real x*.  No hand-derived constant enters: the error of the
  * working value mid = RN((lo + hi) / 2) is at most max(mid - lo, hi - mid)
- * (docs/certification.md §3).  Only the state update (kda_mpfr_run.c) needs the a-priori
+ * (SPEC.md §8.3).  Only the state update (kda_mpfr_run.c) needs the a-priori
  * analysis.
  */
 #include <math.h>

@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: MIT
  *
  * kda_mpfr.c runs Ziv's loop over whole forward evaluations; kda_mpfr_run.c is one evaluation
- * at a fixed precision together with its a-priori error bound (docs/certification.md);
+ * at a fixed precision together with its a-priori error bound (SPEC.md §8);
  * kda_mpfr_coef.c encloses the per-token coefficients (L2, gate, beta) in intervals with
  * directed roundings; kda_mpfr_util.c has the variable pools and the binary64 rounding.
  * Every function here assumes that the caller has widened MPFR's exponent range to the
@@ -24,7 +24,7 @@
 
 /* Operands of the state update must have exponents in [-2^60, 2^60]: then no product or sum
  * formed in the update can leave MPFR's exponent range, so every operation's relative error is
- * at most 2^-p (docs/certification.md §2).  A decay factor below 2^(-2^32) is flushed to 0 and
+ * at most 2^-p (SPEC.md §8.2).  A decay factor below 2^(-2^32) is flushed to 0 and
  * its whole value is counted as error. */
 #define KDA_MPFR_EXP_GUARD ((mpfr_exp_t)1 << 60)
 #define KDA_MPFR_FLUSH_EXP (-((mpfr_exp_t)1 << 32))

@@ -4,7 +4,7 @@
  * Written independently of the float64 reference.  The loop runs token by token and, inside a
  * token, over all value heads (the float64 driver runs head by head).  Each head's state is
  * kept column by column, S[j] = (S[0][j], ..., S[K-1][j]), so that one pass over the columns
- * does the whole step with few roundings (docs/certification.md §4):
+ * does the whole step with few roundings (SPEC.md §8.4):
  *
  *   nak_i = -RN(a_i k_i)                              (once per step)
  *   u_j   = RN(v_j + sum_i S[i][j] nak_i)             (decay and erase in one rounding)
@@ -14,7 +14,7 @@
  *
  * which is S <- (I - b k k^T) Diag(a) S + b k v^T, o = S^T q (SPEC.md §3.1).  Sums are exact
  * products followed by one mpfr_sum.  Alongside, upward-rounded bounds D >= ||S_mpfr - S*||_F
- * and M >= ||S*||_F follow the recurrence of docs/certification.md §5, and every output is
+ * and M >= ||S*||_F follow the recurrence of SPEC.md §8.5, and every output is
  * rounded to binary64 together with the verdict of its error bound.
  */
 #include <math.h>
@@ -196,7 +196,7 @@ static void load_states(run *r, int64_t n) {
   }
 }
 
-/* ---- The error bound of one step (docs/certification.md §5), all rounded upward. */
+/* ---- The error bound of one step (SPEC.md §8.5), all rounded upward. */
 
 /* rho >= ||(I - b* k* k*^T) Diag(a*)||_2 = max(1, |1 - b*||k*||^2|) * max_i a*_i, from the
  * enclosures of b* and ||k*||^2; returns 1 when the step is shown non-expansive (SPEC §6.3). */

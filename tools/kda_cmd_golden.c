@@ -31,8 +31,8 @@
 int kda_cmd_golden(int argc, char **argv);
 
 static const char help_text[] =
-    "Usage: kda golden --write [--level L0|L1|all] [--jobs N] [DIR]\n"
-    "       kda golden --verify [--level L0|L1|all] [--jobs N] [DIR]\n"
+    "Usage: kda golden --write [--level L0|L1|L2|all] [--jobs N] [DIR]\n"
+    "       kda golden --verify [--level L0|L1|L2|all] [--jobs N] [DIR]\n"
     "       kda golden --list\n"
     "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
     "\n"
@@ -50,7 +50,10 @@ static const char help_text[] =
     "  --bench-step  time one certified MPFR step against one float64 step (K = V = 128)\n"
     "\n"
     "Options:\n"
-    "  -l, --level L   L0, L1 or all (default all): the cases to write or regenerate\n"
+    "  -l, --level L   L0, L1, L2 or all: the cases to write or regenerate (default: the\n"
+    "                  committed levels L0 and L1).  L2 is made on demand: --write puts its\n"
+    "                  files in DIR/L2 (not committed) and pins their SHA-256 in\n"
+    "                  DIR/L2.sha256; --verify regenerates it and checks the pins\n"
     "  -j, --jobs N    worker processes (default 2)\n"
     "      --K N, --V N, --T N   the bench-step problem (default 128, 128, 8)\n"
     "  -h, --help      print this help and exit\n"
@@ -64,7 +67,7 @@ enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH };
 
 typedef struct gargs {
   int mode;
-  int32_t level; /* -1: all */
+  int32_t level; /* a KDA_LEVEL_*, -1: the committed levels (L0, L1), -2: all */
   int64_t jobs;
   const char *dir;
   int64_t bK, bV, bT;
@@ -91,9 +94,9 @@ static int parse_option(gargs *a, int c) {
   case 'L': return set_mode(a, MODE_LIST);
   case 'b': return set_mode(a, MODE_BENCH);
   case 'l':
-    if (strcmp(optarg, "all") == 0) a->level = -1;
+    if (strcmp(optarg, "all") == 0) a->level = -2;
     else if (kda_level_parse(optarg, &a->level) != KDA_OK)
-      return kda_tool_usage(SUB, "bad level '%s' (L0, L1 or all)", optarg);
+      return kda_tool_usage(SUB, "bad level '%s' (L0, L1, L2 or all)", optarg);
     return -1;
   case 'j':
     if (kda_tool_parse_count(optarg, &a->jobs) != 0 || a->jobs < 1 || a->jobs > 256)
@@ -204,9 +207,11 @@ static double case_cost(int64_t i) {
 }
 
 static const double *sort_costs;
+/* Descending cost, then ascending catalog index. */
 static int by_cost(const void *a, const void *b) {
-  const double x = sort_costs[*(const int64_t *)a], y = sort_costs[*(const int64_t *)b];
-  return x < y ? 1 : x > y ? -1 : (*(const int64_t *)a > *(const int64_t *)b) - (*(const int64_t *)a < *(const int64_t *)b);
+  const int64_t i = *(const int64_t *)a, j = *(const int64_t *)b;
+  const double x = sort_costs[i], y = sort_costs[j];
+  return x < y ? 1 : x > y ? -1 : (i > j) - (i < j);
 }
 
 static void record(kda_golden_info *infos, const kda_golden_info *in, progress *pg) {
@@ -215,18 +220,26 @@ static void record(kda_golden_info *infos, const kda_golden_info *in, progress *
   progress_show(pg, kda_catalog_get(in->index)->id);
 }
 
+/* Starts up to nw workers; returns how many started (the rest could not be: no pipe or no
+ * fork), each with a command pipe (parent writes) and a result pipe (parent reads). */
 static int spawn(worker *w, int nw, const char *dir) {
   for (int k = 0; k < nw; k++) {
     int cp[2], rp[2];
-    if (pipe(cp) != 0) return -1;
+    if (pipe(cp) != 0) return k;
     if (pipe(rp) != 0) {
       close(cp[0]);
       close(cp[1]);
-      return -1;
+      return k;
     }
     fflush(NULL);
     pid_t pid = fork();
-    if (pid < 0) return -1;
+    if (pid < 0) {
+      close(cp[0]);
+      close(cp[1]);
+      close(rp[0]);
+      close(rp[1]);
+      return k;
+    }
     if (pid == 0) {
       for (int j = 0; j < k; j++) {
         close(w[j].cmd);
@@ -240,7 +253,7 @@ static int spawn(worker *w, int nw, const char *dir) {
     close(rp[1]);
     w[k] = (worker){pid, cp[1], rp[0], -1};
   }
-  return 0;
+  return nw;
 }
 
 /* Sends the next case to an idle worker, or closes its command pipe when none is left (or
@@ -320,10 +333,16 @@ static void run_cases(const int64_t *idx, int64_t n, const char *dir, int64_t jo
   }
   sort_costs = cost;
   qsort(order, (size_t)n, sizeof *order, by_cost);
-  const int nw = (int)(jobs < n ? jobs : n);
+  int nw = (int)(jobs < n ? jobs : n);
   worker w[256];
   void (*old)(int) = signal(SIGPIPE, SIG_IGN);
-  if (nw <= 1 || spawn(w, nw, dir) != 0) {
+  const int started = nw > 1 ? spawn(w, nw, dir) : 0;
+  if (started <= 1) { /* one job, or not two workers: run here */
+    if (started == 1) {
+      close(w[0].cmd);
+      close(w[0].res);
+      waitpid(w[0].pid, NULL, 0);
+    }
     for (int64_t i = 0; i < n; i++) {
       kda_golden_info in;
       make_one(order[i], dir, &in);
@@ -331,9 +350,9 @@ static void run_cases(const int64_t *idx, int64_t n, const char *dir, int64_t jo
     }
   } else {
     int64_t next = 0;
-    for (int k = 0; k < nw; k++) dispatch(&w[k], order, n, &next);
-    collect(w, nw, order, n, next, infos, pg);
-    for (int k = 0; k < nw; k++) {
+    for (int k = 0; k < started; k++) dispatch(&w[k], order, n, &next);
+    collect(w, started, order, n, next, infos, pg);
+    for (int k = 0; k < started; k++) {
       if (w[k].cmd >= 0) close(w[k].cmd);
       close(w[k].res);
       waitpid(w[k].pid, NULL, 0);
@@ -345,7 +364,11 @@ static void run_cases(const int64_t *idx, int64_t n, const char *dir, int64_t jo
 }
 
 /* ---- Shared by write and verify. */
-static int level_on(const gargs *a, int32_t level) { return a->level < 0 || a->level == level; }
+/* Level -1 (the default) is the committed levels, -2 every level. */
+static int level_on(const gargs *a, int32_t level) {
+  if (a->level == -1) return kda_level_committed(level);
+  return a->level == -2 || a->level == level;
+}
 
 static int64_t selected(const gargs *a, int64_t *idx) {
   int64_t n = 0;
@@ -405,7 +428,7 @@ static void remove_stale(const char *dir, const gargs *a) {
 }
 
 static void print_level_summary(int32_t l, const kda_golden_info *infos, double wall) {
-  int64_t cases = 0, proven = 0, values = 0, steps = 0;
+  int64_t cases = 0, proven = 0, values = 0, steps = 0, exact = 0, within1 = 0;
   double cert = 0, ulps = 0, rel = 0, nw = 0;
   const char *wu = "", *wr = "", *wn = "";
   int32_t pmin = 1 << 30, pmax = 0;
@@ -416,6 +439,8 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
     proven += in->method == KDA_CERT_PROVEN;
     values += in->n_values;
     steps += in->steps;
+    exact += in->ref_n_exact;
+    within1 += in->ref_n_within1;
     cert += in->seconds_certify;
     if (in->prec_bits < pmin) pmin = in->prec_bits;
     if (in->prec_bits > pmax) pmax = in->prec_bits;
@@ -429,7 +454,9 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
   printf("%s: generated and certified in %.1f s wall (%.1f s of MPFR certification in all "
          "workers)\n", kda_level_name(l), wall, cert);
   printf("%s: ref-f64 error budget: max %.3g ulps (%s), max relative %.3g (%s), max normwise "
-         "relative %.3g (%s)\n", kda_level_name(l), ulps, wu, rel, wr, nw, wn);
+         "relative %.3g (%s); %.2f%% of values exact, %.2f%% within 1 ulp\n",
+         kda_level_name(l), ulps, wu, rel, wr, nw, wn, values ? 100.0 * exact / values : 100.0,
+         values ? 100.0 * within1 / values : 100.0);
 }
 
 static int cmd_write(const gargs *a) {
@@ -457,8 +484,12 @@ static int cmd_write(const gargs *a) {
     if (report_failures(infos, idx, n) > 0) rc = KDA_EXIT_USAGE;
   }
   if (rc == KDA_EXIT_OK) rc = write_manifests(a->dir, a, infos);
+  char err[KDA_ERRLEN];
+  for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++)
+    if (level_on(a, l) && !kda_level_committed(l) &&
+        kda_golden_write_pins(a->dir, l, err, sizeof err) != KDA_OK)
+      rc = kda_tool_fail(SUB, "%s", err);
   if (rc == KDA_EXIT_OK) {
-    char err[KDA_ERRLEN];
     remove_stale(a->dir, a);
     if (kda_golden_write_sums(a->dir, err, sizeof err)) rc = kda_tool_fail(SUB, "%s", err);
   }
@@ -502,8 +533,8 @@ static void mismatch(vstate *v, const char *msg) {
 
 static void compare_one(vstate *v, const char *committed, const char *fresh, int manifest) {
   char msg[KDA_ERRLEN];
-  int rc = manifest ? kda_golden_compare_manifests(committed, fresh, msg, sizeof msg)
-                    : kda_golden_compare_files(committed, fresh, msg, sizeof msg);
+  int rc = manifest ? kda_golden_compare_manifests(fresh, committed, msg, sizeof msg)
+                    : kda_golden_compare_files(fresh, committed, msg, sizeof msg);
   v->files++;
   if (rc == 2) {
     printf("note: %s\n", msg);
@@ -517,7 +548,7 @@ static void compare_one(vstate *v, const char *committed, const char *fresh, int
 static void check_level_files(const gargs *a, vstate *v) {
   char msg[KDA_ERRLEN], path[4096];
   for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
-    if (!level_on(a, l)) continue;
+    if (!level_on(a, l) || !kda_level_committed(l)) continue;
     snprintf(path, sizeof path, "%s/%s", a->dir, kda_level_name(l));
     DIR *d = opendir(path);
     struct dirent *e;
@@ -542,7 +573,7 @@ static void compare_levels(const gargs *a, const char *tmp, vstate *v) {
   char c1[8192], c2[8192];
   for (int64_t i = 0; i < kda_catalog_count(); i++) {
     const kda_catalog_entry *e = kda_catalog_get(i);
-    if (!level_on(a, e->level)) continue;
+    if (!level_on(a, e->level) || !kda_level_committed(e->level)) continue;
     const char *lv = kda_level_name(e->level);
     for (int txt = 0; txt <= (e->level == KDA_LEVEL_L0); txt++) {
       snprintf(c1, sizeof c1, "%s/%s/%s.%s", a->dir, lv, e->id, txt ? "txt" : "npz");
@@ -552,6 +583,15 @@ static void compare_levels(const gargs *a, const char *tmp, vstate *v) {
   }
   for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
     if (!level_on(a, l)) continue;
+    if (!kda_level_committed(l)) { /* on demand: the regenerated files against the pins */
+      char msg[KDA_ERRLEN];
+      snprintf(c1, sizeof c1, "%s/%s.sha256", a->dir, kda_level_name(l));
+      int64_t n = 0;
+      for (int64_t i = 0; i < kda_catalog_count(); i++) n += kda_catalog_get(i)->level == l;
+      v->files += n;
+      if (kda_golden_check_pins(c1, tmp, l, msg, sizeof msg) != KDA_OK) mismatch(v, msg);
+      continue;
+    }
     snprintf(c1, sizeof c1, "%s/%s/manifest.json", a->dir, kda_level_name(l));
     snprintf(c2, sizeof c2, "%s/%s/manifest.json", tmp, kda_level_name(l));
     compare_one(v, c1, c2, 1);
@@ -627,8 +667,8 @@ static int cmd_verify(const gargs *a) {
   free(idx);
   free(infos);
   if (rc != KDA_EXIT_OK) return rc;
-  printf("golden: %s: SHA256SUMS checked, %lld files regenerated and compared in %.1f s (jobs "
-         "%lld): %s\n", a->dir, (long long)v.files, kda_golden_now() - t0, (long long)a->jobs,
+  printf("kda golden --verify %s: SHA256SUMS and member hashes checked, %lld files regenerated "
+         "and compared in %.1f s (jobs %lld): %s\n", a->dir, (long long)v.files, kda_golden_now() - t0, (long long)a->jobs,
          v.mismatches ? "MISMATCH" : "identical");
   return v.mismatches ? KDA_EXIT_CHECK : KDA_EXIT_OK;
 }

@@ -35,7 +35,11 @@ const char *kda_flag_kind_name(int32_t kind) {
   return kind == KDA_FLAG_COVERAGE ? "coverage" : kind == KDA_FLAG_MISTAKE ? "mistake" : NULL;
 }
 
-static const char *const level_names[KDA_LEVEL_COUNT] = {"L0", "L1"};
+static const char *const level_names[KDA_LEVEL_COUNT] = {"L0", "L1", "L2"};
+
+int kda_level_committed(int32_t level) {
+  return level == KDA_LEVEL_L0 || level == KDA_LEVEL_L1;
+}
 
 const char *kda_level_name(int32_t level) {
   return level >= 0 && level < KDA_LEVEL_COUNT ? level_names[level] : NULL;
@@ -54,6 +58,7 @@ int kda_level_parse(const char *name, int32_t *out) {
 #define F(name) KDA_F(name)
 #define L0(id, flags, desc, design, comment) {id, KDA_LEVEL_L0, flags, desc, design, comment}
 #define L1(id, flags, desc, design, comment) {id, KDA_LEVEL_L1, flags, desc, design, comment}
+#define L2(id, flags, desc, design, comment) {id, KDA_LEVEL_L2, flags, desc, design, comment}
 
 static const kda_catalog_entry catalog[] = {
     /* ==== L0: hand-checkable, every intermediate exact (kda_catalog_l0.c). */
@@ -128,7 +133,7 @@ static const kda_catalog_entry catalog[] = {
        "seed=110 T=129 H=1 K=128 V=128 gate=log beta=prob l2=fla checkpoints=63,64,128 prec=f32",
        NULL, "One token past a 128-token chunk at K = V = 128, checkpoints across the boundary."),
     L1("t5000-long", F(LONG),
-       "seed=111 T=5000 H=1 K=16 V=16 gate=softplus beta=logit l2=fla checkpoints=log prec=bf16",
+       "seed=111 T=5000 H=1 K=8 V=8 gate=softplus beta=logit l2=fla checkpoints=log prec=bf16",
        NULL, "A sequence longer than 4096 tokens with log-spaced checkpoints."),
 
     /* ==== L1: head dimensions. */
@@ -227,19 +232,19 @@ static const kda_catalog_entry catalog[] = {
        "seed=1301 T=24 H=1 K=8 V=8 regime=expansive gate=log beta=prob l2=off prec=f32", NULL,
        "b ||k||^2 up to 3: outside the non-expansive set."),
 
-    /* ==== L1: long cases for drift, T = 65536 at K = V = 4, log-spaced checkpoints. */
+    /* ==== L1: long cases for drift, T = 65536 at K = 4 and V <= 4, log-spaced checkpoints. */
     L1("drift-decay-small", F(DRIFT) | F(LONG),
        "seed=1401 T=65536 H=1 K=4 V=4 regime=decay-small gate=log beta=logit l2=fla "
-       "checkpoints=log prec=f32",
+       "checkpoints=log prec=f16",
        NULL, "Constant g = -1e-4: a backend's rounding of exp(g) is the same biased error at every "
              "step."),
     L1("drift-lowrank", F(DRIFT) | F(LONG),
-       "seed=1402 T=65536 H=1 K=4 V=4 regime=lowrank family=deltanet beta=logit l2=fla "
+       "seed=1402 T=65536 H=1 K=4 V=2 regime=lowrank family=deltanet beta=logit l2=fla "
        "checkpoints=log prec=f32",
        NULL, "Keys in a 2-dimensional subspace, full-rank queries, no decay: errors outside the "
              "key span are never erased."),
     L1("drift-linear", F(DRIFT) | F(LONG),
-       "seed=1403 T=65536 H=1 K=4 V=4 family=linear beta=prob l2=fla checkpoints=log prec=f32",
+       "seed=1403 T=65536 H=1 K=4 V=2 family=linear beta=prob l2=fla checkpoints=log prec=f32",
        NULL, "The plain accumulator: no erase, no decay; errors only add up."),
 
     /* ==== L1: discriminating cases, one per mistake. */
@@ -272,14 +277,42 @@ static const kda_catalog_entry catalog[] = {
        "A random initial state with mild decay."),
     L1("disc-beta-bf16", F(BETA_BF16),
        "seed=1510 T=32 H=1 K=8 V=8 gate=log beta=prob l2=fla prec=f32", "beta_offgrid",
-       "float32 betas halfway between bfloat16 neighbours, one repeated key."),
+       "float32 betas just off the bfloat16 grid on alternating sides, values of alternating "
+       "sign, one repeated key."),
     L1("disc-exp2", F(EXP2_FOR_EXP),
        "seed=1511 T=16 H=1 K=8 V=8 gate=softplus beta=logit l2=fla prec=f32", NULL,
        "Random softplus gates of order one."),
+
+    /* ==== L2: made on demand (kda golden --write --level L2), SHA-256 pinned in
+     * golden/L2.sha256; about two minutes on two cores, about 120 MB. */
+    L2("l2-t512-k128-gqa", F(HEAD_DIM_128),
+       "seed=2001 T=512 H=2 HV=4 K=128 V=128 gate=softplus beta=logit l2=fla checkpoints=log "
+       "prec=bf16",
+       NULL, "512 tokens of the production configuration with grouped heads."),
+    L2("l2-t4096-k64", F(LONG),
+       "seed=2002 T=4096 H=1 K=64 V=64 gate=log beta=prob l2=fla checkpoints=log prec=f32", NULL,
+       "4096 tokens at K = V = 64."),
+    L2("l2-varlen-long", 0,
+       "seed=2003 seqlens=1000,0,3000,1,4096,0 H=1 HV=2 K=32 V=32 gate=lower_bound beta=logit "
+       "l2=ggml h0=1 prec=f16",
+       NULL, "Long ragged sequences with initial states."),
+    L2("l2-drift-decay-small-256k", F(DRIFT) | F(LONG),
+       "seed=2004 T=262144 H=1 K=4 V=4 regime=decay-small gate=log beta=logit l2=fla "
+       "checkpoints=log prec=f32",
+       NULL, "The constant near-zero decay over 2^18 tokens."),
+    L2("l2-drift-lowrank-256k", F(DRIFT) | F(LONG),
+       "seed=2005 T=262144 H=1 K=4 V=4 regime=lowrank family=deltanet beta=logit l2=fla "
+       "checkpoints=log prec=f32",
+       NULL, "Low-rank keys over 2^18 tokens."),
+    L2("l2-drift-linear-1m", F(DRIFT) | F(LONG),
+       "seed=2006 T=1048576 H=1 K=2 V=2 family=linear beta=prob l2=fla checkpoints=log "
+       "prec=f32",
+       NULL, "The plain accumulator over 2^20 tokens."),
 };
 
 #undef L0
 #undef L1
+#undef L2
 #undef F
 
 int64_t kda_catalog_count(void) { return (int64_t)(sizeof catalog / sizeof catalog[0]); }

@@ -32,10 +32,14 @@ extern "C" {
 /* Levels of golden sets. */
 #define KDA_LEVEL_L0 0 /* tiny hand-checkable cases, every intermediate exact in float64 */
 #define KDA_LEVEL_L1 1 /* the CI set: every option and edge */
-#define KDA_LEVEL_COUNT 2
+#define KDA_LEVEL_L2 2 /* larger cases made on demand: not committed, their SHA-256 pinned */
+#define KDA_LEVEL_COUNT 3
 
-const char *kda_level_name(int32_t level);           /* "L0", "L1", or NULL */
+const char *kda_level_name(int32_t level);           /* "L0", "L1", "L2", or NULL */
 int kda_level_parse(const char *name, int32_t *out); /* KDA_OK or KDA_EINVAL */
+/* 1 when the level's files are committed under golden/ (L0, L1), 0 when they are made on
+ * demand and checked against the pinned hashes of golden/<level>.sha256 (L2). */
+int kda_level_committed(int32_t level);
 
 /* Kinds of flags. */
 #define KDA_FLAG_COVERAGE 0
@@ -94,8 +98,9 @@ int kda_level_parse(const char *name, int32_t *out); /* KDA_OK or KDA_EINVAL */
   X(POSITIVE_INPUTS, COVERAGE,                                                                \
     "q, k, v uniform in [0, 1) as fla's tests draw them: no cancellation, large norms.")      \
   X(EXPANSIVE, COVERAGE,                                                                      \
-    "Outside the non-expansive set (b ||k||^2 > 2 at some steps): errors can grow; the "      \
-    "golden values are certified by agreement of two precisions (SPEC.md §6.3, §8).")         \
+    "Outside the non-expansive set (b ||k||^2 > 2 at some steps, SPEC.md §6.3): errors can "  \
+    "grow from step to step, and the MPFR error bound grows with the product of the step "    \
+    "norms, so such cases need more precision to be proven or end as AGREED.")                \
   X(FAMILY_GDN, COVERAGE, "The Gated DeltaNet member: one decay per head and token.")        \
   X(FAMILY_DELTANET, COVERAGE, "The DeltaNet member: no decay.")                             \
   X(FAMILY_LINEAR, COVERAGE, "The plain linear-attention accumulator: no erase, no decay.")  \
@@ -162,7 +167,7 @@ typedef struct kda_catalog_entry {
   const char *comment; /* one sentence: what the case is */
 } kda_catalog_entry;
 
-/* The whole catalog, in file order: L0 first, then L1. */
+/* The whole catalog, in file order: L0 first, then L1, then L2. */
 int64_t kda_catalog_count(void);
 const kda_catalog_entry *kda_catalog_get(int64_t i);
 /* The entry with this id, or NULL. */

@@ -4,7 +4,7 @@
  * A builder starts from the random case of its catalog entry's description and replaces some
  * inputs.  Chosen values come from short lists and are stored exactly (an inexact one is an
  * error, not a silent rounding); random parts use the PRNG of kda_prng.h on design streams
- * 32..34 and basic IEEE operations (a square root for a norm, powers of two for scaling), then
+ * 32..35 and basic IEEE operations (a square root for a norm, powers of two for scaling), then
  * one rounding into the member's precision.  No libm function touches a generated value.
  */
 #include <math.h>
@@ -215,18 +215,24 @@ static int design_beta_logit_neg(kda_case *c, uint64_t seed, char *err, size_t e
   return st;
 }
 
-/* Betas half an ulp of bfloat16 (plus a little) away from the bfloat16 grid, g = 0, and one
- * key per head repeated at every token: rounding beta to bfloat16 biases every write along the
- * same direction. */
+/* Betas near 1/2, a little over half a bfloat16 ulp above the grid point 1/2 at even tokens
+ * (bfloat16 rounds them up) and a little under at odd tokens (rounded down); values of
+ * alternating sign; g = 0; one key per head repeated at every token.  Rounding beta to
+ * bfloat16 then pushes the state along that key the same way at every step. */
 static int design_beta_offgrid(kda_case *c, uint64_t seed, char *err, size_t errlen) {
-  static const double bs[] = {0.5 + 0x1p-9 + 0x1p-13, 0.25 + 0x1p-10 + 0x1p-14,
-                              0.75 + 0x1p-9 + 0x1p-13};
+  static const double bs[] = {0.5 + 0x1p-9 + 0x1p-13, 0.5 + 0x1p-9 - 0x1p-13};
   const kda_problem *p = &c->p;
   int st = need(c, p->beta_mode == KDA_BETA_PROB && c->g && p->gate_mode == KDA_GATE_LOG,
                 "beta=prob and gate=log", err, errlen);
   for (int64_t t = 0; !st && t < p->T; t++)
-    for (int64_t hv = 0; !st && hv < p->HV; hv++)
-      st = put_exact(c, KDA_M_BETA, (uint64_t)(t * p->HV + hv), bs[t % 3], err, errlen);
+    for (int64_t hv = 0; !st && hv < p->HV; hv++) {
+      st = put_exact(c, KDA_M_BETA, (uint64_t)(t * p->HV + hv), bs[t % 2], err, errlen);
+      for (int64_t j = 0; j < p->V; j++) {
+        const uint64_t i = (uint64_t)((t * p->HV + hv) * p->V + j);
+        const double mag = 0.5 + kda_prng_uniform(seed, KDA_DS_VALUE, i);
+        c->v[i] = kda_catalog_round(c, KDA_M_V, t % 2 ? -mag : mag);
+      }
+    }
   for (uint64_t i = 0; !st && i < (uint64_t)(p->T * p->HV * gate_width(c)); i++) c->g[i] = 0.0;
   for (int64_t t = 1; !st && t < p->T; t++)
     for (int64_t h = 0; h < p->H; h++) repeat_key(c, t, h);
@@ -374,8 +380,8 @@ static const kda_catalog_design designs[] = {
      "beta[t,hv] = B[(t + hv) mod 8], B = -100, -20, -2, 0, 2, 20, 40, 100 (logits); odd tokens "
      "repeat the previous key"},
     {"beta_offgrid", design_beta_offgrid,
-     "beta[t] = 1/2 + 2^-9 + 2^-13, 1/4 + 2^-10 + 2^-14, 3/4 + 2^-9 + 2^-13 cycling; g = 0; "
-     "every token repeats token 0's key"},
+     "beta[t] = 1/2 + 2^-9 + 2^-13 (t even), 1/2 + 2^-9 - 2^-13 (t odd); v = +-(1/2 + u), "
+     "u uniform on stream 35, sign + at even t; g = 0; every token repeats token 0's key"},
     {"key_geometry", design_key_geometry,
      "key rows by t mod 8: zero, random, repeated, two orthogonal Hadamard rows, a basis "
      "vector, nearly collinear (2^-12 relative), nearly collinear (2^-16 of a random row)"},

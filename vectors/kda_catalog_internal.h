@@ -14,6 +14,7 @@
 #define KDA_DS_GATE 32
 #define KDA_DS_GATE2 33
 #define KDA_DS_DECAY 34
+#define KDA_DS_VALUE 35
 
 /* Writes a one-line message and returns status. */
 int kda_catalog_fail(int status, char *err, size_t errlen, const char *fmt, ...)

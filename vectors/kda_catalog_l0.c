@@ -48,10 +48,10 @@ int kda_l0_delta_overwrite(kda_case *c, uint64_t seed, char *err, size_t errlen)
 
 /* KDA, K = 3, V = 2: gates 0 or -inf per key channel. */
 int kda_l0_decay_wipe(kda_case *c, uint64_t seed, char *err, size_t errlen) {
-  static const double q[] = {1, 1, 1, 1, 0, 1, 0, 1, 0, 1, -1, 2};
+  static const double q[] = {1, 1, 1, 1, 1, 0, 1, 1, 1, 1, -1, 2};
   static const double k[] = {1, 0, 0, 0, 1, 0, 0.5, 0, 0.5, 1, 1, 1};
   static const double v[] = {1, 2, 3, 4, -1, 0.5, 2, -2};
-  static const double g[] = {0, 0, 0, -INFINITY, 0, 0, 0, -INFINITY, -INFINITY, 0, 0, -INFINITY};
+  static const double g[] = {0, 0, 0, 0, 0, 0, -INFINITY, 0, 0, 0, -INFINITY, 0};
   static const double beta[] = {1, 0.5, 1, 0.25};
   FILL(KDA_M_Q, q);
   FILL(KDA_M_K, k);

@@ -216,7 +216,7 @@ static json_t *cert_json(const kda_mpfr_report *r) {
   json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:b}", "method",
                         method_name(r->method), "reference",
                         "kda_mpfr_forward: GNU MPFR evaluation with an a-priori error bound, "
-                        "Ziv's strategy (docs/certification.md)",
+                        "Ziv's strategy (SPEC.md §8)",
                         "rounding", "binary64, round to nearest even, zeros written as +0",
                         "precision_bits", (json_int_t)r->prec_used, "check_precision_bits",
                         (json_int_t)r->prec_check, "evaluations", (json_int_t)r->ziv_rounds,
@@ -271,11 +271,14 @@ static void score_ref(const double *gold, const double *ref, const uint64_t part
       const double g = gold[e], d = isnan(ref[e]) ? INFINITY : fabs(ref[e] - g);
       if (fabs(g) > gmax) gmax = fabs(g);
       if (d > dmax) dmax = d;
+      info->ref_n_exact += d == 0.0;
       if (g == 0.0) {
         info->ref_n_zero_mismatch += d != 0.0;
+        info->ref_n_within1 += d == 0.0;
         continue;
       }
       const double u = d / ulp_of(g), rel = d / fabs(g);
+      info->ref_n_within1 += u <= 1.0;
       if (u > info->ref_max_ulps) {
         info->ref_max_ulps = u;
         info->ref_worst_index = (int64_t)e;
@@ -423,7 +426,7 @@ int kda_golden_make(const kda_catalog_entry *e, const char *dir, kda_golden_info
   free(j.ref);
   info->status = st;
   info->seconds_total = kda_golden_now() - t0;
-  snprintf(info->message, sizeof info->message, "%s", st ? msg : "");
+  snprintf(info->message, sizeof info->message, "%.255s", st ? msg : "");
   if (st && err && errlen) snprintf(err, errlen, "%s", msg);
   return st;
 }

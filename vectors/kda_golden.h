@@ -13,7 +13,11 @@
  *                            flag definitions, certification methods, the float64 reference's
  *                            error budget, and one entry per case with the SHA-256 of every
  *                            member.
- *   DIR/SHA256SUMS           `sha256sum` lines for every other file under DIR.
+ *   DIR/SHA256SUMS           `sha256sum` lines for every other file under DIR (except the
+ *                            on-demand level directories, DIR/L2).
+ *   DIR/L2.sha256            the pinned SHA-256 of every L2 case file; the L2 files themselves
+ *                            are made on demand (kda golden --write --level L2) and not
+ *                            committed (golden/.gitignore).
  * A golden case file is also a valid case file: kda_case_load reads it (extra members and
  * manifest keys are ignored).
  *
@@ -42,7 +46,7 @@ extern "C" {
 typedef struct kda_golden_info {
   int64_t index;           /* catalog index */
   int32_t status;          /* KDA_OK or the failure status */
-  int32_t method;          /* certification method (KDA_MPFR_* of kda_mpfr.h) */
+  int32_t method;          /* certification method (KDA_CERT_* of kda_mpfr.h) */
   int64_t n_values;        /* o, ht, hc values together */
   int64_t steps;           /* token steps of all heads: sum over sequences of len * HV */
   int32_t prec_bits;       /* precision (bits) of the evaluation that certified the values */
@@ -52,6 +56,8 @@ typedef struct kda_golden_info {
   double ref_max_rel;      /* max |ref - gold| / |gold| over nonzero golden values */
   double ref_max_normwise; /* max over o, ht, hc of max|ref - gold| / max|gold| */
   int64_t ref_n_zero_mismatch; /* golden value 0 where the reference is not 0 */
+  int64_t ref_n_exact;     /* values where the reference equals the golden value */
+  int64_t ref_n_within1;   /* values where it is within one ulp of it */
   int64_t ref_worst_index; /* flat index (o, then ht, then hc) of the max ulps */
   double seconds_certify;  /* wall time of the MPFR certification */
   double seconds_ref;      /* wall time of the float64 reference */
@@ -76,7 +82,8 @@ int kda_golden_write_level_manifest(const char *dir, int32_t level,
                                     size_t errlen);
 
 /* Writes DIR/SHA256SUMS covering every regular file under DIR (recursively, sorted, paths
- * relative to DIR, hidden files and *.tmp.* skipped).  Atomic.  Returns KDA_OK, KDA_EIO,
+ * relative to DIR; temporaries "<name>.tmp.<suffix>" and on-demand level directories skipped).
+ * Atomic.  Returns KDA_OK, KDA_EIO,
  * KDA_ENOMEM. */
 int kda_golden_write_sums(const char *dir, char *err, size_t errlen);
 
@@ -85,14 +92,26 @@ int kda_golden_write_sums(const char *dir, char *err, size_t errlen);
  * what is wrong); KDA_EIO when SHA256SUMS cannot be read. */
 int kda_golden_check_sums(const char *dir, char *msg, size_t msglen);
 
+/* Writes DIR/<level>.sha256, the pinned hashes of an on-demand level: one `sha256sum` line
+ * "HEX  <level>/<id>.npz" per case of the level, in catalog order, hashed from the files in
+ * DIR/<level>.  Atomic.  Returns KDA_OK, KDA_EIO, KDA_ENOMEM, KDA_EINVAL. */
+int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errlen);
+
+/* Checks the case files of `level` under DIR/<level> against the pin file `pins`: every case
+ * of the level is pinned, its file has the pinned SHA-256, and nothing else is pinned.
+ * Returns KDA_OK, KDA_EFORMAT (msg names the file), KDA_EIO. */
+int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char *msg,
+                          size_t msglen);
+
 /* Checks one golden case file on its own: every CRC, and that each array member's SHA-256 is
  * the one its manifest's golden.members_sha256 records.  Returns KDA_OK, KDA_EFORMAT (msg
  * names the member), KDA_EIO. */
 int kda_golden_check_members(const char *path, char *msg, size_t msglen);
 
-/* Compares two files byte for byte.  Returns 0 when identical, 1 when they differ (msg says
- * where: for two archives, the first member whose name or bytes differ; otherwise the first
- * differing byte offset), -1 when one cannot be read (msg says which). */
+/* Compares a file (actual, e.g. a committed one) with the expected one (e.g. regenerated) byte
+ * for byte.  Returns 0 when identical, 1 when they differ (msg names actual and says where:
+ * for archives, the first member whose name or bytes differ or that cannot be read; otherwise
+ * the first differing byte offset), -1 when a file cannot be read (msg says which). */
 int kda_golden_compare_files(const char *expected, const char *actual, char *msg,
                              size_t msglen);
 

@@ -142,10 +142,12 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
       char extra;
       ok = zip_fread(zf, &extra, 1) == 0; /* reading to the end checks the CRC */
     }
+    char why[128];
+    snprintf(why, sizeof why, "%s", zf ? zip_file_strerror(zf) : zip_strerror(za));
     if (zf) zip_fclose(zf);
     if (!ok) {
-      kda_golden_fail(-1, msg, msglen, "%s: member %lld (%s) cannot be read: %s", path,
-                      (long long)i, name ? name : "?", zip_strerror(za));
+      kda_golden_fail(-1, msg, msglen, "%s: member '%s' (number %lld) cannot be read: %s", path,
+                      name ? name : "?", (long long)i, why);
       zmembers_free(m, i + 1);
       zip_discard(za);
       return -1;
@@ -165,7 +167,9 @@ static const char *const level_text[KDA_LEVEL_COUNT] = {
     "Hand-checkable cases: K, V <= 4, T <= 8, dyadic inputs, gates 0 or -inf; every "
     "intermediate is exact and traced step by step in <id>.txt.",
     "The CI set: every option and edge of SPEC.md, the long drift cases and one "
-    "discriminating case per plausible mistake."};
+    "discriminating case per plausible mistake.",
+    "Larger cases made on demand (kda golden --write --level L2), not committed; the SHA-256 "
+    "of every case file is pinned in golden/L2.sha256."};
 
 static json_t *flags_defs(void) {
   json_t *o = json_object();
@@ -198,7 +202,7 @@ static json_t *certification_defs(void) {
       "kda_mpfr_forward (ref/kda_mpfr.c): the whole recurrence evaluated with GNU MPFR at a "
       "working precision p with a rigorous a-priori error bound on every output; p grows "
       "(Ziv's strategy) until two consecutive precisions round every value to the same "
-      "binary64 number (docs/certification.md).  Each value is the binary64 number nearest "
+      "binary64 number (SPEC.md §8).  Each value is the binary64 number nearest "
       "to the exact result of SPEC.md §6.1 (ties to even; zeros written as +0).",
       "methods", "PROVEN",
       "every value of the case is proven correctly rounded: the error bound at the precision "
@@ -217,6 +221,8 @@ static json_t *ref_json(const kda_golden_info *in) {
   json_object_set_new(o, "max_rel", jnum(in->ref_max_rel));
   json_object_set_new(o, "max_normwise_rel", jnum(in->ref_max_normwise));
   json_object_set_new(o, "zero_mismatches", json_integer(in->ref_n_zero_mismatch));
+  json_object_set_new(o, "exact", json_integer(in->ref_n_exact));
+  json_object_set_new(o, "within_1_ulp", json_integer(in->ref_n_within1));
   return o;
 }
 
@@ -285,7 +291,7 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
 static json_t *budget_json(const kda_golden_info *infos, int64_t n, int32_t level) {
   double w[3] = {0, 0, 0};
   const char *at[3] = {NULL, NULL, NULL};
-  int64_t zm = 0, vals = 0;
+  int64_t zm = 0, vals = 0, exact = 0, within1 = 0;
   for (int64_t i = 0; i < n; i++) {
     const kda_catalog_entry *e = kda_catalog_get(i);
     if (e->level != level) continue;
@@ -297,6 +303,8 @@ static json_t *budget_json(const kda_golden_info *infos, int64_t n, int32_t leve
       }
     zm += infos[i].ref_n_zero_mismatch;
     vals += infos[i].n_values;
+    exact += infos[i].ref_n_exact;
+    within1 += infos[i].ref_n_within1;
   }
   json_t *o = json_object();
   json_object_set_new(o, "backend", json_string("ref-f64"));
@@ -308,11 +316,15 @@ static json_t *budget_json(const kda_golden_info *infos, int64_t n, int32_t leve
   json_object_set_new(o, "max_normwise_rel", jnum(w[2]));
   json_object_set_new(o, "max_normwise_rel_case", json_string(at[2] ? at[2] : ""));
   json_object_set_new(o, "zero_mismatches", json_integer(zm));
+  json_object_set_new(o, "exact", json_integer(exact));
+  json_object_set_new(o, "within_1_ulp", json_integer(within1));
   json_object_set_new(o, "definitions",
                       json_string("ulps: |ref - gold| / ulp(gold) over nonzero golden values; "
                                   "rel: |ref - gold| / |gold| over the same; normwise_rel: "
                                   "max |ref - gold| / max |gold| per quantity (o, ht, hc); "
-                                  "zero_mismatches: golden zeros the reference missed.  These "
+                                  "zero_mismatches: golden zeros the reference missed; exact, "
+                                  "within_1_ulp: values the reference gets exactly or within "
+                                  "one ulp.  These "
                                   "depend on the libm's exp and log1p (SPEC.md §9.1)."));
   return o;
 }
@@ -364,8 +376,7 @@ int kda_golden_write_level_manifest(const char *dir, int32_t level,
   char path[4096];
   snprintf(path, sizeof path, "%s/%s/manifest.json", dir, kda_level_name(level));
   size_t len = strlen(text);
-  text[len] = '\0';
-  char *nl = realloc(text, len + 2);
+  char *nl = realloc(text, len + 2); /* end the file with a newline */
   if (nl) {
     text = nl;
     text[len++] = '\n';
@@ -409,8 +420,8 @@ static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
-/* Regular files under dir/rel, recursively; skips hidden names, temporaries and the top-level
- * SHA256SUMS. */
+/* Regular files under dir/rel, recursively; skips temporaries (*.tmp.*), the top-level
+ * SHA256SUMS and the directories of on-demand levels. */
 static int walk(const char *dir, const char *rel, flist *out) {
   char path[4096];
   snprintf(path, sizeof path, "%s%s%s", dir, *rel ? "/" : "", rel);
@@ -419,8 +430,12 @@ static int walk(const char *dir, const char *rel, flist *out) {
   struct dirent *e;
   int rc = 0;
   while (rc == 0 && (e = readdir(d)) != NULL) {
-    if (e->d_name[0] == '.' || strstr(e->d_name, ".tmp.")) continue;
+    if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || strstr(e->d_name, ".tmp."))
+      continue;
     if (!*rel && strcmp(e->d_name, "SHA256SUMS") == 0) continue;
+    int32_t lv;
+    if (!*rel && kda_level_parse(e->d_name, &lv) == KDA_OK && !kda_level_committed(lv))
+      continue; /* an on-demand level's files, checked against their pins instead */
     char sub[4096], full[8192];
     snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
     snprintf(full, sizeof full, "%s/%s", dir, sub);
@@ -456,7 +471,7 @@ int kda_golden_write_sums(const char *dir, char *err, size_t errlen) {
     flist_free(&l);
     return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot list the directory", dir);
   }
-  qsort(l.p, l.n, sizeof *l.p, cmp_str);
+  if (l.n > 1) qsort(l.p, l.n, sizeof *l.p, cmp_str);
   kda_sbuf b = {0};
   int st = KDA_OK;
   for (size_t i = 0; !st && i < l.n; i++) {
@@ -528,12 +543,78 @@ int kda_golden_check_sums(const char *dir, char *msg, size_t msglen) {
   }
   if (!st && walk(dir, "", &present) != 0)
     st = kda_golden_fail(KDA_EIO, msg, msglen, "%s: cannot list the directory", dir);
-  qsort(present.p, present.n, sizeof *present.p, cmp_str);
+  if (present.n > 1) qsort(present.p, present.n, sizeof *present.p, cmp_str);
   for (size_t i = 0; !st && i < present.n; i++)
     if (!listed(&names, present.p[i]))
       st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: file not listed in SHA256SUMS",
                            present.p[i]);
   flist_free(&present);
+  flist_free(&names);
+  flist_free(&hashes);
+  free(t);
+  return st;
+}
+
+/* ---- Pinned hashes of an on-demand level. */
+int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errlen) {
+  const char *lv = kda_level_name(level);
+  if (!lv) return kda_golden_fail(KDA_EINVAL, err, errlen, "bad level %d", (int)level);
+  kda_sbuf b = {0};
+  int st = KDA_OK;
+  for (int64_t i = 0; !st && i < kda_catalog_count(); i++) {
+    const kda_catalog_entry *e = kda_catalog_get(i);
+    if (e->level != level) continue;
+    char path[4096], hex[65];
+    snprintf(path, sizeof path, "%s/%s/%s.npz", dir, lv, e->id);
+    st = file_sha256(path, hex, err, errlen);
+    if (!st) kda_sbuf_printf(&b, "%s  %s/%s.npz\n", hex, lv, e->id);
+  }
+  if (!st && b.oom) st = kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!st) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s.sha256", dir, lv);
+    st = kda_golden_write_atomic(path, b.s ? b.s : "", b.len, err, errlen);
+  }
+  free(b.s);
+  return st;
+}
+
+int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char *msg,
+                          size_t msglen) {
+  const char *lv = kda_level_name(level);
+  unsigned char *text = NULL;
+  size_t len = 0;
+  if (!lv) return kda_golden_fail(KDA_EINVAL, msg, msglen, "bad level %d", (int)level);
+  if (kda_golden_slurp(pins, &text, &len, msg, msglen) != KDA_OK) return KDA_EIO;
+  char *t = realloc(text, len + 1);
+  if (!t) {
+    free(text);
+    return kda_golden_fail(KDA_EIO, msg, msglen, "out of memory");
+  }
+  t[len] = '\0';
+  flist names = {0}, hashes = {0};
+  int st = parse_sums(t, &names, &hashes, msg, msglen);
+  size_t expected = 0;
+  for (int64_t i = 0; !st && i < kda_catalog_count(); i++) {
+    const kda_catalog_entry *e = kda_catalog_get(i);
+    if (e->level != level) continue;
+    char rel[512], path[4096], hex[65], e2[KDA_ERRLEN];
+    snprintf(rel, sizeof rel, "%s/%s.npz", lv, e->id);
+    size_t k = 0;
+    while (k < names.n && strcmp(names.p[k], rel) != 0) k++;
+    expected++;
+    snprintf(path, sizeof path, "%s/%s", dir, rel);
+    if (k == names.n)
+      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: no pinned hash for %s", pins, rel);
+    else if (file_sha256(path, hex, e2, sizeof e2) != KDA_OK)
+      st = kda_golden_fail(KDA_EIO, msg, msglen, "%s", e2);
+    else if (strcmp(hex, hashes.p[k]) != 0)
+      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: regenerated SHA-256 %s, %s pins %s",
+                           rel, hex, pins, hashes.p[k]);
+  }
+  if (!st && names.n != expected)
+    st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s pins %zu files, the catalog's %s has "
+                         "%zu", pins, names.n, lv, expected);
   flist_free(&names);
   flist_free(&hashes);
   free(t);
@@ -583,7 +664,8 @@ static int member_diff(const char *expected, const char *actual, char *msg, size
   char e1[KDA_ERRLEN];
   int64_t na = zmembers_read(expected, &a, e1, sizeof e1);
   int64_t nb = na < 0 ? -1 : zmembers_read(actual, &b, msg, msglen);
-  int found = nb < 0; /* actual unreadable as an archive: msg already says so */
+  if (na < 0) kda_golden_fail(1, msg, msglen, "%s", e1);
+  int found = nb < 0; /* either is unreadable as an archive: msg says which */
   for (int64_t i = 0; !found && i < na && i < nb; i++) {
     if (strcmp(a[i].name, b[i].name) != 0) {
       kda_golden_fail(1, msg, msglen, "%s: member %lld is '%s', expected '%s'", actual,
@@ -666,7 +748,7 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
   if (same)
     kda_golden_fail(2, msg, msglen, "%s: %d platform-dependent field%s (library versions or "
                     "the float64 reference's errors) differ from this platform's; everything "
-                    "else is identical", expected, n, n == 1 ? "" : "s");
+                    "else is identical", actual, n, n == 1 ? "" : "s");
   else {
     const char *const keys[] = {"schema", "level", "generator", "certification", "flags",
                                 "number_of_cases", "cases"};
@@ -677,7 +759,7 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
         break;
       }
     kda_golden_fail(1, msg, msglen, "%s: differs from the regenerated manifest (key '%s')",
-                    expected, k);
+                    actual, k);
   }
   free(ta);
   free(tb);
