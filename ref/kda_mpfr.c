@@ -10,29 +10,14 @@
 #include "kda_mpfr.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kda_mpfr_impl.h"
+#include "kda_internal.h"
 
 #define PREC_LIMIT ((int64_t)1 << 24)
 static const char who[] = "kda_mpfr_forward";
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 void kda_mpfr_options_init(kda_mpfr_options *o) {
   memset(o, 0, sizeof *o);
@@ -53,20 +38,22 @@ const char *kda_mpfr_method_name(int32_t method) {
 
 static int check_options(const kda_mpfr_options *o, char *err, size_t errlen) {
   if (o->prec0 < 53 || o->prec0 > PREC_LIMIT)
-    return fail(KDA_EINVAL, err, errlen, "%s: prec0 = %lld is outside [53, 2^24]", who,
-                (long long)o->prec0);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: prec0 = %lld is outside [53, 2^24]", who,
+                    (long long)o->prec0);
   if (o->prec_max <= o->prec0 || o->prec_max > PREC_LIMIT)
-    return fail(KDA_EINVAL, err, errlen, "%s: prec_max = %lld must exceed prec0 = %lld (two "
-                "precisions are compared) and be at most 2^24", who, (long long)o->prec_max,
-                (long long)o->prec0);
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "%s: prec_max = %lld must exceed prec0 = %lld (two "
+                    "precisions are compared) and be at most 2^24",
+                    who, (long long)o->prec_max, (long long)o->prec0);
   if (o->require_proof < 0 || o->require_proof > 1 || o->reserved != 0)
-    return fail(KDA_EINVAL, err, errlen, "%s: require_proof must be 0 or 1 and reserved 0", who);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: require_proof must be 0 or 1 and reserved 0",
+                    who);
   return KDA_OK;
 }
 
 static int need(const void *ptr, const char *name, const char *why, char *err, size_t errlen) {
   if (ptr) return KDA_OK;
-  return fail(KDA_EINVAL, err, errlen, "%s: buffer %s is NULL but %s", who, name, why);
+  return kda_fail(KDA_EINVAL, err, errlen, "%s: buffer %s is NULL but %s", who, name, why);
 }
 
 /* Which inputs the problem reads (SPEC.md §4.1, §5). */
@@ -112,8 +99,8 @@ static int all_finite(const double *x, const char *name, int nd, const int64_t *
                                (long long)(rem / stride));
       rem %= stride;
     }
-    return fail(KDA_ENONFINITE, err, errlen, "%s: %s[%s] = %g is not finite (SPEC.md §6.2%s)",
-                who, name, at, x[e], allow_ninf ? ": only g = -inf is allowed" : "");
+    return kda_fail(KDA_ENONFINITE, err, errlen, "%s: %s[%s] = %g is not finite (SPEC.md §6.2%s)",
+                    who, name, at, x[e], allow_ninf ? ": only g = -inf is allowed" : "");
   }
   return KDA_OK;
 }
@@ -147,8 +134,8 @@ static int check_finite(const kda_problem *p, const kda_tensors_f64 *t, char *er
 
 static int check_call(const kda_problem *p, const kda_tensors_f64 *t, const kda_mpfr_options *o,
                       char *err, size_t errlen) {
-  if (!p) return fail(KDA_EINVAL, err, errlen, "%s: problem is NULL", who);
-  if (!t) return fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
+  if (!p) return kda_fail(KDA_EINVAL, err, errlen, "%s: problem is NULL", who);
+  if (!t) return kda_fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
   int st = check_options(o, err, errlen);
   if (!st) st = kda_problem_check(p, err, errlen);
   if (!st) st = check_buffers(p, t, err, errlen);
@@ -285,22 +272,26 @@ static int loop(ziv *z, const kda_tensors_f64 *t, const int64_t *cu, int32_t *me
           return KDA_OK;
         }
         name_value(z->p, first, name, sizeof name);
-        return fail(KDA_ENOTCERT, err, errlen, "%s: %s could not be proven within prec_max = "
-                    "%lld bits (require_proof; the bound lacks about %.0f bits at %lld)", who,
-                    name, (long long)z->o->prec_max, z->res[z->cur].need_bits, (long long)p);
+        return kda_fail(KDA_ENOTCERT, err, errlen,
+                        "%s: %s could not be proven within prec_max = "
+                        "%lld bits (require_proof; the bound lacks about %.0f bits at %lld)",
+                        who, name, (long long)z->o->prec_max, z->res[z->cur].need_bits,
+                        (long long)p);
       }
     }
     const int64_t np = next_precision(z);
     if (np < 0) {
       if (mism >= 0) {
         name_value(z->p, mism, name, sizeof name);
-        return fail(KDA_ENOTCERT, err, errlen, "%s: %s did not settle: %a at %lld bits, %a at "
-                    "%lld bits (prec_max = %lld)", who, name, z->res[z->cur].val[mism],
-                    (long long)p, z->res[!z->cur].val[mism], (long long)z->prec[!z->cur],
-                    (long long)z->o->prec_max);
+        return kda_fail(KDA_ENOTCERT, err, errlen,
+                        "%s: %s did not settle: %a at %lld bits, %a at %lld bits (prec_max = %lld)",
+                        who, name, z->res[z->cur].val[mism], (long long)p,
+                        z->res[!z->cur].val[mism], (long long)z->prec[!z->cur],
+                        (long long)z->o->prec_max);
       }
-      return fail(KDA_ENOTCERT, err, errlen, "%s: no second precision fits below prec_max = "
-                  "%lld", who, (long long)z->o->prec_max);
+      return kda_fail(KDA_ENOTCERT, err, errlen,
+                      "%s: no second precision fits below prec_max = %lld", who,
+                      (long long)z->o->prec_max);
     }
     z->cur = !z->cur;
     p = np;
@@ -345,7 +336,7 @@ int kda_mpfr_forward(const kda_problem *p, const kda_tensors_f64 *t, const kda_m
     z.res[i].proven = malloc(n);
   }
   if (!z.res[0].val || !z.res[1].val || !z.res[0].proven || !z.res[1].proven) {
-    st = fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate %lld values", who, (long long)z.n);
+    st = kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate %lld values", who, (long long)z.n);
   } else {
     mpfr_state saved;
     widen(&saved);

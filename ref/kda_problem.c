@@ -4,20 +4,10 @@
 #include "kda_problem.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdint.h>
 #include <string.h>
 
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
+#include "kda_internal.h"
 
 void kda_problem_init(kda_problem *p, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V) {
   memset(p, 0, sizeof *p);
@@ -72,17 +62,17 @@ static int sizes_ok(const kda_problem *p) {
 
 static int modes_ok(const kda_problem *p, char *err, size_t errlen) {
   if (!kda_family_name(p->family))
-    return fail(KDA_EINVAL, err, errlen, "invalid family %d", (int)p->family);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid family %d", (int)p->family);
   if (!kda_gate_name(p->gate_mode))
-    return fail(KDA_EINVAL, err, errlen, "invalid gate mode %d", (int)p->gate_mode);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid gate mode %d", (int)p->gate_mode);
   if (!kda_beta_name(p->beta_mode))
-    return fail(KDA_EINVAL, err, errlen, "invalid beta mode %d", (int)p->beta_mode);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid beta mode %d", (int)p->beta_mode);
   if (!kda_l2_name(p->l2_mode))
-    return fail(KDA_EINVAL, err, errlen, "invalid l2 mode %d", (int)p->l2_mode);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid l2 mode %d", (int)p->l2_mode);
   if (!kda_head_map_name(p->head_map))
-    return fail(KDA_EINVAL, err, errlen, "invalid head map %d", (int)p->head_map);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid head map %d", (int)p->head_map);
   if (!kda_state_layout_name(p->state_layout))
-    return fail(KDA_EINVAL, err, errlen, "invalid state layout %d", (int)p->state_layout);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid state layout %d", (int)p->state_layout);
   return KDA_OK;
 }
 
@@ -90,72 +80,73 @@ static int modes_ok(const kda_problem *p, char *err, size_t errlen) {
 static int gate_ok(const kda_problem *p, char *err, size_t errlen) {
   if (kda_problem_gate_width(p) == 0) return KDA_OK;
   if (p->gate_mode == KDA_GATE_SOFTPLUS && !p->has_A_log)
-    return fail(KDA_EINVAL, err, errlen, "gate mode softplus needs A_log (has_A_log = 0)");
+    return kda_fail(KDA_EINVAL, err, errlen, "gate mode softplus needs A_log (has_A_log = 0)");
   if (p->gate_mode == KDA_GATE_LOWER_BOUND &&
       !(p->lower_bound >= -5.0 && p->lower_bound < 0.0))
-    return fail(KDA_EINVAL, err, errlen, "lower_bound %.17g is outside [-5, 0)",
-                p->lower_bound);
+    return kda_fail(KDA_EINVAL, err, errlen, "lower_bound %.17g is outside [-5, 0)",
+                    p->lower_bound);
   return KDA_OK;
 }
 
 int kda_problem_check(const kda_problem *p, char *err, size_t errlen) {
-  if (!p) return fail(KDA_EINVAL, err, errlen, "problem is NULL");
+  if (!p) return kda_fail(KDA_EINVAL, err, errlen, "problem is NULL");
   if (p->N < 1 || p->T < 0 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1 ||
       p->n_checkpoints < 0)
-    return fail(KDA_EINVAL, err, errlen,
-                "invalid shape N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld "
-                "(need N,H,HV,K,V >= 1 and T,C >= 0)",
-                (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
-                (long long)p->K, (long long)p->V, (long long)p->n_checkpoints);
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "invalid shape N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld "
+                    "(need N,H,HV,K,V >= 1 and T,C >= 0)",
+                    (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
+                    (long long)p->K, (long long)p->V, (long long)p->n_checkpoints);
   if (p->HV % p->H != 0)
-    return fail(KDA_EINVAL, err, errlen, "HV=%lld is not a multiple of H=%lld",
-                (long long)p->HV, (long long)p->H);
+    return kda_fail(KDA_EINVAL, err, errlen, "HV=%lld is not a multiple of H=%lld",
+                    (long long)p->HV, (long long)p->H);
   if (!sizes_ok(p))
-    return fail(KDA_ESHAPE, err, errlen, "shape products overflow the address space");
+    return kda_fail(KDA_ESHAPE, err, errlen, "shape products overflow the address space");
   int st = modes_ok(p, err, errlen);
   if (st) return st;
   if (p->has_A_log > 1 || p->has_A_log < 0 || p->has_initial_state < 0 ||
       p->has_initial_state > 1 || p->want_final_state < 0 || p->want_final_state > 1)
-    return fail(KDA_EINVAL, err, errlen, "has_A_log, has_initial_state and want_final_state "
-                                          "must be 0 or 1");
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "has_A_log, has_initial_state and want_final_state "
+                    "must be 0 or 1");
   if (!isfinite(p->scale))
-    return fail(KDA_EINVAL, err, errlen, "scale %.17g is not finite", p->scale);
+    return kda_fail(KDA_EINVAL, err, errlen, "scale %.17g is not finite", p->scale);
   /* SPEC.md §4.3: eps > 0, so that L2 of the zero vector is the zero vector. */
   if (p->l2_mode != KDA_L2_OFF && !(p->l2_eps > 0.0 && isfinite(p->l2_eps)))
-    return fail(KDA_EINVAL, err, errlen, "l2_eps %.17g must be finite and > 0 when l2 is %s",
-                p->l2_eps, kda_l2_name(p->l2_mode));
+    return kda_fail(KDA_EINVAL, err, errlen, "l2_eps %.17g must be finite and > 0 when l2 is %s",
+                    p->l2_eps, kda_l2_name(p->l2_mode));
   if (p->reserved0 != 0)
-    return fail(KDA_EINVAL, err, errlen, "reserved0 must be 0");
+    return kda_fail(KDA_EINVAL, err, errlen, "reserved0 must be 0");
   return gate_ok(p, err, errlen);
 }
 
 int kda_problem_check_index(const kda_problem *p, const int64_t *cu_seqlens,
                             const int64_t *checkpoints, char *err, size_t errlen) {
   if (!cu_seqlens && p->N != 1)
-    return fail(KDA_EINVAL, err, errlen, "cu_seqlens is required when N=%lld > 1",
-                (long long)p->N);
+    return kda_fail(KDA_EINVAL, err, errlen, "cu_seqlens is required when N=%lld > 1",
+                    (long long)p->N);
   if (cu_seqlens) {
     if (cu_seqlens[0] != 0)
-      return fail(KDA_EINVAL, err, errlen, "cu_seqlens[0] = %lld, must be 0",
-                  (long long)cu_seqlens[0]);
+      return kda_fail(KDA_EINVAL, err, errlen, "cu_seqlens[0] = %lld, must be 0",
+                      (long long)cu_seqlens[0]);
     for (int64_t n = 0; n < p->N; n++)
       if (cu_seqlens[n + 1] < cu_seqlens[n])
-        return fail(KDA_EINVAL, err, errlen, "cu_seqlens decreases at index %lld (%lld < %lld)",
-                    (long long)(n + 1), (long long)cu_seqlens[n + 1], (long long)cu_seqlens[n]);
+        return kda_fail(KDA_EINVAL, err, errlen, "cu_seqlens decreases at index %lld (%lld < %lld)",
+                        (long long)(n + 1), (long long)cu_seqlens[n + 1], (long long)cu_seqlens[n]);
     if (cu_seqlens[p->N] != p->T)
-      return fail(KDA_EINVAL, err, errlen, "cu_seqlens[N] = %lld, must equal T = %lld",
-                  (long long)cu_seqlens[p->N], (long long)p->T);
+      return kda_fail(KDA_EINVAL, err, errlen, "cu_seqlens[N] = %lld, must equal T = %lld",
+                      (long long)cu_seqlens[p->N], (long long)p->T);
   }
   if (p->n_checkpoints > 0 && !checkpoints)
-    return fail(KDA_EINVAL, err, errlen, "checkpoints is NULL but n_checkpoints = %lld",
-                (long long)p->n_checkpoints);
+    return kda_fail(KDA_EINVAL, err, errlen, "checkpoints is NULL but n_checkpoints = %lld",
+                    (long long)p->n_checkpoints);
   for (int64_t c = 0; c < p->n_checkpoints; c++) {
     if (checkpoints[c] < 0 || checkpoints[c] >= p->T)
-      return fail(KDA_EINVAL, err, errlen, "checkpoints[%lld] = %lld is outside [0, T=%lld)",
-                  (long long)c, (long long)checkpoints[c], (long long)p->T);
+      return kda_fail(KDA_EINVAL, err, errlen, "checkpoints[%lld] = %lld is outside [0, T=%lld)",
+                      (long long)c, (long long)checkpoints[c], (long long)p->T);
     if (c > 0 && checkpoints[c] <= checkpoints[c - 1])
-      return fail(KDA_EINVAL, err, errlen, "checkpoints are not strictly increasing at "
-                  "index %lld", (long long)c);
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "checkpoints are not strictly increasing at index %lld", (long long)c);
   }
   return KDA_OK;
 }

@@ -9,8 +9,6 @@
 #include "kda_ref.h"
 
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <stdlib.h>
 
 #include "kda_ref_internal.h"
@@ -112,21 +110,11 @@ int64_t kda_ref_head(int32_t head_map, int64_t H, int64_t HV, int64_t hv) {
 
 /* ==== Shared by both twins (declared in kda_ref_internal.h). ==== */
 
-int kda_ref_fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 /* One required buffer: NULL is KDA_EINVAL naming it. */
 static int need(const char *who, const void *ptr, const char *name, const char *why, char *err,
                 size_t errlen) {
   if (ptr) return KDA_OK;
-  return kda_ref_fail(KDA_EINVAL, err, errlen, "%s: buffer %s is NULL but %s", who, name, why);
+  return kda_fail(KDA_EINVAL, err, errlen, "%s: buffer %s is NULL but %s", who, name, why);
 }
 
 /* The buffers a valid problem reads or writes.  With T = 0 there are no tokens, so the
@@ -161,7 +149,7 @@ static int check_buffers(const char *who, const kda_problem *p, const kda_ref_bu
 
 int kda_ref_check_call(const char *who, const kda_problem *p, const kda_ref_buffers *b,
                        char *err, size_t errlen) {
-  if (!p) return kda_ref_fail(KDA_EINVAL, err, errlen, "%s: problem is NULL", who);
+  if (!p) return kda_fail(KDA_EINVAL, err, errlen, "%s: problem is NULL", who);
   int st = kda_problem_check(p, err, errlen);
   if (st) return st;
   st = check_buffers(who, p, b, err, errlen);
@@ -277,7 +265,7 @@ static void store_final64(void *ctx, int64_t n, int64_t hv) {
 int kda_ref_forward_f64(const kda_problem *p, const kda_tensors_f64 *t, char *err,
                         size_t errlen) {
   static const char who[] = "kda_ref_forward_f64";
-  if (!t) return kda_ref_fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
+  if (!t) return kda_fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
   const kda_ref_buffers b = {t->q,  t->k,  t->v,  t->g,          t->beta,
                              t->A_log, t->dt_bias, t->h0, t->cu_seqlens, t->checkpoints,
                              t->o,  t->ht, t->hc};
@@ -287,8 +275,7 @@ int kda_ref_forward_f64(const kda_problem *p, const kda_tensors_f64 *t, char *er
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   double *work = malloc((K * V + 3 * K + V) * sizeof *work);
   if (!work)
-    return kda_ref_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate the %zu x %zu state", who,
-                        K, V);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate the %zu x %zu state", who, K, V);
   run64 r = {p, t, kda_problem_gate_width(p), work, work + K * V, work + K * V + K,
              work + K * V + 2 * K, work + K * V + 3 * K, 0.0,
              p->scale, p->lower_bound, p->l2_eps};

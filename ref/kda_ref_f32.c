@@ -184,7 +184,7 @@ static void store_final32(void *ctx, int64_t n, int64_t hv) {
 int kda_ref_forward_f32(const kda_problem *p, const kda_tensors_f32 *t, char *err,
                         size_t errlen) {
   static const char who[] = "kda_ref_forward_f32";
-  if (!t) return kda_ref_fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
+  if (!t) return kda_fail(KDA_EINVAL, err, errlen, "%s: tensors are NULL", who);
   const kda_ref_buffers b = {t->q,  t->k,  t->v,  t->g,          t->beta,
                              t->A_log, t->dt_bias, t->h0, t->cu_seqlens, t->checkpoints,
                              t->o,  t->ht, t->hc};
@@ -194,8 +194,7 @@ int kda_ref_forward_f32(const kda_problem *p, const kda_tensors_f32 *t, char *er
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   float *work = malloc((K * V + 3 * K + V) * sizeof *work);
   if (!work)
-    return kda_ref_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate the %zu x %zu state", who,
-                        K, V);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate the %zu x %zu state", who, K, V);
   run32 r = {p, t, kda_problem_gate_width(p), work, work + K * V, work + K * V + K,
              work + K * V + 2 * K, work + K * V + 3 * K, 0.0f,
              (float)p->scale, (float)p->lower_bound, (float)p->l2_eps};

@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "kda_problem.h"
+#include "kda_internal.h"
 
 /* The buffers of one call with their element type erased, so one check serves both twins. */
 typedef struct kda_ref_buffers {
@@ -24,13 +25,6 @@ typedef struct kda_ref_buffers {
  * `who` prefixes the message.  Returns KDA_OK, KDA_EINVAL or KDA_ESHAPE. */
 int kda_ref_check_call(const char *who, const kda_problem *p, const kda_ref_buffers *b,
                        char *err, size_t errlen);
-
-/* Writes a one-line message into err (when not NULL) and returns status. */
-int kda_ref_fail(int status, char *err, size_t errlen, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
 
 /* SPEC.md §5: which of the four passes a family performs (write and readout always). */
 static inline int kda_ref_family_decays(int32_t family) {

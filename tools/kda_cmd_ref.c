@@ -95,15 +95,23 @@ static int ref_out_alloc(const kda_case_sizes *s, ref_out *r, char *err, size_t 
   return KDA_ENOMEM;
 }
 
-static int run_f64(const kda_case *c, const kda_case_sizes *s, ref_out *r, char *err,
-                   size_t errlen) {
+/* The case's inputs with freshly allocated float64 outputs r (for ref-f64 and mpfr). */
+static int f64_tensors(const kda_case *c, const kda_case_sizes *s, ref_out *r,
+                       kda_tensors_f64 *t, char *err, size_t errlen) {
   int st = ref_out_alloc(s, r, err, errlen);
   if (st != KDA_OK) return st;
+  kda_case_tensors(c, t);
+  t->o = r->o;
+  t->ht = r->ht;
+  t->hc = r->hc;
+  return KDA_OK;
+}
+
+static int run_f64(const kda_case *c, const kda_case_sizes *s, ref_out *r, char *err,
+                   size_t errlen) {
   kda_tensors_f64 t;
-  kda_case_tensors(c, &t);
-  t.o = r->o;
-  t.ht = r->ht;
-  t.hc = r->hc;
+  int st = f64_tensors(c, s, r, &t, err, errlen);
+  if (st != KDA_OK) return st;
   return kda_ref_forward_f64(&c->p, &t, err, errlen);
 }
 
@@ -213,13 +221,9 @@ static int run_f32(const kda_case *c, const kda_case_sizes *s, const char *path,
 #if KDA_TOOL_HAVE_MPFR
 static int run_mpfr(const kda_case *c, const kda_case_sizes *s, ref_out *r, char *err,
                     size_t errlen) {
-  int st = ref_out_alloc(s, r, err, errlen);
-  if (st != KDA_OK) return st;
   kda_tensors_f64 t;
-  kda_case_tensors(c, &t);
-  t.o = r->o;
-  t.ht = r->ht;
-  t.hc = r->hc;
+  int st = f64_tensors(c, s, r, &t, err, errlen);
+  if (st != KDA_OK) return st;
   return kda_mpfr_forward(&c->p, &t, NULL, NULL, err, errlen);
 }
 #endif

@@ -14,12 +14,12 @@
 
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_sha256.h"
 
@@ -27,18 +27,8 @@
 #define KDA_RESULT_SCHEMA "kda-result/1"
 #define KDA_JSON_FLAGS (JSON_INDENT(1) | JSON_REAL_PRECISION(17))
 
-static const char *const member_names[KDA_M_COUNT] = {
+const char *const kda_case_member_names[KDA_M_COUNT] = {
     "q", "k", "v", "g", "beta", "A_log", "dt_bias", "cu_seqlens", "h0", "checkpoints"};
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* Prefixes an error message already in err with "path: what: ". */
 static int prefix_err(int status, char *err, size_t errlen, const char *path, const char *what) {
@@ -132,17 +122,17 @@ int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_
   memset(s, 0, sizeof *s);
   if (p->N < 1 || p->T < 0 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1 ||
       p->n_checkpoints < 0)
-    return fail(KDA_EINVAL, err, errlen, "invalid shape N=%lld T=%lld H=%lld HV=%lld K=%lld "
-                "V=%lld C=%lld", (long long)p->N, (long long)p->T, (long long)p->H,
-                (long long)p->HV, (long long)p->K, (long long)p->V,
-                (long long)p->n_checkpoints);
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "invalid shape N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld",
+                    (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
+                    (long long)p->K, (long long)p->V, (long long)p->n_checkpoints);
   uint64_t N = (uint64_t)p->N, T = (uint64_t)p->T, H = (uint64_t)p->H, HV = (uint64_t)p->HV;
   uint64_t K = (uint64_t)p->K, V = (uint64_t)p->V, C = (uint64_t)p->n_checkpoints;
   uint64_t GW = (uint64_t)kda_problem_gate_width(p), state = 0, hc = 0;
   int ok = mul3(T, H, K, &s->q) && mul3(T, HV, V, &s->v) && mul_ok(T, HV, &s->beta) &&
            mul3(T, HV, GW, &s->g) && mul_ok(HV, GW, &s->dt_bias) &&
            mul4(N, HV, K, V, &state) && mul4(C, HV, K, V, &hc);
-  if (!ok) return fail(KDA_ESHAPE, err, errlen, "shape products overflow the address space");
+  if (!ok) return kda_fail(KDA_ESHAPE, err, errlen, "shape products overflow the address space");
   s->k = s->q;
   s->o = s->v;
   if (!kda_case_uses_g(p)) s->g = 0;
@@ -243,20 +233,6 @@ static void format_index(char *buf, size_t cap, const member_spec *m, uint64_t i
 }
 
 /* ---- Value checks shared by load and save (SPEC.md §6, §10.3). */
-static const double *case_array(const kda_case *c, int m) {
-  switch (m) {
-  case KDA_M_Q: return c->q;
-  case KDA_M_K: return c->k;
-  case KDA_M_V: return c->v;
-  case KDA_M_G: return c->g;
-  case KDA_M_BETA: return c->beta;
-  case KDA_M_A_LOG: return c->A_log;
-  case KDA_M_DT_BIAS: return c->dt_bias;
-  case KDA_M_H0: return c->h0;
-  default: return NULL;
-  }
-}
-
 static double **case_slot(kda_case *c, int m) {
   switch (m) {
   case KDA_M_Q: return &c->q;
@@ -274,7 +250,7 @@ static double **case_slot(kda_case *c, int m) {
 /* Finite everywhere (g may be -inf in the pre-gated mode) and exact in the precision. */
 static int check_member_values(const char *path, const kda_case *c, int m,
                                const member_spec *s, char *err, size_t errlen) {
-  const double *x = case_array(c, m);
+  const double *x = kda_case_array(c, m);
   const int32_t prec = kda_case_member_prec(m, c->input_precision);
   const int ninf_ok = m == KDA_M_G && c->p.gate_mode == KDA_GATE_LOG;
   char at[128];
@@ -282,18 +258,19 @@ static int check_member_values(const char *path, const kda_case *c, int m,
     double xi = x[i];
     if (isnan(xi) || (isinf(xi) && !(xi < 0 && ninf_ok))) {
       format_index(at, sizeof at, s, i);
-      return fail(KDA_ENONFINITE, err, errlen, "%s: member '%s' element %llu %s is %s%s", path,
-                  member_names[m], (unsigned long long)i, at,
-                  isnan(xi) ? "NaN" : xi > 0 ? "+Inf" : "-Inf",
-                  m == KDA_M_G && !isnan(xi) && xi < 0 ? " (allowed only with gate mode log)"
-                                                      : "");
+      return kda_fail(KDA_ENONFINITE, err, errlen, "%s: member '%s' element %llu %s is %s%s", path,
+                      kda_case_member_names[m], (unsigned long long)i, at,
+                      isnan(xi) ? "NaN" : xi > 0 ? "+Inf" : "-Inf",
+                      m == KDA_M_G && !isnan(xi) && xi < 0 ? " (allowed only with gate mode log)"
+                                                           : "");
     }
     if (!isinf(xi) && kda_case_round(prec, xi) != xi) {
       format_index(at, sizeof at, s, i);
-      return fail(KDA_EINVAL, err, errlen,
-                  "%s: member '%s' element %llu %s = %.17g is not exact in %s "
-                  "(input_precision %s)", path, member_names[m], (unsigned long long)i, at, xi,
-                  kda_prec_name(prec), kda_prec_name(c->input_precision));
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "%s: member '%s' element %llu %s = %.17g is not exact in %s "
+                      "(input_precision %s)",
+                      path, kda_case_member_names[m], (unsigned long long)i, at, xi,
+                      kda_prec_name(prec), kda_prec_name(c->input_precision));
     }
   }
   return KDA_OK;
@@ -302,7 +279,7 @@ static int check_member_values(const char *path, const kda_case *c, int m,
 static int check_values(const char *path, const kda_case *c, const member_spec *s, char *err,
                         size_t errlen) {
   for (int m = 0; m < KDA_M_COUNT; m++) {
-    if (!s[m].used || !case_array(c, m)) continue;
+    if (!s[m].used || !kda_case_array(c, m)) continue;
     int st = check_member_values(path, c, m, &s[m], err, errlen);
     if (st) return st;
   }
@@ -351,8 +328,8 @@ static int generator_info(const kda_case *c, const char *extra_json, json_t **ou
     json_t *x = json_loads(extra_json, 0, &je);
     if (!x || !json_is_object(x)) {
       json_decref(x);
-      return fail(KDA_EINVAL, err, errlen, "generator_info is not a JSON object: %s",
-                  x ? "wrong type" : je.text);
+      return kda_fail(KDA_EINVAL, err, errlen, "generator_info is not a JSON object: %s",
+                      x ? "wrong type" : je.text);
     }
     *out = x;
     return KDA_OK;
@@ -372,7 +349,7 @@ static int problem_json_ok(const kda_problem *p, char *err, size_t errlen) {
   int st = kda_problem_check(p, err, errlen);
   if (st) return st;
   if (!isfinite(p->lower_bound))
-    return fail(KDA_EINVAL, err, errlen, "lower_bound %g is not finite", p->lower_bound);
+    return kda_fail(KDA_EINVAL, err, errlen, "lower_bound %g is not finite", p->lower_bound);
   return KDA_OK;
 }
 
@@ -382,7 +359,7 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   int st = problem_json_ok(&c->p, err, errlen);
   if (st) return st;
   if (!kda_prec_name(c->input_precision))
-    return fail(KDA_EINVAL, err, errlen, "invalid input precision %d", (int)c->input_precision);
+    return kda_fail(KDA_EINVAL, err, errlen, "invalid input precision %d", (int)c->input_precision);
   json_t *gi = NULL;
   st = generator_info(c, extra_json, &gi, err, errlen);
   if (st) return st;
@@ -399,7 +376,7 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
                                json_string(kda_prec_name(c->input_precision)));
     for (int m = 0; m < KDA_M_COUNT; m++)
       if (s[m].used)
-        bad |= json_object_set_new(members, member_names[m],
+        bad |= json_object_set_new(members, kda_case_member_names[m],
                                    json_pack("{s:s}", "precision",
                                              member_prec_name(m, c->input_precision)));
     bad |= json_object_set(o, "members", members);
@@ -410,8 +387,8 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   json_decref(members);
   json_decref(gi);
   if (bad) /* json_string fails on text that is not UTF-8 (an id) as well as on memory */
-    return fail(KDA_EINVAL, err, errlen, "cannot build the manifest (id not UTF-8, or memory)");
-  return *out ? KDA_OK : fail(KDA_ENOMEM, err, errlen, "out of memory writing the manifest");
+    return kda_fail(KDA_EINVAL, err, errlen, "cannot build the manifest (id not UTF-8, or memory)");
+  return *out ? KDA_OK : kda_fail(KDA_ENOMEM, err, errlen, "out of memory writing the manifest");
 }
 
 /* ---- Manifest reading. */
@@ -419,8 +396,8 @@ static int get_int(const char *path, json_t *pj, const char *key, int64_t *out, 
                    size_t errlen) {
   json_t *x = json_object_get(pj, key);
   if (!json_is_integer(x))
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not an integer",
-                path, key);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not an integer",
+                    path, key);
   *out = json_integer_value(x);
   return KDA_OK;
 }
@@ -440,38 +417,38 @@ static int parse_problem_key(const char *path, const char *key, json_t *x, kda_p
   for (int i = 0; i < 7; i++)
     if (strcmp(key, ints[i]) == 0) {
       if (!json_is_integer(x))
-        return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not an "
-                    "integer", path, key);
+        return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not an integer",
+                        path, key);
       *int_fields[i] = json_integer_value(x);
       return KDA_OK;
     }
   for (int i = 0; i < 6; i++)
     if (strcmp(key, modes[i]) == 0) {
       if (!json_is_string(x))
-        return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not a string",
-                    path, key);
+        return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not a string",
+                        path, key);
       if (kda_mode_parse(modes[i], json_string_value(x), mode_fields[i]) != KDA_OK)
-        return fail(KDA_EINVAL, err, errlen, "%s: manifest: unknown %s mode '%s'", path, key,
-                    json_string_value(x));
+        return kda_fail(KDA_EINVAL, err, errlen, "%s: manifest: unknown %s mode '%s'", path, key,
+                        json_string_value(x));
       return KDA_OK;
     }
   for (int i = 0; i < 3; i++)
     if (strcmp(key, flags[i]) == 0) {
       if (!json_is_boolean(x))
-        return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not true or "
-                    "false", path, key);
+        return kda_fail(KDA_EFORMAT, err, errlen,
+                        "%s: manifest key 'problem.%s' is not true or false", path, key);
       *flag_fields[i] = json_is_true(x) ? 1 : 0;
       return KDA_OK;
     }
   for (int i = 0; i < 3; i++)
     if (strcmp(key, reals[i]) == 0) {
       if (!json_is_number(x))
-        return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not a number",
-                    path, key);
+        return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'problem.%s' is not a number",
+                        path, key);
       *real_fields[i] = json_number_value(x);
       return KDA_OK;
     }
-  return fail(KDA_EFORMAT, err, errlen, "%s: manifest has unknown key 'problem.%s'", path, key);
+  return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest has unknown key 'problem.%s'", path, key);
 }
 
 /* problem: T, H, HV, K, V required; every other key defaults as kda_problem_init says. */
@@ -480,12 +457,12 @@ static int parse_problem(const char *path, json_t *pj, kda_problem *p, char *err
   static const char *const req[] = {"T", "H", "HV", "K", "V"};
   int64_t d[5];
   if (!json_is_object(pj))
-    return fail(pj ? KDA_EFORMAT : KDA_ENOTFOUND, err, errlen,
-                "%s: manifest key 'problem' is %s", path, pj ? "not an object" : "missing");
+    return kda_fail(pj ? KDA_EFORMAT : KDA_ENOTFOUND, err, errlen,
+                    "%s: manifest key 'problem' is %s", path, pj ? "not an object" : "missing");
   for (int i = 0; i < 5; i++) {
     if (!json_object_get(pj, req[i]))
-      return fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'problem.%s' is missing", path,
-                  req[i]);
+      return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'problem.%s' is missing", path,
+                      req[i]);
     int st = get_int(path, pj, req[i], &d[i], err, errlen);
     if (st) return st;
   }
@@ -506,30 +483,30 @@ static int parse_manifest(const char *path, const char *text, kda_case *c, json_
   json_t *m = json_loads(text, JSON_REJECT_DUPLICATES, &je);
   *root = m;
   if (!m)
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)",
-                path, je.line, je.text);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)",
+                    path, je.line, je.text);
   if (!json_is_object(m))
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not a JSON object", path);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not a JSON object", path);
   json_t *schema = json_object_get(m, "schema");
   if (!schema)
-    return fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'schema' is missing", path);
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'schema' is missing", path);
   if (!json_is_string(schema) || strcmp(json_string_value(schema), KDA_CASE_SCHEMA) != 0)
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest schema is not \"%s\"", path,
-                KDA_CASE_SCHEMA);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest schema is not \"%s\"", path,
+                    KDA_CASE_SCHEMA);
   int st = parse_problem(path, json_object_get(m, "problem"), &c->p, err, errlen);
   if (st) return st;
   json_t *prec = json_object_get(m, "input_precision");
   if (!prec)
-    return fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'input_precision' is missing",
-                path);
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'input_precision' is missing",
+                    path);
   if (!json_is_string(prec) || kda_prec_parse(json_string_value(prec), &c->input_precision))
-    return fail(KDA_EINVAL, err, errlen, "%s: manifest input_precision is not one of f64, f32, "
-                "bf16, f16", path);
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "%s: manifest input_precision is not one of f64, f32, bf16, f16", path);
   json_t *id = json_object_get(m, "id");
   if (id && !json_is_string(id))
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'id' is not a string", path);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'id' is not a string", path);
   if (id && !(c->id = strdup(json_string_value(id))))
-    return fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   return KDA_OK;
 }
 
@@ -540,19 +517,21 @@ static int check_members_map(const char *path, json_t *root, const kda_case *c, 
   json_t *mm = json_object_get(root, "members");
   if (!mm) return KDA_OK;
   if (!json_is_object(mm))
-    return fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'members' is not an object", path);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'members' is not an object", path);
   for (int m = 0; m < KDA_M_COUNT; m++) {
-    json_t *e = json_object_get(mm, member_names[m]);
+    json_t *e = json_object_get(mm, kda_case_member_names[m]);
     if (!e) continue;
     json_t *pr = json_is_object(e) ? json_object_get(e, "precision") : NULL;
     if (!json_is_object(e) || (pr && !json_is_string(pr)))
-      return fail(KDA_EFORMAT, err, errlen, "%s: manifest entry 'members.%s' is malformed",
-                  path, member_names[m]);
+      return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest entry 'members.%s' is malformed",
+                      path, kda_case_member_names[m]);
     const char *want = member_prec_name(m, c->input_precision);
     if (pr && strcmp(json_string_value(pr), want) != 0)
-      return fail(KDA_EINVAL, err, errlen, "%s: member '%s' is declared precision '%s' in the "
-                  "manifest, expected '%s' (input_precision %s)", path, member_names[m],
-                  json_string_value(pr), want, kda_prec_name(c->input_precision));
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "%s: member '%s' is declared precision '%s' in the "
+                      "manifest, expected '%s' (input_precision %s)",
+                      path, kda_case_member_names[m], json_string_value(pr), want,
+                      kda_prec_name(c->input_precision));
   }
   return KDA_OK;
 }
@@ -565,9 +544,9 @@ static int check_member_info(const char *path, int m, const member_spec *s,
   int dtype_ok = is_index ? (dt == KDA_DTYPE_I64 || dt == KDA_DTYPE_I32)
                           : (dt == KDA_DTYPE_F64 || dt == KDA_DTYPE_F32 || dt == KDA_DTYPE_F16);
   if (!dtype_ok)
-    return fail(KDA_EDTYPE, err, errlen, "%s: member '%s' has dtype %s, expected %s", path,
-                member_names[m], kda_dtype_descr(dt) ? kda_dtype_descr(dt) : "?",
-                is_index ? "<i8 or <i4" : "<f8, <f4 or <f2");
+    return kda_fail(KDA_EDTYPE, err, errlen, "%s: member '%s' has dtype %s, expected %s", path,
+                    kda_case_member_names[m], kda_dtype_descr(dt) ? kda_dtype_descr(dt) : "?",
+                    is_index ? "<i8 or <i4" : "<f8, <f4 or <f2");
   int same = info->ndim == s->ndim;
   for (int d = 0; same && d < s->ndim; d++) same = info->shape[d] == s->shape[d];
   if (same) return KDA_OK;
@@ -578,25 +557,25 @@ static int check_member_info(const char *path, int m, const member_spec *s,
   for (int d = 0; d < s->ndim && n < sizeof dims; d++)
     n += (size_t)snprintf(dims + n, sizeof dims - n, "%s%s", d ? "," : "", s->dims[d]);
   if (n < sizeof dims) snprintf(dims + n, sizeof dims - n, "]");
-  return fail(KDA_ESHAPE, err, errlen, "%s: member '%s' has shape %s, expected %s = %s", path,
-              member_names[m], got, dims, want);
+  return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s' has shape %s, expected %s = %s", path,
+                  kda_case_member_names[m], got, dims, want);
 }
 
 /* Loads one member (present or not) into the case. */
 static int load_member(kda_npz *z, const char *path, int m, const member_spec *s, kda_case *c,
                        char *err, size_t errlen) {
-  const char *name = member_names[m];
+  const char *name = kda_case_member_names[m];
   const int present = kda_npz_has(z, name);
   if (!s->used) {
     if (present)
-      return fail(KDA_ESHAPE, err, errlen, "%s: member '%s' is present but the problem does "
-                  "not use it", path, name);
+      return kda_fail(KDA_ESHAPE, err, errlen,
+                      "%s: member '%s' is present but the problem does not use it", path, name);
     return KDA_OK;
   }
   if (!present) {
     if (m == KDA_M_CU_SEQLENS && c->p.N == 1) return KDA_OK; /* {0, T} below */
-    return fail(KDA_ENOTFOUND, err, errlen, "%s: missing member '%s' (needed by %s)", path,
-                name, s->reason);
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: missing member '%s' (needed by %s)", path,
+                    name, s->reason);
   }
   kda_array_info info;
   int st = kda_npz_info(z, name, &info, err, errlen);
@@ -604,7 +583,7 @@ static int load_member(kda_npz *z, const char *path, int m, const member_spec *s
   if (st) return st;
   if (s->count == 0) { /* an empty member (T = 0): keep a non-NULL buffer */
     void *e = calloc(1, sizeof(double));
-    if (!e) return fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+    if (!e) return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
     if (m == KDA_M_CU_SEQLENS) c->cu_seqlens = e;
     else if (m == KDA_M_CHECKPOINTS) c->checkpoints = e;
     else *case_slot(c, m) = e;
@@ -619,7 +598,7 @@ static int load_member(kda_npz *z, const char *path, int m, const member_spec *s
 static int default_cu_seqlens(kda_case *c, char *err, size_t errlen) {
   if (c->cu_seqlens) return KDA_OK;
   c->cu_seqlens = malloc(2 * sizeof(int64_t));
-  if (!c->cu_seqlens) return fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!c->cu_seqlens) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   c->cu_seqlens[0] = 0;
   c->cu_seqlens[1] = c->p.T;
   return KDA_OK;
@@ -629,7 +608,7 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_
   char *text = NULL;
   int st = kda_npz_read_blob(z, "manifest.json", &text, NULL, err, errlen);
   if (st == KDA_ENOTFOUND)
-    return fail(st, err, errlen, "%s: missing member 'manifest.json'", path);
+    return kda_fail(st, err, errlen, "%s: missing member 'manifest.json'", path);
   if (st) return st;
   c->manifest_json = text;
   json_t *root = NULL;
@@ -660,7 +639,7 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_
 
 int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  if (!path) return fail(KDA_EINVAL, err, errlen, "case path is NULL");
+  if (!path) return kda_fail(KDA_EINVAL, err, errlen, "case path is NULL");
   kda_npz *z = NULL;
   int st = kda_npz_open(path, &z, err, errlen);
   if (st) return st;
@@ -710,13 +689,14 @@ static int save_checks(const char *path, const kda_case *c, member_spec *s, cons
   if (!st) st = kda_case_sizes_get(&c->p, &sz, err, errlen);
   if (st) return prefix_err(st, err, errlen, path, "problem");
   if (!kda_prec_name(c->input_precision))
-    return fail(KDA_EINVAL, err, errlen, "%s: invalid input precision %d", path,
-                (int)c->input_precision);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: invalid input precision %d", path,
+                    (int)c->input_precision);
   member_specs(&c->p, s);
   for (int m = 0; m < KDA_M_COUNT; m++)
-    if (s[m].used && case_array(c, m) == NULL && m != KDA_M_CU_SEQLENS && m != KDA_M_CHECKPOINTS)
-      return fail(KDA_EINVAL, err, errlen, "%s: case has no '%s' array (needed by %s)", path,
-                  member_names[m], s[m].reason);
+    if (s[m].used && kda_case_array(c, m) == NULL && m != KDA_M_CU_SEQLENS &&
+        m != KDA_M_CHECKPOINTS)
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: case has no '%s' array (needed by %s)", path,
+                      kda_case_member_names[m], s[m].reason);
   cu1[0] = 0;
   cu1[1] = c->p.T;
   *cu = c->cu_seqlens ? c->cu_seqlens : c->p.N == 1 ? cu1 : NULL;
@@ -736,16 +716,16 @@ static int save_members(kda_npz_writer *w, const kda_case *c, const member_spec 
       st = kda_npz_writer_add(w, "checkpoints", KDA_DTYPE_I64, 1, s[m].shape, c->checkpoints,
                               err, errlen);
     else
-      st = kda_npz_writer_add_f64(w, member_names[m],
+      st = kda_npz_writer_add_f64(w, kda_case_member_names[m],
                                   prec_dtype(kda_case_member_prec(m, c->input_precision)),
-                                  s[m].ndim, s[m].shape, case_array(c, m), err, errlen);
+                                  s[m].ndim, s[m].shape, kda_case_array(c, m), err, errlen);
   }
   return st;
 }
 
 int kda_case_save(const char *path, const kda_case *c, const char *extra_json, char *err,
                   size_t errlen) {
-  if (!path || !c) return fail(KDA_EINVAL, err, errlen, "case or path is NULL");
+  if (!path || !c) return kda_fail(KDA_EINVAL, err, errlen, "case or path is NULL");
   member_spec s[KDA_M_COUNT];
   const int64_t *cu = NULL;
   int64_t cu1[2];
@@ -801,7 +781,7 @@ static void inputs_sha256(const kda_case *c, const member_spec *s, const int64_t
     const int is_index = m == KDA_M_CU_SEQLENS || m == KDA_M_CHECKPOINTS;
     const int32_t dt = is_index ? KDA_DTYPE_I64
                                 : prec_dtype(kda_case_member_prec(m, c->input_precision));
-    const double *x = is_index ? NULL : case_array(c, m);
+    const double *x = is_index ? NULL : kda_case_array(c, m);
     const int64_t *ix = m == KDA_M_CU_SEQLENS ? cu : c->checkpoints;
     for (uint64_t i = 0; i < s[m].count; i += 512) {
       size_t n = s[m].count - i < 512 ? (size_t)(s[m].count - i) : 512;
@@ -827,9 +807,11 @@ static int result_manifest(const kda_case *c, const char *backend, const char *h
   }
   *out = bad ? NULL : dump_json(o);
   json_decref(o);
-  if (bad) return fail(KDA_EINVAL, err, errlen, "cannot build the result manifest (backend or "
-                       "id not UTF-8, or memory)");
-  return *out ? KDA_OK : fail(KDA_ENOMEM, err, errlen, "out of memory writing the manifest");
+  if (bad)
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "cannot build the result manifest (backend or "
+                    "id not UTF-8, or memory)");
+  return *out ? KDA_OK : kda_fail(KDA_ENOMEM, err, errlen, "out of memory writing the manifest");
 }
 
 static int result_members(kda_npz_writer *w, const kda_case *c, int32_t dtype, const double *o,
@@ -852,11 +834,11 @@ int kda_result_save(const char *path, const kda_case *c, const char *backend, in
                     const double *o, const double *ht, const double *hc, char *err,
                     size_t errlen) {
   if (!path || !c || !backend || !*backend)
-    return fail(KDA_EINVAL, err, errlen, "result path, case or backend is NULL or empty");
+    return kda_fail(KDA_EINVAL, err, errlen, "result path, case or backend is NULL or empty");
   if (dtype != KDA_DTYPE_F64 && dtype != KDA_DTYPE_F32)
-    return fail(KDA_EINVAL, err, errlen, "%s: result dtype must be f64 or f32", path);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: result dtype must be f64 or f32", path);
   if (!o || (c->p.want_final_state && !ht) || (c->p.n_checkpoints > 0 && !hc))
-    return fail(KDA_EINVAL, err, errlen, "%s: missing output array (o, ht or hc)", path);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: missing output array (o, ht or hc)", path);
   member_spec s[KDA_M_COUNT];
   const int64_t *cu = NULL;
   int64_t cu1[2];

@@ -1,4 +1,4 @@
-/* kda_case_internal.h: what kda_case.c shares with the generator (not installed).
+/* kda_case_internal.h: what kda_case.c shares with the generator and the catalog (not installed).
  * SPDX-License-Identifier: MIT
  */
 #ifndef KDA_CASE_INTERNAL_H
@@ -17,6 +17,24 @@ enum {
   KDA_M_Q, KDA_M_K, KDA_M_V, KDA_M_G, KDA_M_BETA, KDA_M_A_LOG, KDA_M_DT_BIAS,
   KDA_M_CU_SEQLENS, KDA_M_H0, KDA_M_CHECKPOINTS, KDA_M_COUNT
 };
+
+/* The member names of the file, indexed by KDA_M_*. */
+extern const char *const kda_case_member_names[KDA_M_COUNT];
+
+/* The float array of input member m of c (NULL for the index members and absent ones). */
+static inline double *kda_case_array(const kda_case *c, int m) {
+  switch (m) {
+  case KDA_M_Q: return c->q;
+  case KDA_M_K: return c->k;
+  case KDA_M_V: return c->v;
+  case KDA_M_G: return c->g;
+  case KDA_M_BETA: return c->beta;
+  case KDA_M_A_LOG: return c->A_log;
+  case KDA_M_DT_BIAS: return c->dt_bias;
+  case KDA_M_H0: return c->h0;
+  default: return NULL;
+  }
+}
 
 /* 1 when the problem reads g, dt_bias, A_log (SPEC.md §4.1; as the reference decides). */
 int kda_case_uses_g(const kda_problem *p);

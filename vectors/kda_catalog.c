@@ -13,12 +13,12 @@
 #include "kda_catalog.h"
 
 #include <jansson.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_internal.h"
 
 /* ---- Flags. */
 static const kda_catalog_flag flag_table[KDA_FLAG_COUNT] = {
@@ -359,16 +359,6 @@ uint64_t kda_catalog_flags(const kda_catalog_entry *e, const kda_case *c) {
 }
 
 /* ---- Building. */
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 /* Replaces the manifest's generator_info by {description, seed, regime, prng, design,
  * design_description} (the first four as the generator wrote them). */
 static int set_design_manifest(kda_case *c, const kda_catalog_design *dz, char *err,
@@ -377,14 +367,14 @@ static int set_design_manifest(kda_case *c, const kda_catalog_design *dz, char *
   json_t *gi = m ? json_object_get(m, "generator_info") : NULL;
   if (!json_is_object(gi)) {
     json_decref(m);
-    return fail(KDA_EINVAL, err, errlen, "case '%s': generated manifest has no generator_info",
-                c->id ? c->id : "");
+    return kda_fail(KDA_EINVAL, err, errlen, "case '%s': generated manifest has no generator_info",
+                    c->id ? c->id : "");
   }
   int bad = json_object_set_new(gi, "design", json_string(dz->name));
   bad |= json_object_set_new(gi, "design_description", json_string(dz->description));
   char *extra = bad ? NULL : json_dumps(gi, JSON_COMPACT | JSON_REAL_PRECISION(17));
   json_decref(m);
-  if (!extra) return fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!extra) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   char *text = NULL;
   int st = kda_case_manifest_text(c, extra, &text, err, errlen);
   free(extra);
@@ -396,13 +386,13 @@ static int set_design_manifest(kda_case *c, const kda_catalog_design *dz, char *
 
 int kda_catalog_build(const kda_catalog_entry *e, kda_case *c, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  if (!e || !e->desc) return fail(KDA_EINVAL, err, errlen, "catalog entry is NULL");
+  if (!e || !e->desc) return kda_fail(KDA_EINVAL, err, errlen, "catalog entry is NULL");
   const kda_catalog_design *dz = NULL;
   if (e->design && !(dz = kda_catalog_design_find(e->design)))
-    return fail(KDA_EINVAL, err, errlen, "case '%s': unknown design '%s'", e->id, e->design);
+    return kda_fail(KDA_EINVAL, err, errlen, "case '%s': unknown design '%s'", e->id, e->design);
   size_t len = strlen(e->desc) + strlen(e->id) + 8;
   char *text = malloc(len);
-  if (!text) return fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   snprintf(text, len, "%s id=%s", e->desc, e->id);
   kda_gen_desc d;
   int st = kda_gen_parse(text, &d, err, errlen);

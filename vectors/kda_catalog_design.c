@@ -8,40 +8,11 @@
  * one rounding into the member's precision.  No libm function touches a generated value.
  */
 #include <math.h>
-#include <stdarg.h>
-#include <stdio.h>
 #include <string.h>
 
 #include "kda_catalog.h"
 #include "kda_catalog_internal.h"
 #include "kda_prng.h"
-
-static const char *const member_name[KDA_M_COUNT] = {
-    "q", "k", "v", "g", "beta", "A_log", "dt_bias", "cu_seqlens", "h0", "checkpoints"};
-
-int kda_catalog_fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
-static double *member_array(kda_case *c, int m) {
-  switch (m) {
-  case KDA_M_Q: return c->q;
-  case KDA_M_K: return c->k;
-  case KDA_M_V: return c->v;
-  case KDA_M_G: return c->g;
-  case KDA_M_BETA: return c->beta;
-  case KDA_M_A_LOG: return c->A_log;
-  case KDA_M_DT_BIAS: return c->dt_bias;
-  case KDA_M_H0: return c->h0;
-  default: return NULL;
-  }
-}
 
 static uint64_t member_count(const kda_case *c, int m) {
   kda_case_sizes s;
@@ -65,17 +36,19 @@ double kda_catalog_round(const kda_case *c, int m, double x) {
 
 int kda_catalog_fill(kda_case *c, int m, const double *src, uint64_t n, char *err,
                      size_t errlen) {
-  double *dst = member_array(c, m);
+  double *dst = kda_case_array(c, m);
   const char *id = c->id ? c->id : "";
   if (!dst || member_count(c, m) != n)
-    return kda_catalog_fail(KDA_EINVAL, err, errlen, "case '%s': design gives %llu values for "
-                            "member '%s', the problem has %llu", id, (unsigned long long)n,
-                            member_name[m], (unsigned long long)member_count(c, m));
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "case '%s': design gives %llu values for member '%s', the problem has %llu", id,
+                    (unsigned long long)n, kda_case_member_names[m],
+                    (unsigned long long)member_count(c, m));
   for (uint64_t i = 0; i < n; i++) {
     if (!isinf(src[i]) && kda_catalog_round(c, m, src[i]) != src[i])
-      return kda_catalog_fail(KDA_EINVAL, err, errlen, "case '%s': designed value %a of member "
-                              "'%s' element %llu is not exact in its precision", id, src[i],
-                              member_name[m], (unsigned long long)i);
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "case '%s': designed value %a of member "
+                      "'%s' element %llu is not exact in its precision",
+                      id, src[i], kda_case_member_names[m], (unsigned long long)i);
     dst[i] = src[i];
   }
   return KDA_OK;
@@ -90,17 +63,18 @@ uint64_t kda_catalog_state_at(const kda_problem *p, int64_t n, int64_t hv, int64
 /* Stores x exactly into element i of member m, or fails naming the case. */
 static int put_exact(kda_case *c, int m, uint64_t i, double x, char *err, size_t errlen) {
   if (!isinf(x) && kda_catalog_round(c, m, x) != x)
-    return kda_catalog_fail(KDA_EINVAL, err, errlen, "case '%s': designed value %a of member "
-                            "'%s' is not exact in %s", c->id ? c->id : "", x, member_name[m],
-                            kda_prec_name(kda_case_member_prec(m, c->input_precision)));
-  member_array(c, m)[i] = x;
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "case '%s': designed value %a of member '%s' is not exact in %s",
+                    c->id ? c->id : "", x, kda_case_member_names[m],
+                    kda_prec_name(kda_case_member_prec(m, c->input_precision)));
+  kda_case_array(c, m)[i] = x;
   return KDA_OK;
 }
 
 static int need(const kda_case *c, int ok, const char *what, char *err, size_t errlen) {
   if (ok) return KDA_OK;
-  return kda_catalog_fail(KDA_EINVAL, err, errlen, "case '%s': the design needs %s",
-                          c->id ? c->id : "", what);
+  return kda_fail(KDA_EINVAL, err, errlen, "case '%s': the design needs %s", c->id ? c->id : "",
+                  what);
 }
 
 static int64_t gate_width(const kda_case *c) { return kda_problem_gate_width(&c->p); }
@@ -136,23 +110,32 @@ static int design_gate_mixture(kda_case *c, uint64_t seed, char *err, size_t err
   return st;
 }
 
-/* Zero dt_bias, and g from a list spread over both of fla's softplus thresholds. */
-static int design_softplus_tails(kda_case *c, uint64_t seed, char *err, size_t errlen) {
-  static const double tails[] = {-100.0, -40.0, -20.0, -17.0, -16.625, -16.5, -1.0,
-                                 0.0,    1.0,   20.0,  20.5,  25.0,    40.0,  88.0};
-  const int64_t nt = (int64_t)(sizeof tails / sizeof tails[0]);
+
+/* Zero dt_bias, and g[t, hv, ch] = vals[(t + a ch + b hv) mod n]: every listed gate input
+ * is met, at different tokens for different channels and heads. */
+static int gate_table(kda_case *c, const double *vals, int64_t n, int64_t a, int64_t b,
+                      char *err, size_t errlen) {
   const kda_problem *p = &c->p;
-  int st = need(c, c->g && c->dt_bias && p->gate_mode == KDA_GATE_SOFTPLUS, "gate=softplus", err,
-                errlen);
   const int64_t GW = gate_width(c);
+  int st = KDA_OK;
   for (int64_t i = 0; !st && i < p->HV * GW; i++) st = put_exact(c, KDA_M_DT_BIAS, (uint64_t)i,
                                                                   0.0, err, errlen);
   for (int64_t t = 0; !st && t < p->T; t++)
     for (int64_t hv = 0; !st && hv < p->HV; hv++)
       for (int64_t ch = 0; !st && ch < GW; ch++)
         st = put_exact(c, KDA_M_G, (uint64_t)((t * p->HV + hv) * GW + ch),
-                       tails[(t + 5 * ch + 3 * hv) % nt], err, errlen);
+                       vals[(t + a * ch + b * hv) % n], err, errlen);
   return st;
+}
+
+/* Zero dt_bias, and g from a list spread over both of fla's softplus thresholds. */
+static int design_softplus_tails(kda_case *c, uint64_t seed, char *err, size_t errlen) {
+  static const double tails[] = {-100.0, -40.0, -20.0, -17.0, -16.625, -16.5, -1.0,
+                                 0.0,    1.0,   20.0,  20.5,  25.0,    40.0,  88.0};
+  const int64_t nt = (int64_t)(sizeof tails / sizeof tails[0]);
+  int st = need(c, c->g && c->dt_bias && c->p.gate_mode == KDA_GATE_SOFTPLUS, "gate=softplus",
+                err, errlen);
+  return st ? st : gate_table(c, tails, nt, 5, 3, err, errlen);
 }
 
 /* Zero dt_bias, and g from -100 to 100: sigmoid near 1 (g_eff near lb) and near 0. */
@@ -160,18 +143,9 @@ static int design_lower_bound_edges(kda_case *c, uint64_t seed, char *err, size_
   static const double ys[] = {-100.0, -60.0, -20.0, -8.0, -2.0, -0.5, 0.0,
                               0.5,    2.0,   8.0,   20.0, 60.0, 100.0};
   const int64_t ny = (int64_t)(sizeof ys / sizeof ys[0]);
-  const kda_problem *p = &c->p;
-  int st = need(c, c->g && c->dt_bias && p->gate_mode == KDA_GATE_LOWER_BOUND,
+  int st = need(c, c->g && c->dt_bias && c->p.gate_mode == KDA_GATE_LOWER_BOUND,
                 "gate=lower_bound", err, errlen);
-  const int64_t GW = gate_width(c);
-  for (int64_t i = 0; !st && i < p->HV * GW; i++) st = put_exact(c, KDA_M_DT_BIAS, (uint64_t)i,
-                                                                  0.0, err, errlen);
-  for (int64_t t = 0; !st && t < p->T; t++)
-    for (int64_t hv = 0; !st && hv < p->HV; hv++)
-      for (int64_t ch = 0; !st && ch < GW; ch++)
-        st = put_exact(c, KDA_M_G, (uint64_t)((t * p->HV + hv) * GW + ch),
-                       ys[(t + 3 * ch + 7 * hv) % ny], err, errlen);
-  return st;
+  return st ? st : gate_table(c, ys, ny, 3, 7, err, errlen);
 }
 
 /* g = -2 U: per-channel decays between e^-2 and 1 (pre-gated). */
@@ -302,8 +276,8 @@ static int design_key_geometry(kda_case *c, uint64_t seed, char *err, size_t err
   /* class 6 changes an entry by a relative 2^-12: it must still be exact */
   for (uint64_t i = 0; i < (uint64_t)(c->p.T * c->p.H * K); i++)
     if (kda_catalog_round(c, KDA_M_K, c->k[i]) != c->k[i])
-      return kda_catalog_fail(KDA_EINVAL, err, errlen, "case '%s': key geometry needs f32 or "
-                              "f64 inputs", c->id ? c->id : "");
+      return kda_fail(KDA_EINVAL, err, errlen, "case '%s': key geometry needs f32 or f64 inputs",
+                      c->id ? c->id : "");
   return KDA_OK;
 }
 

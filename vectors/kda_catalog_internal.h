@@ -9,19 +9,13 @@
 
 #include "kda_case.h"
 #include "kda_case_internal.h"
+#include "kda_internal.h"
 
 /* Design streams of the PRNG (the generator uses 1..10). */
 #define KDA_DS_GATE 32
 #define KDA_DS_GATE2 33
 #define KDA_DS_DECAY 34
 #define KDA_DS_VALUE 35
-
-/* Writes a one-line message and returns status. */
-int kda_catalog_fail(int status, char *err, size_t errlen, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
 
 /* Copies n designed values into member m (KDA_M_*) of c.  The member must exist with exactly
  * n elements and every value must be exact in the member's precision.  Returns KDA_OK or

@@ -30,14 +30,15 @@
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_prng.h"
+#include "kda_sbuf.h"
 #include "kda_sha256.h"
 
 enum {
@@ -50,16 +51,6 @@ enum {
 #define KDA_GEN_H 1
 #define KDA_GEN_K 8
 #define KDA_GEN_V 8
-
-static int fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* ---- Regimes. */
 static const char *const regime_names[] = {"randn", "positive", "unit",
@@ -79,76 +70,35 @@ int kda_regime_parse(const char *name, int32_t *regime) {
   return KDA_EINVAL;
 }
 
-/* ---- A growable string. */
-typedef struct strbuf {
-  char *s;
-  size_t len, cap;
-  int oom;
-} strbuf;
-
-static void sb_printf(strbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->s && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = (b->cap ? b->cap * 2 : 256) + (size_t)n;
-    char *s = realloc(b->s, cap);
-    if (!s) {
-      b->oom = 1;
-      return;
-    }
-    b->s = s;
-    b->cap = cap;
-  }
-}
-
-/* The shortest %g text that reads back as x (x finite). */
-static void sb_double(strbuf *b, double x) {
-  char buf[40];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(buf, sizeof buf, "%.*g", prec, x);
-    if (strtod(buf, NULL) == x) break;
-  }
-  sb_printf(b, "%s", buf);
-}
-
-static void sb_list(strbuf *b, const char *key, const int64_t *x, int64_t n) {
-  sb_printf(b, " %s=", key);
-  for (int64_t i = 0; i < n; i++) sb_printf(b, "%s%lld", i ? "," : "", (long long)x[i]);
+/* ---- Canonical text. */
+static void sb_list(kda_sbuf *b, const char *key, const int64_t *x, int64_t n) {
+  kda_sbuf_printf(b, " %s=", key);
+  for (int64_t i = 0; i < n; i++) kda_sbuf_printf(b, "%s%lld", i ? "," : "", (long long)x[i]);
 }
 
 /* The canonical description: every key, in a fixed order, values in canonical form. */
 static char *desc_canonical(const kda_gen_desc *d, const char *id) {
   const kda_problem *p = &d->p;
-  strbuf b = {0};
-  sb_printf(&b, "seed=%llu T=%lld H=%lld HV=%lld K=%lld V=%lld", (unsigned long long)d->seed,
-            (long long)p->T, (long long)p->H, (long long)p->HV, (long long)p->K,
-            (long long)p->V);
+  kda_sbuf b = {0};
+  kda_sbuf_printf(&b, "seed=%llu T=%lld H=%lld HV=%lld K=%lld V=%lld", (unsigned long long)d->seed,
+                  (long long)p->T, (long long)p->H, (long long)p->HV, (long long)p->K,
+                  (long long)p->V);
   if (d->seqlens) sb_list(&b, "seqlens", d->seqlens, p->N);
-  sb_printf(&b, " family=%s gate=%s beta=%s l2=%s head_map=%s layout=%s scale=",
-            kda_family_name(p->family), kda_gate_name(p->gate_mode), kda_beta_name(p->beta_mode),
-            kda_l2_name(p->l2_mode), kda_head_map_name(p->head_map),
-            kda_state_layout_name(p->state_layout));
-  sb_double(&b, p->scale);
-  sb_printf(&b, " lb=");
-  sb_double(&b, p->lower_bound);
-  sb_printf(&b, " eps=");
-  sb_double(&b, p->l2_eps);
-  sb_printf(&b, " alog=%d h0=%d final=%d", (int)p->has_A_log, (int)p->has_initial_state,
-            (int)p->want_final_state);
+  kda_sbuf_printf(&b, " family=%s gate=%s beta=%s l2=%s head_map=%s layout=%s scale=",
+                  kda_family_name(p->family), kda_gate_name(p->gate_mode),
+                  kda_beta_name(p->beta_mode), kda_l2_name(p->l2_mode),
+                  kda_head_map_name(p->head_map), kda_state_layout_name(p->state_layout));
+  kda_sbuf_shortest(&b, p->scale);
+  kda_sbuf_printf(&b, " lb=");
+  kda_sbuf_shortest(&b, p->lower_bound);
+  kda_sbuf_printf(&b, " eps=");
+  kda_sbuf_shortest(&b, p->l2_eps);
+  kda_sbuf_printf(&b, " alog=%d h0=%d final=%d", (int)p->has_A_log, (int)p->has_initial_state,
+                  (int)p->want_final_state);
   if (p->n_checkpoints > 0) sb_list(&b, "checkpoints", d->checkpoints, p->n_checkpoints);
-  sb_printf(&b, " regime=%s prec=%s", kda_regime_name(d->regime), kda_prec_name(d->precision));
-  if (id) sb_printf(&b, " id=%s", id);
+  kda_sbuf_printf(&b, " regime=%s prec=%s", kda_regime_name(d->regime),
+                  kda_prec_name(d->precision));
+  if (id) kda_sbuf_printf(&b, " id=%s", id);
   if (b.oom) {
     free(b.s);
     return NULL;
@@ -183,7 +133,7 @@ static const char *const key_names[KEY_COUNT] = {
     "layout", "scale", "lb", "eps", "alog", "h0", "final", "checkpoints", "regime", "prec", "id"};
 
 static int bad_value(const char *key, const char *val, char *err, size_t errlen) {
-  return fail(KDA_EINVAL, err, errlen, "description: bad value '%s' for key '%s'", val, key);
+  return kda_fail(KDA_EINVAL, err, errlen, "description: bad value '%s' for key '%s'", val, key);
 }
 
 /* A decimal (or 0x hexadecimal) integer in [lo, hi]. */
@@ -239,12 +189,13 @@ static int split_words(char *buf, const char *vals[KEY_COUNT], char *err, size_t
   char *save = NULL;
   for (char *w = strtok_r(buf, " \t\r\n", &save); w; w = strtok_r(NULL, " \t\r\n", &save)) {
     char *eq = strchr(w, '=');
-    if (!eq) return fail(KDA_EINVAL, err, errlen, "description: word '%s' is not key=value", w);
+    if (!eq) return kda_fail(KDA_EINVAL, err, errlen, "description: word '%s' is not key=value", w);
     *eq = '\0';
     int k = 0;
     while (k < KEY_COUNT && strcmp(key_names[k], w) != 0) k++;
-    if (k == KEY_COUNT) return fail(KDA_EINVAL, err, errlen, "description: unknown key '%s'", w);
-    if (vals[k]) return fail(KDA_EINVAL, err, errlen, "description: key '%s' given twice", w);
+    if (k == KEY_COUNT)
+      return kda_fail(KDA_EINVAL, err, errlen, "description: unknown key '%s'", w);
+    if (vals[k]) return kda_fail(KDA_EINVAL, err, errlen, "description: key '%s' given twice", w);
     vals[k] = eq + 1;
   }
   return KDA_OK;
@@ -269,8 +220,9 @@ static int parse_shapes(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err,
       sum += d->seqlens[n];
     }
     if (vals[KEY_T] && dim[0] != sum)
-      return fail(KDA_EINVAL, err, errlen, "description: T=%lld disagrees with seqlens (sum "
-                  "%lld)", (long long)dim[0], (long long)sum);
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "description: T=%lld disagrees with seqlens (sum %lld)", (long long)dim[0],
+                      (long long)sum);
     dim[0] = sum;
   }
   kda_problem_init(&d->p, dim[0], dim[1], dim[2], dim[3], dim[4]);
@@ -315,7 +267,7 @@ static int parse_checkpoints(const char *val, kda_gen_desc *d, char *err, size_t
   }
   if (T == 0) return KDA_OK;
   d->checkpoints = calloc(66, sizeof(int64_t));
-  if (!d->checkpoints) return fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!d->checkpoints) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   int64_t n = 0;
   for (int64_t pos = 1; pos - 1 < T; pos *= 2) {
     d->checkpoints[n++] = pos - 1;
@@ -351,16 +303,16 @@ int kda_gen_parse(const char *text, kda_gen_desc *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   d->regime = KDA_REGIME_RANDN;
   d->precision = KDA_PREC_F32;
-  if (!text) return fail(KDA_EINVAL, err, errlen, "description is NULL");
+  if (!text) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   char *buf = strdup(text);
-  if (!buf) return fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!buf) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   const char *vals[KEY_COUNT] = {0};
   int st = split_words(buf, vals, err, errlen);
   if (!st) st = parse_shapes(vals, d, err, errlen);
   if (!st) st = parse_modes(vals, &d->p, err, errlen);
   if (!st) st = parse_rest(vals, d, err, errlen);
   if (!st && !d->id[0] && default_id(d, d->id) != KDA_OK)
-    st = fail(KDA_ENOMEM, err, errlen, "out of memory");
+    st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   free(buf);
   if (st) kda_gen_desc_free(d);
   return st;
@@ -516,8 +468,8 @@ static int gen_index(const kda_gen_desc *d, kda_case *c, char *err, size_t errle
     c->cu_seqlens[0] = 0;
     for (int64_t n = 0; n < p->N; n++) {
       if (d->seqlens[n] < 0 || d->seqlens[n] > INT64_MAX - c->cu_seqlens[n])
-        return fail(KDA_EINVAL, err, errlen, "description: bad sequence length %lld",
-                    (long long)d->seqlens[n]);
+        return kda_fail(KDA_EINVAL, err, errlen, "description: bad sequence length %lld",
+                        (long long)d->seqlens[n]);
       c->cu_seqlens[n + 1] = c->cu_seqlens[n] + d->seqlens[n];
     }
   } else {
@@ -525,7 +477,8 @@ static int gen_index(const kda_gen_desc *d, kda_case *c, char *err, size_t errle
   }
   if (p->n_checkpoints > 0) {
     if (!d->checkpoints)
-      return fail(KDA_EINVAL, err, errlen, "description: n_checkpoints > 0 without checkpoints");
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "description: n_checkpoints > 0 without checkpoints");
     memcpy(c->checkpoints, d->checkpoints, (size_t)p->n_checkpoints * sizeof(int64_t));
   }
   return kda_problem_check_index(p, c->cu_seqlens, c->checkpoints, err, errlen);
@@ -534,15 +487,16 @@ static int gen_index(const kda_gen_desc *d, kda_case *c, char *err, size_t errle
 /* generator_info {description, seed, regime, prng}. */
 static int gen_manifest(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
   char *desc = desc_canonical(d, c->id);
-  if (!desc) return fail(KDA_ENOMEM, err, errlen, "out of memory");
-  strbuf b = {0};
-  sb_printf(&b, "{\"description\": \"%s\", \"seed\": %llu, \"regime\": \"%s\", "
-            "\"prng\": \"philox4x32-10\"}", desc, (unsigned long long)d->seed,
-            kda_regime_name(d->regime));
+  if (!desc) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  kda_sbuf b = {0};
+  kda_sbuf_printf(&b,
+                  "{\"description\": \"%s\", \"seed\": %llu, \"regime\": \"%s\", "
+                  "\"prng\": \"philox4x32-10\"}",
+                  desc, (unsigned long long)d->seed, kda_regime_name(d->regime));
   free(desc);
   if (b.oom) {
     free(b.s);
-    return fail(KDA_ENOMEM, err, errlen, "out of memory");
+    return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   }
   int st = kda_case_manifest_text(c, b.s, &c->manifest_json, err, errlen);
   free(b.s);
@@ -551,24 +505,25 @@ static int gen_manifest(const kda_gen_desc *d, kda_case *c, char *err, size_t er
 
 static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
   if (!kda_regime_name(d->regime))
-    return fail(KDA_EINVAL, err, errlen, "description: invalid regime %d", (int)d->regime);
+    return kda_fail(KDA_EINVAL, err, errlen, "description: invalid regime %d", (int)d->regime);
   if (!kda_prec_name(d->precision))
-    return fail(KDA_EINVAL, err, errlen, "description: invalid precision %d", (int)d->precision);
+    return kda_fail(KDA_EINVAL, err, errlen, "description: invalid precision %d",
+                    (int)d->precision);
   if (d->seed > (uint64_t)INT64_MAX)
-    return fail(KDA_EINVAL, err, errlen, "description: seed is above 2^63 - 1");
+    return kda_fail(KDA_EINVAL, err, errlen, "description: seed is above 2^63 - 1");
   if (d->regime == KDA_REGIME_EXPANSIVE && d->p.l2_mode != KDA_L2_OFF)
-    return fail(KDA_EINVAL, err, errlen, "description: regime expansive needs l2=off");
+    return kda_fail(KDA_EINVAL, err, errlen, "description: regime expansive needs l2=off");
   if (!isfinite(d->p.lower_bound))
-    return fail(KDA_EINVAL, err, errlen, "description: lb is not finite");
+    return kda_fail(KDA_EINVAL, err, errlen, "description: lb is not finite");
   for (size_t i = 0; i < strlen(d->id); i++)
     if (d->id[i] <= ' ' || d->id[i] >= 127 || d->id[i] == '"' || d->id[i] == '\\')
-      return fail(KDA_EINVAL, err, errlen, "description: bad character in id");
+      return kda_fail(KDA_EINVAL, err, errlen, "description: bad character in id");
   return KDA_OK;
 }
 
 int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  if (!d) return fail(KDA_EINVAL, err, errlen, "description is NULL");
+  if (!d) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   int st = gen_checks(d, err, errlen);
   if (!st) st = kda_problem_check(&d->p, err, errlen);
   if (st) return st;
@@ -579,14 +534,14 @@ int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
   c->input_precision = d->precision;
   if (!gen_alloc(c, &s)) {
     kda_case_free(c);
-    return fail(KDA_ENOMEM, err, errlen, "out of memory generating a case");
+    return kda_fail(KDA_ENOMEM, err, errlen, "out of memory generating a case");
   }
   st = gen_index(d, c, err, errlen);
   char id[128];
   snprintf(id, sizeof id, "%s", d->id);
   if (!st && !id[0] && default_id(d, id) != KDA_OK)
-    st = fail(KDA_ENOMEM, err, errlen, "out of memory");
-  if (!st && !(c->id = strdup(id))) st = fail(KDA_ENOMEM, err, errlen, "out of memory");
+    st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!st && !(c->id = strdup(id))) st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   if (!st) {
     const gen g = {d, &c->p, d->seed, d->regime};
     gen_fill(&g, c, &s);

@@ -20,7 +20,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <mpfr.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,16 +37,6 @@
 #define JSON_FLAGS (JSON_INDENT(1) | JSON_REAL_PRECISION(17))
 
 /* ---- Small shared helpers. */
-int kda_golden_fail(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err && errlen) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
-
 double kda_golden_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -310,7 +299,7 @@ static int job_alloc(job *j, char *err, size_t errlen) {
   const size_t n = (size_t)(s.o + s.ht + s.hc) + 1;
   j->gold = calloc(n, sizeof(double));
   j->ref = calloc(n, sizeof(double));
-  if (!j->gold || !j->ref) return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!j->gold || !j->ref) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   return KDA_OK;
 }
 
@@ -357,8 +346,7 @@ static int job_write_npz(const job *j, const char *path, char *err, size_t errle
   gmember m[GM_MAX];
   const int nm = golden_members(&j->c, j->gold, m);
   char *text = job_manifest(j, m, nm);
-  if (!text) return kda_golden_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest",
-                                    path);
+  if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
   kda_npz_writer *w = NULL;
   int st = kda_npz_writer_open(path, &w, err, errlen);
   if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
@@ -393,7 +381,7 @@ static int job_run(job *j, const char *dir, kda_golden_info *info, char *err, si
   const char *lv = kda_level_name(j->e->level);
   size_t len = strlen(dir) + strlen(lv) + strlen(j->e->id) + 16;
   char *path = malloc(len);
-  if (!path) return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!path) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   snprintf(path, len, "%s/%s/%s.npz", dir, lv, j->e->id);
   st = job_write_npz(j, path, err, errlen);
   if (!st && j->e->level == KDA_LEVEL_L0) {
@@ -414,7 +402,7 @@ int kda_golden_make(const kda_catalog_entry *e, const char *dir, kda_golden_info
   memset(&j, 0, sizeof j);
   j.e = e;
   char msg[KDA_ERRLEN] = "";
-  int st = !e || !dir ? kda_golden_fail(KDA_EINVAL, msg, sizeof msg, "NULL entry or directory")
+  int st = !e || !dir ? kda_fail(KDA_EINVAL, msg, sizeof msg, "NULL entry or directory")
                       : job_run(&j, dir, info, msg, sizeof msg);
   if (st && e && !strstr(msg, e->id)) {
     char tmp[KDA_ERRLEN];

@@ -9,26 +9,9 @@
 
 #include "kda_case.h"
 #include "kda_golden.h"
+#include "kda_internal.h"
+#include "kda_sbuf.h"
 
-/* Writes a one-line message and returns status. */
-int kda_golden_fail(int status, char *err, size_t errlen, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 4, 5)))
-#endif
-    ;
-
-/* A growable string; oom is set (and later output dropped) when an allocation fails. */
-typedef struct kda_sbuf {
-  char *s;
-  size_t len, cap;
-  int oom;
-} kda_sbuf;
-
-void kda_sbuf_printf(kda_sbuf *b, const char *fmt, ...)
-#if defined(__GNUC__)
-    __attribute__((format(printf, 2, 3)))
-#endif
-    ;
 /* x as "%a (shortest decimal)", e.g. "0x1.8p+1 (3)"; "-inf", "0x0p+0 (0)". */
 void kda_sbuf_value(kda_sbuf *b, double x);
 

@@ -33,14 +33,14 @@ int kda_golden_write_atomic(const char *path, const void *data, size_t len, char
                             size_t errlen) {
   size_t n = strlen(path) + 16;
   char *tmp = malloc(n);
-  if (!tmp) return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!tmp) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   snprintf(tmp, n, "%s.tmp.XXXXXX", path);
   int fd = mkstemp(tmp);
   if (fd < 0) {
     int e = errno;
     free(tmp);
-    return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot create a temporary file: %s", path,
-                           strerror(e));
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot create a temporary file: %s", path,
+                    strerror(e));
   }
   const unsigned char *p = data;
   size_t done = 0;
@@ -56,7 +56,7 @@ int kda_golden_write_atomic(const char *path, const void *data, size_t len, char
   int e = errno;
   if (!ok) unlink(tmp);
   free(tmp);
-  if (!ok) return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
+  if (!ok) return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
   return KDA_OK;
 }
 
@@ -65,8 +65,7 @@ int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *e
   *out = NULL;
   *len = 0;
   FILE *f = fopen(path, "rb");
-  if (!f) return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path,
-                                 strerror(errno));
+  if (!f) return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path, strerror(errno));
   size_t cap = 1 << 16, n = 0;
   unsigned char *buf = malloc(cap);
   while (buf) {
@@ -84,10 +83,10 @@ int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *e
   }
   int bad = ferror(f);
   fclose(f);
-  if (!buf) return kda_golden_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+  if (!buf) return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   if (bad) {
     free(buf);
-    return kda_golden_fail(KDA_EIO, err, errlen, "%s: read error", path);
+    return kda_fail(KDA_EIO, err, errlen, "%s: read error", path);
   }
   *out = buf;
   *len = n;
@@ -118,8 +117,7 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
   if (!za) {
     zip_error_t e;
     zip_error_init_with_code(&e, ze);
-    kda_golden_fail(-1, msg, msglen, "%s: not a readable zip archive: %s", path,
-                    zip_error_strerror(&e));
+    kda_fail(-1, msg, msglen, "%s: not a readable zip archive: %s", path, zip_error_strerror(&e));
     zip_error_fini(&e);
     return -1;
   }
@@ -146,8 +144,8 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
     snprintf(why, sizeof why, "%s", zf ? zip_file_strerror(zf) : zip_strerror(za));
     if (zf) zip_fclose(zf);
     if (!ok) {
-      kda_golden_fail(-1, msg, msglen, "%s: member '%s' (number %lld) cannot be read: %s", path,
-                      name ? name : "?", (long long)i, why);
+      kda_fail(-1, msg, msglen, "%s: member '%s' (number %lld) cannot be read: %s", path,
+               name ? name : "?", (long long)i, why);
       zmembers_free(m, i + 1);
       zip_discard(za);
       return -1;
@@ -155,7 +153,7 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
   }
   zip_discard(za);
   if (!m) {
-    kda_golden_fail(-1, msg, msglen, "%s: out of memory", path);
+    kda_fail(-1, msg, msglen, "%s: out of memory", path);
     return -1;
   }
   *out = m;
@@ -254,8 +252,9 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
   int64_t nm = zmembers_read(path, &m, err, errlen);
   if (nm < 1 || strcmp(m[0].name, "manifest.json") != 0) {
     zmembers_free(m, nm);
-    return nm < 0 ? KDA_EFORMAT : kda_golden_fail(KDA_EFORMAT, err, errlen, "%s: first member "
-                                                  "is not manifest.json", path);
+    return nm < 0
+               ? KDA_EFORMAT
+               : kda_fail(KDA_EFORMAT, err, errlen, "%s: first member is not manifest.json", path);
   }
   json_t *man = json_loadb((const char *)m[0].data, m[0].len, 0, NULL);
   json_t *g = man ? json_object_get(man, "golden") : NULL;
@@ -269,7 +268,7 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
   if (!json_is_object(g)) {
     json_decref(man);
     json_decref(sums);
-    return kda_golden_fail(KDA_EFORMAT, err, errlen, "%s: manifest has no golden object", path);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest has no golden object", path);
   }
   char file[300];
   snprintf(file, sizeof file, "%s.npz", e->id);
@@ -282,8 +281,7 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
                    json_object_get(g, "certification"), "ref_f64", ref_json(in), "sha256",
                    "file", file_hex, "members", sums);
   json_decref(man);
-  if (!*out) return kda_golden_fail(KDA_EFORMAT, err, errlen, "%s: golden object incomplete",
-                                    path);
+  if (!*out) return kda_fail(KDA_EFORMAT, err, errlen, "%s: golden object incomplete", path);
   return KDA_OK;
 }
 
@@ -353,12 +351,12 @@ int kda_golden_write_level_manifest(const char *dir, int32_t level,
                                     const kda_golden_info *infos, int64_t n, char *err,
                                     size_t errlen) {
   if (!kda_level_name(level) || n != kda_catalog_count())
-    return kda_golden_fail(KDA_EINVAL, err, errlen, "bad level or info count");
+    return kda_fail(KDA_EINVAL, err, errlen, "bad level or info count");
   json_t *root = level_json(level, infos, n);
   json_t *cases = root ? json_object_get(root, "cases") : NULL;
   if (!cases) {
     json_decref(root);
-    return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+    return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   }
   int st = KDA_OK;
   int64_t number = 0;
@@ -372,7 +370,7 @@ int kda_golden_write_level_manifest(const char *dir, int32_t level,
   char *text = st ? NULL : json_dumps(root, JSON_FLAGS);
   json_decref(root);
   if (st) return st;
-  if (!text) return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   char path[4096];
   snprintf(path, sizeof path, "%s/%s/manifest.json", dir, kda_level_name(level));
   size_t len = strlen(text);
@@ -450,8 +448,7 @@ static int walk(const char *dir, const char *rel, flist *out) {
 
 static int file_sha256(const char *path, char hex[65], char *err, size_t errlen) {
   FILE *f = fopen(path, "rb");
-  if (!f) return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path,
-                                 strerror(errno));
+  if (!f) return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path, strerror(errno));
   kda_sha256 h;
   unsigned char buf[65536], d[KDA_SHA256_BYTES];
   size_t r;
@@ -459,7 +456,7 @@ static int file_sha256(const char *path, char hex[65], char *err, size_t errlen)
   while ((r = fread(buf, 1, sizeof buf, f)) > 0) kda_sha256_update(&h, buf, r);
   int bad = ferror(f);
   fclose(f);
-  if (bad) return kda_golden_fail(KDA_EIO, err, errlen, "%s: read error", path);
+  if (bad) return kda_fail(KDA_EIO, err, errlen, "%s: read error", path);
   kda_sha256_final(&h, d);
   kda_sha256_hex(d, hex);
   return KDA_OK;
@@ -469,7 +466,7 @@ int kda_golden_write_sums(const char *dir, char *err, size_t errlen) {
   flist l = {0};
   if (walk(dir, "", &l) != 0 || l.oom) {
     flist_free(&l);
-    return kda_golden_fail(KDA_EIO, err, errlen, "%s: cannot list the directory", dir);
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot list the directory", dir);
   }
   if (l.n > 1) qsort(l.p, l.n, sizeof *l.p, cmp_str);
   kda_sbuf b = {0};
@@ -481,7 +478,7 @@ int kda_golden_write_sums(const char *dir, char *err, size_t errlen) {
     if (!st) kda_sbuf_printf(&b, "%s  %s\n", hex, l.p[i]);
   }
   flist_free(&l);
-  if (!st && b.oom) st = kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!st && b.oom) st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   if (!st) {
     char path[4096];
     snprintf(path, sizeof path, "%s/SHA256SUMS", dir);
@@ -501,13 +498,12 @@ static int parse_sums(char *text, flist *names, flist *hashes, char *msg, size_t
     int ok = len > 66 && ln[64] == ' ' && ln[65] == ' ';
     for (int i = 0; ok && i < 64; i++) ok = strchr("0123456789abcdef", ln[i]) && ln[i];
     if (!ok)
-      return kda_golden_fail(KDA_EFORMAT, msg, msglen, "SHA256SUMS line %d is malformed", line);
+      return kda_fail(KDA_EFORMAT, msg, msglen, "SHA256SUMS line %d is malformed", line);
     ln[64] = '\0';
     flist_add(hashes, ln);
     flist_add(names, ln + 66);
   }
-  return names->oom || hashes->oom ? kda_golden_fail(KDA_ENOMEM, msg, msglen, "out of memory")
-                                   : KDA_OK;
+  return names->oom || hashes->oom ? kda_fail(KDA_ENOMEM, msg, msglen, "out of memory") : KDA_OK;
 }
 
 static int listed(const flist *names, const char *name) {
@@ -526,7 +522,7 @@ int kda_golden_check_sums(const char *dir, char *msg, size_t msglen) {
   char *t = realloc(text, len + 1);
   if (!t) {
     free(text);
-    return kda_golden_fail(KDA_EIO, msg, msglen, "out of memory");
+    return kda_fail(KDA_EIO, msg, msglen, "out of memory");
   }
   t[len] = '\0';
   flist names = {0}, hashes = {0}, present = {0};
@@ -535,19 +531,18 @@ int kda_golden_check_sums(const char *dir, char *msg, size_t msglen) {
     char full[8192], hex[65], e2[KDA_ERRLEN];
     snprintf(full, sizeof full, "%s/%s", dir, names.p[i]);
     if (file_sha256(full, hex, e2, sizeof e2) != KDA_OK)
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: listed in SHA256SUMS but %s",
-                           names.p[i], access(full, F_OK) ? "missing" : "unreadable");
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: listed in SHA256SUMS but %s", names.p[i],
+                    access(full, F_OK) ? "missing" : "unreadable");
     else if (strcmp(hex, hashes.p[i]) != 0)
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: SHA-256 %s, SHA256SUMS says %s",
-                           names.p[i], hex, hashes.p[i]);
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: SHA-256 %s, SHA256SUMS says %s", names.p[i], hex,
+                    hashes.p[i]);
   }
   if (!st && walk(dir, "", &present) != 0)
-    st = kda_golden_fail(KDA_EIO, msg, msglen, "%s: cannot list the directory", dir);
+    st = kda_fail(KDA_EIO, msg, msglen, "%s: cannot list the directory", dir);
   if (present.n > 1) qsort(present.p, present.n, sizeof *present.p, cmp_str);
   for (size_t i = 0; !st && i < present.n; i++)
     if (!listed(&names, present.p[i]))
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: file not listed in SHA256SUMS",
-                           present.p[i]);
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: file not listed in SHA256SUMS", present.p[i]);
   flist_free(&present);
   flist_free(&names);
   flist_free(&hashes);
@@ -558,7 +553,7 @@ int kda_golden_check_sums(const char *dir, char *msg, size_t msglen) {
 /* ---- Pinned hashes of an on-demand level. */
 int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errlen) {
   const char *lv = kda_level_name(level);
-  if (!lv) return kda_golden_fail(KDA_EINVAL, err, errlen, "bad level %d", (int)level);
+  if (!lv) return kda_fail(KDA_EINVAL, err, errlen, "bad level %d", (int)level);
   kda_sbuf b = {0};
   int st = KDA_OK;
   for (int64_t i = 0; !st && i < kda_catalog_count(); i++) {
@@ -569,7 +564,7 @@ int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errl
     st = file_sha256(path, hex, err, errlen);
     if (!st) kda_sbuf_printf(&b, "%s  %s/%s.npz\n", hex, lv, e->id);
   }
-  if (!st && b.oom) st = kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!st && b.oom) st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   if (!st) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.sha256", dir, lv);
@@ -584,12 +579,12 @@ int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char
   const char *lv = kda_level_name(level);
   unsigned char *text = NULL;
   size_t len = 0;
-  if (!lv) return kda_golden_fail(KDA_EINVAL, msg, msglen, "bad level %d", (int)level);
+  if (!lv) return kda_fail(KDA_EINVAL, msg, msglen, "bad level %d", (int)level);
   if (kda_golden_slurp(pins, &text, &len, msg, msglen) != KDA_OK) return KDA_EIO;
   char *t = realloc(text, len + 1);
   if (!t) {
     free(text);
-    return kda_golden_fail(KDA_EIO, msg, msglen, "out of memory");
+    return kda_fail(KDA_EIO, msg, msglen, "out of memory");
   }
   t[len] = '\0';
   flist names = {0}, hashes = {0};
@@ -605,16 +600,16 @@ int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char
     expected++;
     snprintf(path, sizeof path, "%s/%s", dir, rel);
     if (k == names.n)
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: no pinned hash for %s", pins, rel);
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: no pinned hash for %s", pins, rel);
     else if (file_sha256(path, hex, e2, sizeof e2) != KDA_OK)
-      st = kda_golden_fail(KDA_EIO, msg, msglen, "%s", e2);
+      st = kda_fail(KDA_EIO, msg, msglen, "%s", e2);
     else if (strcmp(hex, hashes.p[k]) != 0)
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: regenerated SHA-256 %s, %s pins %s",
-                           rel, hex, pins, hashes.p[k]);
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: regenerated SHA-256 %s, %s pins %s", rel, hex,
+                    pins, hashes.p[k]);
   }
   if (!st && names.n != expected)
-    st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s pins %zu files, the catalog's %s has "
-                         "%zu", pins, names.n, lv, expected);
+    st = kda_fail(KDA_EFORMAT, msg, msglen, "%s pins %zu files, the catalog's %s has %zu", pins,
+                  names.n, lv, expected);
   flist_free(&names);
   flist_free(&hashes);
   free(t);
@@ -630,22 +625,24 @@ int kda_golden_check_members(const char *path, char *msg, size_t msglen) {
                     ? json_loadb((const char *)m[0].data, m[0].len, 0, NULL) : NULL;
   json_t *sums = json_object_get(json_object_get(man, "golden"), "members_sha256");
   int st = json_is_object(sums) ? KDA_OK
-                                : kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: manifest.json "
-                                                  "has no golden.members_sha256", path);
+                                : kda_fail(KDA_EFORMAT, msg, msglen,
+                                           "%s: manifest.json has no golden.members_sha256", path);
   for (int64_t i = 1; !st && i < nm; i++) {
     char hex[65];
     json_t *want = json_object_get(sums, m[i].name);
     kda_golden_sha256_hex(m[i].data, m[i].len, hex);
     if (!json_is_string(want))
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: member '%s' has no recorded SHA-256",
-                           path, m[i].name);
+      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: member '%s' has no recorded SHA-256", path,
+                    m[i].name);
     else if (strcmp(json_string_value(want), hex) != 0)
-      st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: member '%s' has SHA-256 %s, the "
-                           "manifest records %s", path, m[i].name, hex, json_string_value(want));
+      st = kda_fail(KDA_EFORMAT, msg, msglen,
+                    "%s: member '%s' has SHA-256 %s, the manifest records %s", path, m[i].name, hex,
+                    json_string_value(want));
   }
   if (!st && (int64_t)json_object_size(sums) != nm - 1)
-    st = kda_golden_fail(KDA_EFORMAT, msg, msglen, "%s: the manifest records %zu members, the "
-                         "archive has %lld", path, json_object_size(sums), (long long)nm - 1);
+    st = kda_fail(KDA_EFORMAT, msg, msglen,
+                  "%s: the manifest records %zu members, the archive has %lld", path,
+                  json_object_size(sums), (long long)nm - 1);
   json_decref(man);
   zmembers_free(m, nm);
   return st;
@@ -664,23 +661,23 @@ static int member_diff(const char *expected, const char *actual, char *msg, size
   char e1[KDA_ERRLEN];
   int64_t na = zmembers_read(expected, &a, e1, sizeof e1);
   int64_t nb = na < 0 ? -1 : zmembers_read(actual, &b, msg, msglen);
-  if (na < 0) kda_golden_fail(1, msg, msglen, "%s", e1);
+  if (na < 0) kda_fail(1, msg, msglen, "%s", e1);
   int found = nb < 0; /* either is unreadable as an archive: msg says which */
   for (int64_t i = 0; !found && i < na && i < nb; i++) {
     if (strcmp(a[i].name, b[i].name) != 0) {
-      kda_golden_fail(1, msg, msglen, "%s: member %lld is '%s', expected '%s'", actual,
-                      (long long)i, b[i].name, a[i].name);
+      kda_fail(1, msg, msglen, "%s: member %lld is '%s', expected '%s'", actual, (long long)i,
+               b[i].name, a[i].name);
       found = 1;
     } else if (a[i].len != b[i].len || memcmp(a[i].data, b[i].data, a[i].len) != 0) {
-      kda_golden_fail(1, msg, msglen, "%s: member '%s' differs from the regenerated one "
-                      "(first at byte %zu of the member)", actual, a[i].name,
-                      first_diff(a[i].data, a[i].len, b[i].data, b[i].len));
+      kda_fail(1, msg, msglen,
+               "%s: member '%s' differs from the regenerated one (first at byte %zu of the member)",
+               actual, a[i].name, first_diff(a[i].data, a[i].len, b[i].data, b[i].len));
       found = 1;
     }
   }
   if (!found && na >= 0 && na != nb) {
-    kda_golden_fail(1, msg, msglen, "%s: %lld members, expected %lld", actual, (long long)nb,
-                    (long long)na);
+    kda_fail(1, msg, msglen, "%s: %lld members, expected %lld", actual, (long long)nb,
+             (long long)na);
     found = 1;
   }
   zmembers_free(a, na);
@@ -705,8 +702,8 @@ int kda_golden_compare_files(const char *expected, const char *actual, char *msg
   const size_t L = strlen(expected);
   if (L > 4 && strcmp(expected + L - 4, ".npz") == 0 && member_diff(expected, actual, msg, msglen))
     return 1;
-  kda_golden_fail(1, msg, msglen, "%s: differs from the regenerated file at byte %zu (sizes "
-                  "%zu and %zu)", actual, at, nb, na);
+  kda_fail(1, msg, msglen, "%s: differs from the regenerated file at byte %zu (sizes %zu and %zu)",
+           actual, at, nb, na);
   return 1;
 }
 
@@ -746,9 +743,11 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
   char *ta = json_dumps(a, JSON_FLAGS), *tb = json_dumps(b, JSON_FLAGS);
   int same = ta && tb && strcmp(ta, tb) == 0;
   if (same)
-    kda_golden_fail(2, msg, msglen, "%s: %d platform-dependent field%s (library versions or "
-                    "the float64 reference's errors) differ from this platform's; everything "
-                    "else is identical", actual, n, n == 1 ? "" : "s");
+    kda_fail(2, msg, msglen,
+             "%s: %d platform-dependent field%s (library versions or "
+             "the float64 reference's errors) differ from this platform's; everything "
+             "else is identical",
+             actual, n, n == 1 ? "" : "s");
   else {
     const char *const keys[] = {"schema", "level", "generator", "certification", "flags",
                                 "number_of_cases", "cases"};
@@ -758,8 +757,7 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
         k = keys[i];
         break;
       }
-    kda_golden_fail(1, msg, msglen, "%s: differs from the regenerated manifest (key '%s')",
-                    actual, k);
+    kda_fail(1, msg, msglen, "%s: differs from the regenerated manifest (key '%s')", actual, k);
   }
   free(ta);
   free(tb);
@@ -779,8 +777,7 @@ int kda_golden_regen_generated(const char *path, const char *out_path, char *err
   if (!json_is_string(desc) || json_object_get(m, "golden")) {
     json_decref(m);
     kda_case_free(&c);
-    return kda_golden_fail(KDA_ENOTFOUND, err, errlen, "%s: not a generator-made case file",
-                           path);
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: not a generator-made case file", path);
   }
   kda_gen_desc d;
   kda_case g;

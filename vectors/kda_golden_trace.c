@@ -10,7 +10,6 @@
  * as the shortest decimal that reads back to them.
  */
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,44 +17,15 @@
 #include "kda_golden_internal.h"
 #include "kda_ref.h"
 
-/* ---- The growable string. */
-void kda_sbuf_printf(kda_sbuf *b, const char *fmt, ...) {
-  if (b->oom) return;
-  for (;;) {
-    va_list ap;
-    va_start(ap, fmt);
-    int n = vsnprintf(b->s ? b->s + b->len : NULL, b->s ? b->cap - b->len : 0, fmt, ap);
-    va_end(ap);
-    if (n < 0) {
-      b->oom = 1;
-      return;
-    }
-    if (b->s && (size_t)n < b->cap - b->len) {
-      b->len += (size_t)n;
-      return;
-    }
-    size_t cap = (b->cap ? 2 * b->cap : 1024) + (size_t)n;
-    char *s = realloc(b->s, cap);
-    if (!s) {
-      b->oom = 1;
-      return;
-    }
-    b->s = s;
-    b->cap = cap;
-  }
-}
-
+/* ---- Values as text. */
 void kda_sbuf_value(kda_sbuf *b, double x) {
   if (isinf(x)) {
     kda_sbuf_printf(b, "%s", x < 0 ? "-inf" : "inf");
     return;
   }
-  char dec[40];
-  for (int prec = 1; prec <= 17; prec++) {
-    snprintf(dec, sizeof dec, "%.*g", prec, x);
-    if (strtod(dec, NULL) == x) break;
-  }
-  kda_sbuf_printf(b, "%a (%s)", x, dec);
+  kda_sbuf_printf(b, "%a (", x);
+  kda_sbuf_shortest(b, x);
+  kda_sbuf_printf(b, ")");
 }
 
 /* ---- Exact arithmetic, checked. */
@@ -171,8 +141,7 @@ static int prepare(tracer *tr, head *hd, int64_t t, char *err, size_t errlen) {
   for (int64_t ch = 0; ch < GW; ch++) {
     const double g = c->g[(t * p->HV + hd->hv) * GW + ch];
     if (g != 0.0 && !(isinf(g) && g < 0))
-      return kda_golden_fail(KDA_EINVAL, err, errlen, "%s: gate %a is neither 0 nor -inf",
-                             tr->ctx, g);
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: gate %a is neither 0 nor -inf", tr->ctx, g);
     for (int64_t i = GW == 1 ? 0 : ch; i < (GW == 1 ? K : ch + 1); i++) hd->a[i] = g == 0.0;
   }
   return KDA_OK;
@@ -239,27 +208,29 @@ static int run_head(tracer *tr, head *hd, int64_t *cpt, char *err, size_t errlen
     int st = prepare(tr, hd, t, err, errlen);
     if (st) return st;
     step(tr, hd, t);
-    if (tr->inexact) return kda_golden_fail(KDA_EINVAL, err, errlen, "%s", tr->where);
+    if (tr->inexact) return kda_fail(KDA_EINVAL, err, errlen, "%s", tr->where);
     for (int64_t j = 0; j < V; j++)
       if (!(hd->o[j] == tr->gold[(t * p->HV + hd->hv) * V + j]))
-        return kda_golden_fail(KDA_EINVAL, err, errlen, "%s: traced o[%lld] = %a differs from "
-                               "the certified %a", tr->ctx, (long long)j, hd->o[j],
-                               tr->gold[(t * p->HV + hd->hv) * V + j]);
+        return kda_fail(KDA_EINVAL, err, errlen,
+                        "%s: traced o[%lld] = %a differs from the certified %a", tr->ctx,
+                        (long long)j, hd->o[j], tr->gold[(t * p->HV + hd->hv) * V + j]);
     while (*cpt < p->n_checkpoints && c->checkpoints[*cpt] < t) (*cpt)++;
     if (*cpt < p->n_checkpoints && c->checkpoints[*cpt] == t) {
       kda_sbuf_printf(&tr->out, "  (checkpoint hc[%lld, %lld] is this written state)\n",
                       (long long)*cpt, (long long)hd->hv);
       if (!same_state(p, hd->S, tr->gold + no + (p->want_final_state ? ns : 0), *cpt, hd->hv))
-        return kda_golden_fail(KDA_EINVAL, err, errlen, "%s: checkpoint %lld differs from the "
-                               "certified state", tr->ctx, (long long)*cpt);
+        return kda_fail(KDA_EINVAL, err, errlen,
+                        "%s: checkpoint %lld differs from the certified state", tr->ctx,
+                        (long long)*cpt);
     }
   }
   if (p->want_final_state) {
     put_mat(tr, "final state ht", hd->S, K, V);
     if (!same_state(p, hd->S, tr->gold + no, hd->n, hd->hv))
-      return kda_golden_fail(KDA_EINVAL, err, errlen, "case '%s': traced final state of "
-                             "sequence %lld head %lld differs from the certified one",
-                             c->id ? c->id : "", (long long)hd->n, (long long)hd->hv);
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "case '%s': traced final state of "
+                      "sequence %lld head %lld differs from the certified one",
+                      c->id ? c->id : "", (long long)hd->n, (long long)hd->hv);
   }
   return KDA_OK;
 }
@@ -268,8 +239,9 @@ static int check_l0(const kda_case *c, char *err, size_t errlen) {
   const kda_problem *p = &c->p;
   if (p->l2_mode != KDA_L2_OFF || p->beta_mode != KDA_BETA_PROB ||
       (kda_problem_gate_width(p) > 0 && p->gate_mode != KDA_GATE_LOG))
-    return kda_golden_fail(KDA_EINVAL, err, errlen, "case '%s': an L0 trace needs l2=off, "
-                           "beta=prob and gate=log", c->id ? c->id : "");
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "case '%s': an L0 trace needs l2=off, beta=prob and gate=log",
+                    c->id ? c->id : "");
   return KDA_OK;
 }
 
@@ -301,11 +273,11 @@ int kda_golden_trace(const kda_case *c, const char *comment, const char *method,
   tr.c = c;
   tr.gold = gold;
   double *work = calloc((size_t)(c->p.K * c->p.V + 3 * c->p.K + 3 * c->p.V), sizeof(double));
-  if (!work) return kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!work) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   put_header(&tr, comment, method);
   st = trace_all(&tr, work, err, errlen);
   free(work);
-  if (!st && tr.out.oom) st = kda_golden_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  if (!st && tr.out.oom) st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   if (st) {
     free(tr.out.s);
     return st;

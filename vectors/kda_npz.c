@@ -14,7 +14,6 @@
 #include <fcntl.h>
 #include <jansson.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +21,8 @@
 #include <time.h>
 #include <unistd.h>
 #include <zip.h>
+
+#include "kda_internal.h"
 
 #define NPZ_CHUNK ((uint64_t)1 << 20)     /* streaming buffer: 1 MiB, a multiple of 8 */
 #define NPZ_MAX_HEADER ((uint64_t)1 << 20) /* longest .npy header read (numpy reads 10000) */
@@ -31,16 +32,6 @@
 #define NPZ_ATTR (0100644u << 16)         /* regular file, rw-r--r-- (Unix mode in the high half) */
 
 /* ---- Messages. */
-
-static int msg(int status, char *err, size_t errlen, const char *fmt, ...) {
-  if (err != NULL && errlen > 0) {
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-  }
-  return status;
-}
 
 /* A libzip error code as a status. */
 static int zip_status(int ze) {
@@ -153,36 +144,37 @@ static int ends_with_npy(const char *s) {
 /* Fills z->m from the central directory. */
 static int npz_index(kda_npz *z, char *err, size_t errlen) {
   zip_int64_t n = zip_get_num_entries(z->za, 0);
-  if (n < 0) return msg(KDA_EFORMAT, err, errlen, "%s: cannot list the archive", z->path);
+  if (n < 0) return kda_fail(KDA_EFORMAT, err, errlen, "%s: cannot list the archive", z->path);
   z->m = calloc(n > 0 ? (size_t)n : 1, sizeof *z->m);
   z->arrays = calloc(n > 0 ? (size_t)n : 1, sizeof *z->arrays);
   if (z->m == NULL || z->arrays == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
   for (zip_int64_t i = 0; i < n; i++) {
     zip_stat_t st;
     npz_member *m = &z->m[i];
     zip_stat_init(&st);
     if (zip_stat_index(z->za, (zip_uint64_t)i, 0, &st) != 0 || !(st.valid & ZIP_STAT_NAME) ||
         !(st.valid & ZIP_STAT_SIZE) || !(st.valid & ZIP_STAT_COMP_METHOD))
-      return msg(KDA_EFORMAT, err, errlen, "%s: entry %lld: unreadable directory entry", z->path,
-                 (long long)i);
+      return kda_fail(KDA_EFORMAT, err, errlen, "%s: entry %lld: unreadable directory entry",
+                      z->path, (long long)i);
     if ((m->name = dup_str(st.name)) == NULL)
-      return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
+      return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
     z->nm = i + 1;
     m->index = (zip_uint64_t)i;
     m->size = st.size;
     m->stored = st.comp_method == ZIP_CM_STORE;
     if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
-      return msg(KDA_EFORMAT, err, errlen, "%s: member '%s' is encrypted", z->path, m->name);
+      return kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s' is encrypted", z->path, m->name);
     if (!zip_compression_method_supported(st.comp_method, 0))
-      return msg(KDA_EFORMAT, err, errlen, "%s: member '%s': unsupported compression method %d",
-                 z->path, m->name, (int)st.comp_method);
+      return kda_fail(KDA_EFORMAT, err, errlen,
+                      "%s: member '%s': unsupported compression method %d", z->path, m->name,
+                      (int)st.comp_method);
     for (zip_int64_t j = 0; j < i; j++)
       if (strcmp(z->m[j].name, m->name) == 0)
-        return msg(KDA_EFORMAT, err, errlen, "%s: duplicate member '%s'", z->path, m->name);
+        return kda_fail(KDA_EFORMAT, err, errlen, "%s: duplicate member '%s'", z->path, m->name);
     if (ends_with_npy(m->name)) {
       if ((m->array = dup_str(m->name)) == NULL)
-        return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
+        return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
       m->array[strlen(m->array) - 4] = '\0';
       z->arrays[z->na++] = i;
     }
@@ -195,34 +187,34 @@ int kda_npz_open(const char *path, kda_npz **out, char *err, size_t errlen) {
   int ze = 0, st;
   kda_npz *z;
   if (out == NULL || path == NULL)
-    return msg(KDA_EINVAL, err, errlen, "kda_npz_open: NULL argument");
+    return kda_fail(KDA_EINVAL, err, errlen, "kda_npz_open: NULL argument");
   *out = NULL;
   /* libzip takes an empty file for an empty archive (a vector file never is one) and reports
    * a directory as "operation not supported". */
   if (stat(path, &sb) == 0) {
     if (S_ISDIR(sb.st_mode))
-      return msg(KDA_EIO, err, errlen, "%s: cannot open: is a directory", path);
+      return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: is a directory", path);
     if (S_ISREG(sb.st_mode) && sb.st_size == 0)
-      return msg(KDA_EFORMAT, err, errlen, "%s: empty file, not a zip archive", path);
+      return kda_fail(KDA_EFORMAT, err, errlen, "%s: empty file, not a zip archive", path);
   }
   if ((z = calloc(1, sizeof *z)) == NULL || (z->path = dup_str(path)) == NULL) {
     free(z);
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   }
   if ((z->za = zip_open(path, ZIP_CHECKCONS | ZIP_RDONLY, &ze)) == NULL) {
     zip_error_t e;
     zip_error_init_with_code(&e, ze);
     st = zip_status(ze);
     if (ze == ZIP_ER_NOZIP)
-      msg(st, err, errlen,
-          "%s: not a zip archive, or truncated or corrupt (no valid central directory)", path);
+      kda_fail(st, err, errlen,
+               "%s: not a zip archive, or truncated or corrupt (no valid central directory)", path);
     else if (ze == ZIP_ER_INCONS)
-      msg(st, err, errlen, "%s: corrupt zip archive (central directory inconsistent or truncated)",
-          path);
+      kda_fail(st, err, errlen,
+               "%s: corrupt zip archive (central directory inconsistent or truncated)", path);
     else if (st == KDA_EIO)
-      msg(st, err, errlen, "%s: cannot open: %s", path, zip_error_strerror(&e));
+      kda_fail(st, err, errlen, "%s: cannot open: %s", path, zip_error_strerror(&e));
     else
-      msg(st, err, errlen, "%s: invalid zip archive: %s", path, zip_error_strerror(&e));
+      kda_fail(st, err, errlen, "%s: invalid zip archive: %s", path, zip_error_strerror(&e));
     zip_error_fini(&e);
     kda_npz_close(z);
     return st;
@@ -285,8 +277,8 @@ static int open_member(kda_npz *z, const npz_member *m, zip_file_t **zf, char *e
                        size_t errlen) {
   if ((*zf = zip_fopen_index(z->za, m->index, 0)) == NULL) {
     int ze = zip_error_code_zip(zip_get_error(z->za));
-    return msg(zip_status(ze), err, errlen, "%s: member '%s': %s (%s)", z->path, mname(m),
-               member_problem(ze), zip_strerror(z->za));
+    return kda_fail(zip_status(ze), err, errlen, "%s: member '%s': %s (%s)", z->path, mname(m),
+                    member_problem(ze), zip_strerror(z->za));
   }
   return KDA_OK;
 }
@@ -299,12 +291,13 @@ static int read_exact(kda_npz *z, const npz_member *m, zip_file_t *zf, void *buf
     zip_int64_t r = zip_fread(zf, (unsigned char *)buf + got, n - got);
     if (r < 0) {
       int ze = zip_error_code_zip(zip_file_get_error(zf));
-      return msg(zip_status(ze), err, errlen, "%s: member '%s': %s", z->path, mname(m),
-                 member_problem(ze));
+      return kda_fail(zip_status(ze), err, errlen, "%s: member '%s': %s", z->path, mname(m),
+                      member_problem(ze));
     }
     if (r == 0)
-      return msg(KDA_EFORMAT, err, errlen, "%s: member '%s': truncated data (%llu of %llu bytes)",
-                 z->path, mname(m), (unsigned long long)got, (unsigned long long)n);
+      return kda_fail(KDA_EFORMAT, err, errlen,
+                      "%s: member '%s': truncated data (%llu of %llu bytes)", z->path, mname(m),
+                      (unsigned long long)got, (unsigned long long)n);
     got += (uint64_t)r;
   }
   return KDA_OK;
@@ -317,12 +310,12 @@ static int read_end(kda_npz *z, const npz_member *m, zip_file_t *zf, char *err, 
   zip_int64_t r = zip_fread(zf, &probe, 1);
   if (r < 0) {
     int ze = zip_error_code_zip(zip_file_get_error(zf));
-    return msg(zip_status(ze), err, errlen, "%s: member '%s': %s", z->path, mname(m),
-               member_problem(ze));
+    return kda_fail(zip_status(ze), err, errlen, "%s: member '%s': %s", z->path, mname(m),
+                    member_problem(ze));
   }
   if (r != 0)
-    return msg(KDA_EFORMAT, err, errlen, "%s: member '%s': more data than its size", z->path,
-               mname(m));
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s': more data than its size", z->path,
+                    mname(m));
   return KDA_OK;
 }
 
@@ -357,14 +350,14 @@ static int member_info(kda_npz *z, npz_member *m, char *err, size_t errlen) {
       (pre[6] == 1 || (n >= 12 && (pre[6] == 2 || pre[6] == 3)))) {
     total = pre[6] == 1 ? 10 + le_load(pre + 8, 2) : 12 + le_load(pre + 8, 4);
     if (total > NPZ_MAX_HEADER || total > m->size) {
-      st = msg(KDA_EFORMAT, err, errlen, "%s: .npy header of %llu bytes %s (member has %llu)",
-               what, (unsigned long long)total,
-               total > m->size ? "is truncated" : "is too long", (unsigned long long)m->size);
+      st = kda_fail(KDA_EFORMAT, err, errlen, "%s: .npy header of %llu bytes %s (member has %llu)",
+                    what, (unsigned long long)total,
+                    total > m->size ? "is truncated" : "is too long", (unsigned long long)m->size);
       goto done;
     }
   }
   if ((buf = malloc(total > 0 ? (size_t)total : 1)) == NULL) {
-    st = msg(KDA_ENOMEM, err, errlen, "%s: out of memory", what);
+    st = kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", what);
     goto done;
   }
   memcpy(buf, pre, (size_t)n);
@@ -373,11 +366,11 @@ static int member_info(kda_npz *z, npz_member *m, char *err, size_t errlen) {
     goto done;
   m->data_offset = off;
   if (m->data_offset + m->info.nbytes != m->size) {
-    st = msg(KDA_ESHAPE, err, errlen,
-             "%s: header says %llu bytes (%llu header + %llu data), member has %llu", what,
-             (unsigned long long)(m->data_offset + m->info.nbytes),
-             (unsigned long long)m->data_offset, (unsigned long long)m->info.nbytes,
-             (unsigned long long)m->size);
+    st = kda_fail(KDA_ESHAPE, err, errlen,
+                  "%s: header says %llu bytes (%llu header + %llu data), member has %llu", what,
+                  (unsigned long long)(m->data_offset + m->info.nbytes),
+                  (unsigned long long)m->data_offset, (unsigned long long)m->info.nbytes,
+                  (unsigned long long)m->size);
     goto done;
   }
   m->have_info = 1;
@@ -391,8 +384,8 @@ int kda_npz_info(kda_npz *z, const char *name, kda_array_info *info, char *err, 
   npz_member *m = find_array(z, name);
   int st;
   if (m == NULL)
-    return msg(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'", z != NULL ? z->path : "(null)",
-               name != NULL ? name : "(null)");
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'",
+                    z != NULL ? z->path : "(null)", name != NULL ? name : "(null)");
   if ((st = member_info(z, m, err, errlen)) != KDA_OK) return st;
   if (info != NULL) *info = m->info;
   return KDA_OK;
@@ -416,9 +409,9 @@ static int conversion_ok(int32_t in, int32_t out) {
 static int check_conversion(const kda_npz *z, const npz_member *m, int32_t out, char *err,
                             size_t errlen) {
   if (conversion_ok(m->info.dtype, out)) return KDA_OK;
-  return msg(KDA_EDTYPE, err, errlen, "%s: member '%s': cannot read dtype '%s' as '%s'", z->path,
-             m->array, kda_dtype_descr(m->info.dtype),
-             kda_dtype_descr(out) != NULL ? kda_dtype_descr(out) : "(invalid dtype)");
+  return kda_fail(KDA_EDTYPE, err, errlen, "%s: member '%s': cannot read dtype '%s' as '%s'",
+                  z->path, m->array, kda_dtype_descr(m->info.dtype),
+                  kda_dtype_descr(out) != NULL ? kda_dtype_descr(out) : "(invalid dtype)");
 }
 
 /* Converts n elements from src (member dtype in, little-endian) to dst[first ...].  An int64
@@ -449,9 +442,10 @@ static int convert(const kda_npz *z, const npz_member *m, const unsigned char *s
     if (in == KDA_DTYPE_I64 || in == KDA_DTYPE_I32) {
       d = (double)iv;
       if (d >= 0x1p63 || (int64_t)d != iv)
-        return msg(KDA_EDTYPE, err, errlen,
-                   "%s: member '%s': element %llu (%lld) is not exactly representable as float64",
-                   z->path, m->array, (unsigned long long)(first + i), (long long)iv);
+        return kda_fail(
+            KDA_EDTYPE, err, errlen,
+            "%s: member '%s': element %llu (%lld) is not exactly representable as float64", z->path,
+            m->array, (unsigned long long)(first + i), (long long)iv);
     }
     if (out == KDA_DTYPE_F32)
       ((float *)dst)[first + i] = (float)d; /* exact: d came from f4 or f2 */
@@ -473,7 +467,7 @@ static int read_elements(kda_npz *z, npz_member *m, int32_t out, uint64_t first,
   cap = want > start ? want : start;
   cap = cap < 64 ? 64 : cap > NPZ_CHUNK ? NPZ_CHUNK : (cap + 7) / 8 * 8;
   if ((buf = malloc((size_t)cap)) == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", z->path, m->array);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", z->path, m->array);
   if ((st = open_member(z, m, &zf, err, errlen)) != KDA_OK) {
     free(buf);
     return st;
@@ -482,8 +476,8 @@ static int read_elements(kda_npz *z, npz_member *m, int32_t out, uint64_t first,
     /* Stored data is seekable (and then not CRC-checked); deflated data is decompressed up
      * to the slice. */
     if (zip_fseek(zf, (zip_int64_t)start, SEEK_SET) != 0)
-      st = msg(KDA_EFORMAT, err, errlen, "%s: member '%s': cannot seek: %s", z->path, m->array,
-               zip_file_strerror(zf));
+      st = kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s': cannot seek: %s", z->path, m->array,
+                    zip_file_strerror(zf));
   } else {
     st = skip_bytes(z, m, zf, buf, cap, start, err, errlen);
   }
@@ -506,8 +500,8 @@ static int prepare_read(kda_npz *z, const char *name, int32_t out, npz_member **
   npz_member *m = find_array(z, name);
   int st;
   if (m == NULL)
-    return msg(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'", z != NULL ? z->path : "(null)",
-               name != NULL ? name : "(null)");
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'",
+                    z != NULL ? z->path : "(null)", name != NULL ? name : "(null)");
   if ((st = member_info(z, m, err, errlen)) != KDA_OK) return st;
   if ((st = check_conversion(z, m, out, err, errlen)) != KDA_OK) return st;
   *mp = m;
@@ -520,10 +514,11 @@ int kda_npz_read(kda_npz *z, const char *name, int32_t dtype_out, void *dst, uin
   int st = prepare_read(z, name, dtype_out, &m, err, errlen);
   if (st != KDA_OK) return st;
   if (count != m->info.count)
-    return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': has %llu elements, caller expects %llu",
-               z->path, name, (unsigned long long)m->info.count, (unsigned long long)count);
+    return kda_fail(KDA_ESHAPE, err, errlen,
+                    "%s: member '%s': has %llu elements, caller expects %llu", z->path, name,
+                    (unsigned long long)m->info.count, (unsigned long long)count);
   if (dst == NULL && count > 0)
-    return msg(KDA_EINVAL, err, errlen, "%s: member '%s': NULL destination", z->path, name);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: member '%s': NULL destination", z->path, name);
   /* Counted elements start at element 0, and the range covers the member: CRC is checked. */
   return read_elements(z, m, dtype_out, 0, count, dst, err, errlen);
 }
@@ -534,12 +529,12 @@ int kda_npz_read_range(kda_npz *z, const char *name, int32_t dtype_out, uint64_t
   int st = prepare_read(z, name, dtype_out, &m, err, errlen);
   if (st != KDA_OK) return st;
   if (first > m->info.count || count > m->info.count - first)
-    return msg(KDA_ESHAPE, err, errlen,
-               "%s: member '%s': slice [%llu, %llu + %llu) outside its %llu elements", z->path,
-               name, (unsigned long long)first, (unsigned long long)first,
-               (unsigned long long)count, (unsigned long long)m->info.count);
+    return kda_fail(KDA_ESHAPE, err, errlen,
+                    "%s: member '%s': slice [%llu, %llu + %llu) outside its %llu elements", z->path,
+                    name, (unsigned long long)first, (unsigned long long)first,
+                    (unsigned long long)count, (unsigned long long)m->info.count);
   if (dst == NULL && count > 0)
-    return msg(KDA_EINVAL, err, errlen, "%s: member '%s': NULL destination", z->path, name);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: member '%s': NULL destination", z->path, name);
   if (count == 0) return KDA_OK;
   return read_elements(z, m, dtype_out, first, count, dst, err, errlen);
 }
@@ -548,10 +543,11 @@ int kda_npz_read_range(kda_npz *z, const char *name, int32_t dtype_out, uint64_t
 static int load_alloc(const kda_npz *z, const char *name, uint64_t count, size_t es, void **out,
                       char *err, size_t errlen) {
   if (count > SIZE_MAX / es)
-    return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': too large for memory", z->path, name);
+    return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s': too large for memory", z->path,
+                    name);
   if ((*out = malloc(count > 0 ? (size_t)count * es : 1)) == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory (%llu elements)", z->path,
-               name, (unsigned long long)count);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory (%llu elements)",
+                    z->path, name, (unsigned long long)count);
   return KDA_OK;
 }
 
@@ -597,12 +593,13 @@ int kda_npz_read_blob(kda_npz *z, const char *member, char **out, size_t *len, c
   int st;
   if (out != NULL) *out = NULL;
   if (m == NULL)
-    return msg(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'", z != NULL ? z->path : "(null)",
-               member != NULL ? member : "(null)");
+    return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'",
+                    z != NULL ? z->path : "(null)", member != NULL ? member : "(null)");
   if (m->size >= SIZE_MAX)
-    return msg(KDA_ENOMEM, err, errlen, "%s: member '%s': too large for memory", z->path, member);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': too large for memory", z->path,
+                    member);
   if ((buf = malloc((size_t)m->size + 1)) == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", z->path, member);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", z->path, member);
   if ((st = open_member(z, m, &zf, err, errlen)) != KDA_OK) {
     free(buf);
     return st;
@@ -624,9 +621,9 @@ int kda_npz_read_blob(kda_npz *z, const char *member, char **out, size_t *len, c
 int kda_npz_verify(kda_npz *z, char *err, size_t errlen) {
   unsigned char *buf;
   int st = KDA_OK;
-  if (z == NULL) return msg(KDA_EINVAL, err, errlen, "kda_npz_verify: NULL archive");
+  if (z == NULL) return kda_fail(KDA_EINVAL, err, errlen, "kda_npz_verify: NULL archive");
   if ((buf = malloc((size_t)NPZ_CHUNK)) == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", z->path);
   for (int64_t i = 0; i < z->nm && st == KDA_OK; i++) {
     npz_member *m = &z->m[i];
     zip_file_t *zf;
@@ -665,7 +662,7 @@ static int create_tmp(kda_npz_writer *w, char *err, size_t errlen) {
   seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12 ^
          (uint64_t)(uintptr_t)w;
   if ((w->tmp = malloc(n + 12)) == NULL)
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
   for (int attempt = 0; attempt < 100; attempt++) {
     uint64_t x = (seed += 0x9e3779b97f4a7c15ULL);
     int fd;
@@ -684,8 +681,8 @@ static int create_tmp(kda_npz_writer *w, char *err, size_t errlen) {
     }
     if (errno != EEXIST) break;
   }
-  msg(KDA_EIO, err, errlen, "%s: cannot create temporary file %s: %s", w->path, w->tmp,
-      strerror(errno));
+  kda_fail(KDA_EIO, err, errlen, "%s: cannot create temporary file %s: %s", w->path, w->tmp,
+           strerror(errno));
   free(w->tmp);
   w->tmp = NULL;
   return KDA_EIO;
@@ -709,11 +706,11 @@ int kda_npz_writer_open(const char *path, kda_npz_writer **out, char *err, size_
   kda_npz_writer *w;
   int st;
   if (out == NULL || path == NULL || path[0] == '\0')
-    return msg(KDA_EIO, err, errlen, "kda_npz_writer_open: no path");
+    return kda_fail(KDA_EIO, err, errlen, "kda_npz_writer_open: no path");
   *out = NULL;
   if ((w = calloc(1, sizeof *w)) == NULL || (w->path = dup_str(path)) == NULL) {
     free(w);
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   }
   if ((st = create_tmp(w, err, errlen)) != KDA_OK) {
     writer_free(w);
@@ -750,49 +747,49 @@ static int member_new(kda_npz_writer *w, const char *name, int32_t dtype, int32_
   unsigned char header[512];
   size_t hl, es = kda_dtype_size(dtype);
   uint64_t count = 1, nbytes;
-  if (w == NULL) return msg(KDA_EINVAL, err, errlen, "kda_npz_writer_add: NULL writer");
+  if (w == NULL) return kda_fail(KDA_EINVAL, err, errlen, "kda_npz_writer_add: NULL writer");
   if (!name_ok(name))
-    return msg(KDA_EINVAL, err, errlen, "%s: invalid member name '%s'", w->path,
-               name != NULL ? name : "(null)");
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: invalid member name '%s'", w->path,
+                    name != NULL ? name : "(null)");
   for (size_t i = 0; i < w->n; i++)
     if (strlen(w->m[i].name) == strlen(name) + 4 && strncmp(w->m[i].name, name, strlen(name)) == 0)
-      return msg(KDA_EINVAL, err, errlen, "%s: duplicate member '%s'", w->path, name);
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: duplicate member '%s'", w->path, name);
   if (es == 0)
-    return msg(KDA_EINVAL, err, errlen, "%s: member '%s': invalid dtype %d", w->path, name,
-               (int)dtype);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: member '%s': invalid dtype %d", w->path, name,
+                    (int)dtype);
   if (ndim < 0 || ndim > KDA_NPY_MAX_NDIM)
-    return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': %d dimensions (0 to %d allowed)",
-               w->path, name, (int)ndim, KDA_NPY_MAX_NDIM);
+    return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s': %d dimensions (0 to %d allowed)",
+                    w->path, name, (int)ndim, KDA_NPY_MAX_NDIM);
   if (ndim > 0 && shape == NULL)
-    return msg(KDA_EINVAL, err, errlen, "%s: member '%s': NULL shape", w->path, name);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: member '%s': NULL shape", w->path, name);
   memset(info, 0, sizeof *info);
   info->dtype = dtype;
   info->ndim = ndim;
   nbytes = es;
   for (int32_t i = 0; i < ndim; i++) {
     if (shape[i] < 0)
-      return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': negative dimension %lld", w->path,
-                 name, (long long)shape[i]);
+      return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s': negative dimension %lld", w->path,
+                      name, (long long)shape[i]);
     info->shape[i] = shape[i];
     if (shape[i] != 0 && nbytes > (uint64_t)INT64_MAX / (uint64_t)shape[i])
-      return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': size overflows", w->path, name);
+      return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s': size overflows", w->path, name);
     nbytes *= shape[i] != 0 ? (uint64_t)shape[i] : 1;
     count *= (uint64_t)shape[i];
   }
   info->count = count;
   info->nbytes = nbytes = count * es;
   if (data == NULL && count > 0)
-    return msg(KDA_EINVAL, err, errlen, "%s: member '%s': NULL data", w->path, name);
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: member '%s': NULL data", w->path, name);
   hl = kda_npy_format_header(info, header, sizeof header);
   if (hl == 0 || nbytes > SIZE_MAX - hl)
-    return msg(KDA_ESHAPE, err, errlen, "%s: member '%s': size overflows", w->path, name);
+    return kda_fail(KDA_ESHAPE, err, errlen, "%s: member '%s': size overflows", w->path, name);
   mem->len = hl + (size_t)nbytes;
   mem->name = malloc(strlen(name) + 5);
   mem->buf = malloc(mem->len);
   if (mem->name == NULL || mem->buf == NULL) {
     free(mem->name);
     free(mem->buf);
-    return msg(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", w->path, name);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", w->path, name);
   }
   snprintf(mem->name, strlen(name) + 5, "%s.npy", name);
   memcpy(mem->buf, header, hl);
@@ -807,7 +804,7 @@ static int member_push(kda_npz_writer *w, npz_wmember *mem, char *err, size_t er
     if (m == NULL) {
       free(mem->name);
       free(mem->buf);
-      return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
+      return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
     }
     w->m = m;
     w->cap = cap;
@@ -877,9 +874,9 @@ int kda_npz_writer_add_f64(kda_npz_writer *w, const char *name, int32_t dtype, i
     if (!encode_f64(data[i], dtype, &bits)) {
       free(mem.name);
       free(mem.buf);
-      return msg(KDA_EINVAL, err, errlen,
-                 "%s: member '%s': element %llu (%.17g) is not an integer in '%s' range",
-                 w->path, name, (unsigned long long)i, data[i], kda_dtype_descr(dtype));
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "%s: member '%s': element %llu (%.17g) is not an integer in '%s' range",
+                      w->path, name, (unsigned long long)i, data[i], kda_dtype_descr(dtype));
     }
     le_store(dst + i * es, bits, es);
   }
@@ -893,11 +890,11 @@ int kda_npz_writer_set_manifest(kda_npz_writer *w, const char *json_text, char *
   size_t n;
   char *name, *buf;
   if (w == NULL || json_text == NULL)
-    return msg(KDA_EINVAL, err, errlen, "kda_npz_writer_set_manifest: NULL argument");
+    return kda_fail(KDA_EINVAL, err, errlen, "kda_npz_writer_set_manifest: NULL argument");
   if ((j = json_loads(json_text, JSON_REJECT_DUPLICATES, &je)) == NULL || !json_is_object(j)) {
     json_decref(j);
-    return msg(KDA_EINVAL, err, errlen, "%s: manifest.json is not a JSON object (%s)", w->path,
-               j == NULL ? je.text : "not an object");
+    return kda_fail(KDA_EINVAL, err, errlen, "%s: manifest.json is not a JSON object (%s)", w->path,
+                    j == NULL ? je.text : "not an object");
   }
   json_decref(j);
   n = strlen(json_text);
@@ -906,7 +903,7 @@ int kda_npz_writer_set_manifest(kda_npz_writer *w, const char *json_text, char *
   if (name == NULL || buf == NULL) {
     free(name);
     free(buf);
-    return msg(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
   }
   memcpy(buf, json_text, n);
   free(w->manifest.name);
@@ -953,14 +950,15 @@ static int write_archive(kda_npz_writer *w, char *err, size_t errlen) {
   zip_t *za;
   if (w->manifest.buf == NULL && w->n == 0) {
     if (write_empty_zip(w->tmp) != 0)
-      return msg(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp, strerror(errno));
+      return kda_fail(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp,
+                      strerror(errno));
     return KDA_OK;
   }
   if ((za = zip_open(w->tmp, ZIP_TRUNCATE, &ze)) == NULL) {
     zip_error_t e;
     zip_error_init_with_code(&e, ze);
-    st = msg(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen, "%s: cannot write %s: %s",
-             w->path, w->tmp, zip_error_strerror(&e));
+    st = kda_fail(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen,
+                  "%s: cannot write %s: %s", w->path, w->tmp, zip_error_strerror(&e));
     zip_error_fini(&e);
     return st;
   }
@@ -971,8 +969,8 @@ static int write_archive(kda_npz_writer *w, char *err, size_t errlen) {
   return KDA_OK;
 fail:
   ze = zip_error_code_zip(zip_get_error(za));
-  st = msg(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen, "%s: cannot write %s: %s",
-           w->path, w->tmp, zip_strerror(za));
+  st = kda_fail(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen, "%s: cannot write %s: %s",
+                w->path, w->tmp, zip_strerror(za));
   zip_discard(za);
   return st;
 }
@@ -1001,13 +999,13 @@ static void sync_dir(const char *path) {
 
 int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen) {
   int st;
-  if (w == NULL) return msg(KDA_EIO, err, errlen, "kda_npz_writer_commit: NULL writer");
+  if (w == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_npz_writer_commit: NULL writer");
   st = write_archive(w, err, errlen);
   if (st == KDA_OK && sync_path(w->tmp, O_RDONLY) != 0)
-    st = msg(KDA_EIO, err, errlen, "%s: cannot sync %s: %s", w->path, w->tmp, strerror(errno));
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot sync %s: %s", w->path, w->tmp, strerror(errno));
   if (st == KDA_OK && rename(w->tmp, w->path) != 0)
-    st = msg(KDA_EIO, err, errlen, "%s: cannot rename %s onto it: %s", w->path, w->tmp,
-             strerror(errno));
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot rename %s onto it: %s", w->path, w->tmp,
+                  strerror(errno));
   if (st != KDA_OK) {
     unlink(w->tmp);
   } else {
