@@ -66,7 +66,7 @@ LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
+.PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -115,7 +115,13 @@ check-golden: $(KDA)
 golden: $(KDA)
 	$(KDA) golden --write golden
 
-check: check-unit check-numpy check-golden check-asan
+# kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
+# kind validates against conformance/tests/junit.xsd.
+check-conform: $(KDA) $(PLUGINS)
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_l1.sh
+
+check: check-unit check-numpy check-golden check-conform check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.

@@ -5,11 +5,12 @@
 # packages (one apt-get update first); otherwise print the exact apt-get line and fail.
 set -eu
 stamp=${1:-}
-pkgs="pkg-config check libzip-dev libjansson-dev libmpfr-dev libgmp-dev zlib1g-dev libsubunit-dev"
+pkgs="pkg-config check libzip-dev libjansson-dev libmpfr-dev libgmp-dev zlib1g-dev libsubunit-dev libxml2-utils"
 mods="check libzip jansson mpfr gmp zlib"
 missing() {
   command -v pkg-config >/dev/null 2>&1 || { echo pkg-config; return; }
   for m in $mods; do pkg-config --exists "$m" || echo "$m"; done
+  command -v xmllint >/dev/null 2>&1 || echo xmllint  # JUnit schema check (make check)
 }
 m=$(missing)
 if [ -n "$m" ]; then
@@ -22,7 +23,7 @@ if [ -n "$m" ]; then
   fi
 fi
 if [ -n "$m" ]; then
-  echo "deps.sh: missing pkg-config modules: $(echo $m | tr '\n' ' ')" >&2
+  echo "deps.sh: missing pkg-config modules or tools: $(echo $m | tr '\n' ' ')" >&2
   echo "deps.sh: install them with: sudo apt-get install -y $pkgs" >&2
   exit 1
 fi

@@ -1,0 +1,54 @@
+#!/bin/sh
+# conform_l1.sh: kda conform end to end on golden/L1 (SPEC.md §7.7, §7.9), run by make check.
+# SPDX-License-Identifier: MIT
+#  1. every test-only mutant fails at least one L1 case (the golden set catches each mistake);
+#  2. a report holding every verdict kind (pass, fail, crash, timeout, waived) is JUnit XML
+#     that validates against conformance/tests/junit.xsd (xmllint), and the summary line and
+#     exit status are right.
+# Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_l1.sh
+set -u
+kda=${KDA_BIN:-build/kda}
+plugins=${PLUGIN_DIR:-build/conformance/tests}
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/kda-conform.XXXXXX") || exit 2
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "conform_l1: FAIL: $*" >&2; exit 1; }
+[ -d golden/L1 ] || fail "golden/L1 is missing"
+
+# 1. Mutants.  Cases are tried smallest first; the first Fail kills the mutant.
+cases=$(ls -S -r golden/L1/*.npz)
+for m in erase_before_decay readout_before_write predict_undecayed decay_value_axis \
+         transposed_state scale_on_k wrong_head_map beta_bf16 f32_ulp_bias drop_h0 exp2_gate; do
+  killed=""
+  for c in $cases; do
+    "$kda" conform -q --no-prefix --max-lines 0 -p "$plugins/kda_plugin_mutants.so" \
+      --params "mutant=$m" "$c" >/dev/null 2>&1
+    rc=$?
+    [ $rc = 2 ] && fail "kda conform exited 2 on mutant $m, case $c"
+    if [ $rc = 1 ]; then killed=$c; break; fi
+  done
+  [ -n "$killed" ] || fail "mutant $m survives every golden/L1 case"
+  echo "conform_l1: mutant $m killed by $(basename "$killed" .npz)"
+done
+
+# 2. Every verdict kind in one JUnit report.
+cat > "$tmp/waivers.json" <<'W'
+{"waivers": [{"case": "t17-gdn", "backend": "mutant*", "reason": "exercise Waived", "link": "SPEC.md#76"}]}
+W
+"$kda" conform --timeout 2 --waivers "$tmp/waivers.json" --junit "$tmp/junit.xml" \
+  -b ref-f32 -p "$plugins/kda_plugin_mutants.so" --params mutant=transposed_state \
+  -p "$plugins/kda_plugin_crash.so" -p "$plugins/kda_plugin_hang.so" \
+  golden/L1/t15-log-prob.npz golden/L1/t17-gdn.npz > "$tmp/out.txt" 2>&1
+rc=$?
+[ $rc = 1 ] || fail "exit status $rc, expected 1 (a Fail, a Crash and a Timeout): $(tail -1 "$tmp/out.txt")"
+for v in PASS FAIL CRASH TIMEOUT WAIVED; do
+  grep -q "^$v" "$tmp/out.txt" || fail "no $v line in the report"
+done
+tail -1 "$tmp/out.txt" | grep -Eq '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' ||
+  fail "last line is not 'N passed, N failed[, N skipped]': $(tail -1 "$tmp/out.txt")"
+command -v xmllint >/dev/null 2>&1 || fail "xmllint is missing (Debian package libxml2-utils)"
+xmllint --noout --schema conformance/tests/junit.xsd "$tmp/junit.xml" 2>"$tmp/xmllint.txt" ||
+  fail "JUnit report does not validate: $(head -3 "$tmp/xmllint.txt")"
+for tag in failure error skipped; do
+  grep -q "<$tag " "$tmp/junit.xml" || fail "JUnit report has no <$tag> element"
+done
+echo "conform_l1: JUnit report with pass, failure, error and skipped validates against junit.xsd"
