@@ -2,7 +2,9 @@
 # conform_l1.sh: kda conform end to end on golden/L1 (SPEC.md §7.7, §7.9), run by make check.
 # SPDX-License-Identifier: MIT
 #  1. every test-only mutant fails at least one L1 case (the golden set catches each mistake);
-#  2. a report holding every verdict kind (pass, fail, crash, timeout, waived) is JUnit XML
+#  2. a recorded baseline turns a larger error into a QualityWarning (a regression) that still
+#     counts as passed, and the same run within the baseline factor is a Pass;
+#  3. a report holding every verdict kind (pass, fail, crash, timeout, waived) is JUnit XML
 #     that validates against conformance/tests/junit.xsd (xmllint), and the summary line and
 #     exit status are right.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_l1.sh
@@ -30,7 +32,22 @@ for m in erase_before_decay readout_before_write predict_undecayed decay_value_a
   echo "conform_l1: mutant $m killed by $(basename "$killed" .npz)"
 done
 
-# 2. Every verdict kind in one JUnit report.
+# 2. Baselines (SPEC.md §7.6): record ref-f32's errors, shrink them to 0.5 units (baselines
+#    below 1 count as 1), and the unchanged backend becomes a regression warning.
+case=golden/L1/t15-log-prob.npz
+"$kda" conform -q -b ref-f32 --record-baseline "$tmp/base.json" "$case" >/dev/null ||
+  fail "recording a baseline"
+grep -q '"schema": "kda-baseline/1"' "$tmp/base.json" || fail "baseline file has no schema"
+sed -E 's/("(o|ht)": *)[0-9.eE+-]+/\10.5/g' "$tmp/base.json" > "$tmp/small.json"
+"$kda" conform -b ref-f32 --baseline "$tmp/small.json" "$case" > "$tmp/b.txt" 2>&1 ||
+  fail "a QualityWarning must not fail the run"
+grep -q '^WARN .*regression: o error' "$tmp/b.txt" || fail "no regression warning: $(head -1 "$tmp/b.txt")"
+"$kda" conform -b ref-f32 --baseline "$tmp/base.json" "$case" > "$tmp/b.txt" 2>&1 ||
+  fail "the baseline's own run must pass"
+grep -q '^PASS' "$tmp/b.txt" || fail "run at its own baseline is not a Pass: $(head -1 "$tmp/b.txt")"
+echo "conform_l1: baselines: regression warning above 2x, pass at the recorded errors"
+
+# 3. Every verdict kind in one JUnit report.
 cat > "$tmp/waivers.json" <<'W'
 {"waivers": [{"case": "t17-gdn", "backend": "mutant*", "reason": "exercise Waived", "link": "SPEC.md#76"}]}
 W
