@@ -297,15 +297,20 @@ static void coef_token(const job *J, int64_t t, int64_t hv, float *qh, float *kh
 
 /* One thread's buffers. */
 typedef struct workspace {
-  float *S;               /* [K][Vp] */
+  float *S;               /* [Vp/W][K][W]: block-major (kda_simd.h) */
   float *qh, *kh, *a, *b; /* [CHUNK][K] x 3, [CHUNK] */
   float *v, *o;           /* [CHUNK][Vp] */
   float *tmp;             /* [K] scratch of the gate */
+  const void **pf;        /* [CHUNK * lines a token] prefetch list (token_lines) */
 } workspace;
 
+/* Cache lines token_lines lists for one token, at most. */
+static size_t pf_lines(int64_t K, int64_t Vp) { return (size_t)(3 * (K / 16 + 1) + 2 * (Vp / 16 + 1)); }
+
 static size_t ws_floats(int64_t K, int64_t Vp) {
+  const size_t pf = (size_t)CHUNK * pf_lines(K, Vp) * sizeof(void *) / sizeof(float);
   return (size_t)K * (size_t)Vp + (size_t)CHUNK * (3 * (size_t)K + 16 + 2 * (size_t)Vp) +
-         (size_t)K;
+         (size_t)K + 16 + pf;
 }
 
 static void ws_carve(workspace *w, float *base, int64_t K, int64_t Vp) {
@@ -317,35 +322,47 @@ static void ws_carve(workspace *w, float *base, int64_t K, int64_t Vp) {
   w->a = w->kh + CHUNK * K;
   w->b = w->a + CHUNK * K;
   w->tmp = w->b + CHUNK + 16;
-}
-
-/* Offset of S[i][j] inside one stored state (SPEC.md §2.4). */
-static size_t state_at(const kda_problem *p, int64_t i, int64_t j) {
-  return p->state_layout == KDA_STATE_VK ? (size_t)j * (size_t)p->K + (size_t)i
-                                         : (size_t)i * (size_t)p->V + (size_t)j;
+  w->pf = (const void **)(void *)(w->tmp + (K + 15) / 16 * 16 + 16);
 }
 
 static size_t state_off(const kda_problem *p, int64_t slot, int64_t hv) {
   return ((size_t)slot * (size_t)p->HV + (size_t)hv) * (size_t)p->K * (size_t)p->V;
 }
 
-/* S[:, j0:j1) <- h0[n, hv] (or 0); columns past V are zero padding. */
+/* The work state is block-major (kda_simd.h): the block of W columns starting at jb holds its K
+ * rows of W floats contiguously at S + jb*K.  These copy columns [j0, j1) (multiples of W)
+ * between it and a stored state (either layout); columns past V are zero padding. */
 static void load_state(const job *J, float *S, int64_t n, int64_t hv, int64_t j0, int64_t j1) {
   const kda_problem *p = J->p;
+  const int64_t K = p->K, V = p->V, W = J->W;
   const float *src = J->h0 ? J->h0 + state_off(p, n, hv) : NULL;
-  for (int64_t i = 0; i < p->K; i++) {
-    float *row = S + i * J->Vp;
-    for (int64_t j = j0; j < j1; j++)
-      row[j] = (src && j < p->V) ? src[state_at(p, i, j)] : 0.0f;
+  for (int64_t jb = j0; jb < j1; jb += W) {
+    float *blk = S + jb * K;
+    const int64_t nv = !src ? 0 : jb + W <= V ? W : V > jb ? V - jb : 0;
+    for (int64_t i = 0; i < K; i++) {
+      float *row = blk + i * W;
+      if (p->state_layout == KDA_STATE_VK)
+        for (int64_t c = 0; c < nv; c++) row[c] = src[(size_t)(jb + c) * (size_t)K + (size_t)i];
+      else if (nv)
+        memcpy(row, src + (size_t)i * (size_t)V + (size_t)jb, (size_t)nv * sizeof *row);
+      for (int64_t c = nv; c < W; c++) row[c] = 0.0f;
+    }
   }
 }
 
 static void store_state(const job *J, const float *S, float *dst, int64_t j0, int64_t j1) {
   const kda_problem *p = J->p;
-  if (j1 > p->V) j1 = p->V;
-  for (int64_t i = 0; i < p->K; i++) {
-    const float *row = S + i * J->Vp;
-    for (int64_t j = j0; j < j1; j++) dst[state_at(p, i, j)] = row[j];
+  const int64_t K = p->K, V = p->V, W = J->W;
+  for (int64_t jb = j0; jb < j1 && jb < V; jb += W) {
+    const float *blk = S + jb * K;
+    const int64_t nv = jb + W <= V ? W : V - jb;
+    for (int64_t i = 0; i < K; i++) {
+      const float *row = blk + i * W;
+      if (p->state_layout == KDA_STATE_VK)
+        for (int64_t c = 0; c < nv; c++) dst[(size_t)(jb + c) * (size_t)K + (size_t)i] = row[c];
+      else
+        memcpy(dst + (size_t)i * (size_t)V + (size_t)jb, row, (size_t)nv * sizeof *row);
+    }
   }
 }
 
@@ -360,9 +377,27 @@ static int64_t first_checkpoint(const job *J, int64_t t0) {
   return lo;
 }
 
+/* Appends to pf the cache lines of token t of value head hv (q, k, g, v rows and the o row):
+ * the kernel prefetches them while it runs the segment before. */
+static int64_t token_lines(const job *J, int64_t t, int64_t hv, const void **pf) {
+  const kda_problem *p = J->p;
+  const int64_t K = p->K, V = p->V, G = p->HV / p->H, LINE = 16;
+  const int64_t h = p->head_map == KDA_HEADMAP_MOD ? hv % p->H : hv / G;
+  const size_t qk = ((size_t)t * (size_t)p->H + (size_t)h) * (size_t)K;
+  const size_t tv = ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V;
+  int64_t n = 0;
+  for (int64_t i = 0; i < K; i += LINE) pf[n++] = J->q + qk + i, pf[n++] = J->k + qk + i;
+  for (int64_t j = 0; j < V; j += LINE) pf[n++] = J->v + tv + j, pf[n++] = J->o + tv + j;
+  if (J->decays) {
+    const float *g = J->g + ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)J->GW;
+    for (int64_t i = 0; i < J->GW; i += LINE) pf[n++] = g + i;
+  }
+  return n;
+}
+
 /* Tokens [t0, t1) of sequence-head (n, hv), columns [j0, j1): coefficients, v, kernel, o. */
 static void run_segment(const job *J, workspace *w, int64_t hv, int64_t t0, int64_t t1,
-                        int64_t j0, int64_t j1) {
+                        int64_t eos, int64_t j0, int64_t j1) {
   const kda_problem *p = J->p;
   const int64_t K = p->K, V = p->V, Vp = J->Vp, L = t1 - t0, jv = j1 < V ? j1 : V;
   for (int64_t l = 0; l < L; l++) {
@@ -370,15 +405,18 @@ static void run_segment(const job *J, workspace *w, int64_t hv, int64_t t0, int6
     coef_token(J, t, hv, w->qh + l * K, w->kh + l * K, w->a + l * K, w->b + l, w->tmp);
     const float *vt = J->v + ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V;
     float *vb = w->v + l * Vp;
-    for (int64_t j = j0; j < jv; j++) vb[j] = vt[j];
-    for (int64_t j = jv; j < j1; j++) vb[j] = 0.0f;
+    if (jv > j0) memcpy(vb + j0, vt + j0, (size_t)(jv - j0) * sizeof *vb);
+    for (int64_t j = jv > j0 ? jv : j0; j < j1; j++) vb[j] = 0.0f;
   }
-  const kda_simd_seg seg = {K, L, Vp, w->qh, w->kh, w->a, w->b, w->v, w->o, J->erases, 0};
+  int64_t npf = 0;
+  for (int64_t t = t1; t < t1 + CHUNK && t < eos; t++) npf += token_lines(J, t, hv, w->pf + npf);
+  const kda_simd_seg seg = {K, L, Vp, w->qh, w->kh, w->a, w->b, w->v, w->o, J->erases, 0,
+                            w->pf, npf};
   J->kernel(&seg, w->S, j0, j1);
   for (int64_t l = 0; l < L; l++) {
     float *ot = J->o + ((size_t)(t0 + l) * (size_t)p->HV + (size_t)hv) * (size_t)V;
     const float *ob = w->o + l * Vp;
-    for (int64_t j = j0; j < jv; j++) ot[j] = ob[j];
+    if (jv > j0) memcpy(ot + j0, ob + j0, (size_t)(jv - j0) * sizeof *ot);
   }
 }
 
@@ -397,7 +435,7 @@ static void run_item(const job *J, workspace *w, int64_t item) {
     int64_t end = eos < t + CHUNK ? eos : t + CHUNK;
     const int at_ck = c < p->n_checkpoints && J->t->checkpoints[c] < end;
     if (at_ck) end = J->t->checkpoints[c] + 1;
-    run_segment(J, w, hv, t, end, j0, j1);
+    run_segment(J, w, hv, t, end, eos, j0, j1);
     if (at_ck) store_state(J, w->S, J->hc + state_off(p, c, hv), j0, j1), c++;
     t = end;
   }

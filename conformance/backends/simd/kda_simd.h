@@ -5,8 +5,10 @@
  * segment of L consecutive tokens, the per-token coefficients of SPEC.md §3.1
  *   qh[t][i] = scale * L2(q)_i,  kh[t][i] = L2(k)_i,  a[t][i] = exp(g_eff[t][i]),  b[t],
  * and the values v[t][j] (padded with zeros to Vp columns).  A kernel then advances the
- * state S (K rows of Vp floats, K-major: S[i*Vp + j]) over the L tokens for the value columns
- * [j0, j1), writing o[t][j] = sum_i S_t[i][j] qh[t][i].  Each column j of S evolves on its own
+ * state S over the L tokens for the value columns [j0, j1), writing o[t][j] = sum_i S_t[i][j]
+ * qh[t][i].  S is block-major: with W = kda_simd_width(isa), the block of columns [jb, jb+W)
+ * (jb a multiple of W) holds its K rows of W floats contiguously, S_t[i][j] at
+ * S[jb*K + i*W + (j - jb)], so one block's rows stay together in L1.  Each column j of S evolves on its own
  * given the coefficients, so a kernel vectorises across j and keeps no cross-column state:
  * the result of a column does not depend on which block or thread computed it.
  */
@@ -29,7 +31,23 @@ typedef struct kda_simd_seg {
   float *o;                  /* [L][Vp] */
   int32_t erase;             /* 0: the linear family (prediction p = 0) */
   int32_t reserved0;
+  /* Cache lines of the inputs (and outputs) of the NEXT segment, for the kernel to prefetch a
+   * few at a time while it works (their rows are H*K floats apart, too far apart for the
+   * hardware prefetchers); npf may be 0. */
+  const void *const *pf;
+  int64_t npf;
 } kda_simd_seg;
+
+/* Spreads the segment's prefetches over the kernel: *next counts those issued; each call
+ * issues `per` more. */
+static inline void kda_simd_prefetch(const kda_simd_seg *s, int64_t *next, int64_t per) {
+  for (int64_t e = *next + per < s->npf ? *next + per : s->npf; *next < e; ++*next)
+    __builtin_prefetch(s->pf[*next]);
+}
+/* How many prefetches each of `steps` calls should issue to cover the list. */
+static inline int64_t kda_simd_prefetch_per(const kda_simd_seg *s, int64_t steps) {
+  return steps > 0 ? (s->npf + steps - 1) / steps : s->npf;
+}
 
 /* Advances S over the segment for columns [j0, j1); j0 and j1 are multiples of the ISA's
  * width (kda_simd_width), j1 <= Vp.  The state left in S is the state after token L-1. */

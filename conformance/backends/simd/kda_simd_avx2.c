@@ -17,16 +17,18 @@
 
 #include "kda_simd.h"
 
+#define BW 16 /* columns a block */
+
 static inline __m256 bc(const float *p) { return _mm256_broadcast_ss(p); }
 
 /* Decay by a_0 and predict with kh_0: the first half-step of the segment. */
 static void prologue(const kda_simd_seg *s, float *base, __m256 p[4]) {
-  const int64_t K = s->K, Vp = s->Vp;
+  const int64_t K = s->K;
   const float *a = s->a, *k = s->kh;
   __m256 e0 = _mm256_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
   int64_t i = 0;
   for (; i + 1 < K; i += 2) {
-    float *r0 = base + i * Vp, *r1 = r0 + Vp;
+    float *r0 = base + i * BW, *r1 = r0 + BW;
     __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(r0), bc(a + i));
     __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(r0 + 8), bc(a + i));
     __m256 y0 = _mm256_mul_ps(_mm256_loadu_ps(r1), bc(a + i + 1));
@@ -37,7 +39,7 @@ static void prologue(const kda_simd_seg *s, float *base, __m256 p[4]) {
     o0 = _mm256_fmadd_ps(y0, bc(k + i + 1), o0), o1 = _mm256_fmadd_ps(y1, bc(k + i + 1), o1);
   }
   if (i < K) {
-    float *r0 = base + i * Vp;
+    float *r0 = base + i * BW;
     __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(r0), bc(a + i));
     __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(r0 + 8), bc(a + i));
     _mm256_storeu_ps(r0, x0), _mm256_storeu_ps(r0 + 8, x1);
@@ -49,14 +51,14 @@ static void prologue(const kda_simd_seg *s, float *base, __m256 p[4]) {
 /* Token t's write and readout, fused with token t+1's decay and prediction (into p). */
 static void step_fused(const kda_simd_seg *s, float *base, int64_t t, __m256 d0, __m256 d1,
                        __m256 p[4], float *out) {
-  const int64_t K = s->K, Vp = s->Vp;
+  const int64_t K = s->K;
   const float *kt = s->kh + t * K, *qt = s->qh + t * K;
   const float *an = s->a + (t + 1) * K, *kn = s->kh + (t + 1) * K;
   __m256 z = _mm256_setzero_ps();
   __m256 oe0 = z, oe1 = z, oo0 = z, oo1 = z, pe0 = z, pe1 = z, po0 = z, po1 = z;
   int64_t i = 0;
   for (; i + 1 < K; i += 2) {
-    float *r0 = base + i * Vp, *r1 = r0 + Vp;
+    float *r0 = base + i * BW, *r1 = r0 + BW;
     __m256 x0 = _mm256_fmadd_ps(bc(kt + i), d0, _mm256_loadu_ps(r0));
     __m256 x1 = _mm256_fmadd_ps(bc(kt + i), d1, _mm256_loadu_ps(r0 + 8));
     oe0 = _mm256_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm256_fmadd_ps(x1, bc(qt + i), oe1);
@@ -71,7 +73,7 @@ static void step_fused(const kda_simd_seg *s, float *base, int64_t t, __m256 d0,
     _mm256_storeu_ps(r1, y0), _mm256_storeu_ps(r1 + 8, y1);
   }
   if (i < K) {
-    float *r0 = base + i * Vp;
+    float *r0 = base + i * BW;
     __m256 x0 = _mm256_fmadd_ps(bc(kt + i), d0, _mm256_loadu_ps(r0));
     __m256 x1 = _mm256_fmadd_ps(bc(kt + i), d1, _mm256_loadu_ps(r0 + 8));
     oe0 = _mm256_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm256_fmadd_ps(x1, bc(qt + i), oe1);
@@ -87,12 +89,12 @@ static void step_fused(const kda_simd_seg *s, float *base, int64_t t, __m256 d0,
 /* The last token of the segment: write and readout only, leaving S_t in place. */
 static void step_last(const kda_simd_seg *s, float *base, int64_t t, __m256 d0, __m256 d1,
                       float *out) {
-  const int64_t K = s->K, Vp = s->Vp;
+  const int64_t K = s->K;
   const float *kt = s->kh + t * K, *qt = s->qh + t * K;
   __m256 oe0 = _mm256_setzero_ps(), oe1 = oe0, oo0 = oe0, oo1 = oe0;
   int64_t i = 0;
   for (; i + 1 < K; i += 2) {
-    float *r0 = base + i * Vp, *r1 = r0 + Vp;
+    float *r0 = base + i * BW, *r1 = r0 + BW;
     __m256 x0 = _mm256_fmadd_ps(bc(kt + i), d0, _mm256_loadu_ps(r0));
     __m256 x1 = _mm256_fmadd_ps(bc(kt + i), d1, _mm256_loadu_ps(r0 + 8));
     __m256 y0 = _mm256_fmadd_ps(bc(kt + i + 1), d0, _mm256_loadu_ps(r1));
@@ -103,7 +105,7 @@ static void step_last(const kda_simd_seg *s, float *base, int64_t t, __m256 d0, 
     oo0 = _mm256_fmadd_ps(y0, bc(qt + i + 1), oo0), oo1 = _mm256_fmadd_ps(y1, bc(qt + i + 1), oo1);
   }
   if (i < K) {
-    float *r0 = base + i * Vp;
+    float *r0 = base + i * BW;
     __m256 x0 = _mm256_fmadd_ps(bc(kt + i), d0, _mm256_loadu_ps(r0));
     __m256 x1 = _mm256_fmadd_ps(bc(kt + i), d1, _mm256_loadu_ps(r0 + 8));
     _mm256_storeu_ps(r0, x0), _mm256_storeu_ps(r0 + 8, x1);
@@ -113,9 +115,9 @@ static void step_last(const kda_simd_seg *s, float *base, int64_t t, __m256 d0, 
   _mm256_storeu_ps(out + 8, _mm256_add_ps(oe1, oo1));
 }
 
-/* All tokens of the segment for the 16 columns starting at j. */
-static void block16(const kda_simd_seg *s, float *S, int64_t j) {
-  float *base = S + j;
+/* All tokens of the segment for the 16 columns starting at j, prefetching the next segment. */
+static void block16(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
+  float *base = S + j * s->K;
   __m256 p[4];
   prologue(s, base, p);
   for (int64_t t = 0; t < s->L; t++) {
@@ -126,6 +128,7 @@ static void block16(const kda_simd_seg *s, float *S, int64_t j) {
     __m256 d0 = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(vt), p0));
     __m256 d1 = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(vt + 8), p1));
     float *out = s->o + t * s->Vp + j;
+    kda_simd_prefetch(s, pf_next, pf_per);
     if (t + 1 < s->L)
       step_fused(s, base, t, d0, d1, p, out);
     else
@@ -134,7 +137,8 @@ static void block16(const kda_simd_seg *s, float *S, int64_t j) {
 }
 
 void kda_simd_kernel_avx2(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1) {
-  for (int64_t j = j0; j < j1; j += 16) block16(s, S, j);
+  int64_t pf_next = 0, pf_per = kda_simd_prefetch_per(s, (j1 - j0) / BW * s->L);
+  for (int64_t j = j0; j < j1; j += BW) block16(s, S, j, &pf_next, pf_per);
 }
 
 /* Twelve independent chains of x = x * m + c, in named registers (an array would live in

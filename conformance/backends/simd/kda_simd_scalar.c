@@ -14,7 +14,7 @@
 static void prologue(const kda_simd_seg *s, float *base, float p[W]) {
   for (int c = 0; c < W; c++) p[c] = 0.0f;
   for (int64_t i = 0; i < s->K; i++) {
-    float *r = base + i * s->Vp;
+    float *r = base + i * W;
     const float a = s->a[i], k = s->kh[i];
     for (int c = 0; c < W; c++) {
       float x = r[c] * a;
@@ -24,20 +24,21 @@ static void prologue(const kda_simd_seg *s, float *base, float p[W]) {
   }
 }
 
-static void block8(const kda_simd_seg *s, float *S, int64_t j) {
+static void block8(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
   const int64_t K = s->K, Vp = s->Vp;
-  float *base = S + j;
+  float *base = S + j * K;
   float p[W], d[W], o[W];
   prologue(s, base, p);
   for (int64_t t = 0; t < s->L; t++) {
     const float b = s->b[t], *vt = s->v + t * Vp + j;
+    kda_simd_prefetch(s, pf_next, pf_per);
     for (int c = 0; c < W; c++) d[c] = b * (vt[c] - (s->erase ? p[c] : 0.0f));
     for (int c = 0; c < W; c++) o[c] = 0.0f, p[c] = 0.0f;
     const float *kt = s->kh + t * K, *qt = s->qh + t * K;
     if (t + 1 < s->L) {
       const float *an = s->a + (t + 1) * K, *kn = s->kh + (t + 1) * K;
       for (int64_t i = 0; i < K; i++) {
-        float *r = base + i * Vp;
+        float *r = base + i * W;
         for (int c = 0; c < W; c++) {
           float x = r[c] + kt[i] * d[c];
           o[c] = o[c] + x * qt[i];
@@ -48,7 +49,7 @@ static void block8(const kda_simd_seg *s, float *S, int64_t j) {
       }
     } else {
       for (int64_t i = 0; i < K; i++) {
-        float *r = base + i * Vp;
+        float *r = base + i * W;
         for (int c = 0; c < W; c++) {
           float x = r[c] + kt[i] * d[c];
           o[c] = o[c] + x * qt[i];
@@ -62,5 +63,6 @@ static void block8(const kda_simd_seg *s, float *S, int64_t j) {
 }
 
 void kda_simd_kernel_scalar(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1) {
-  for (int64_t j = j0; j < j1; j += W) block8(s, S, j);
+  int64_t pf_next = 0, pf_per = kda_simd_prefetch_per(s, (j1 - j0) / W * s->L);
+  for (int64_t j = j0; j < j1; j += W) block8(s, S, j, &pf_next, pf_per);
 }
