@@ -1024,6 +1024,41 @@ static void compare_twins(tcase *c) {
   for (int i = 0; i < 8; i++) free(f[i]);
 }
 
+/* The float32 twin evaluates its gate and beta formulas in float (SPEC.md §9.2): bit for bit
+ * the same float expressions written out here, so a twin that slipped into double (e.g. exp
+ * instead of expf) is caught even where the results are close. */
+static float sp32(float y) { return (y > 0.0f ? y : 0.0f) + log1pf(expf(-fabsf(y))); }
+static float sg32(float y) {
+  if (y >= 0.0f) return 1.0f / (1.0f + expf(-y));
+  float e = expf(y);
+  return e / (1.0f + e);
+}
+
+START_TEST(test_f32_formulas_in_float) {
+  /* the 0x1.3f... points are where log1pf(expf(.)) and the double evaluation rounded to float
+   * differ with glibc; on any libm the comparison below is exact. */
+  static const float xs[] = {-30.5f, -17.25f, -3.1f, -0.7f, 0.0f, 0.3f, 2.9f, 19.5f, 21.0f,
+                             -0x1.3fffd6p+4f, -0x1.3ffc3cp+4f, -0x1.3ff6aap+4f, -0x1.3fe3p+4f};
+  const float A = 0.37f, lb = -4.75f;
+  for (size_t n = 0; n < 2 * sizeof xs / sizeof xs[0]; n++) {
+    float x = xs[n / 2], b = (n & 1) ? -0.45f : 0.0f;
+    float want_sp = -(expf(A) * sp32(x + b));
+    float want_lb = lb * sg32(expf(A) * (x + b)), want_lb0 = lb * sg32(x + b);
+    float got_sp = kda_ref32_gate(KDA_GATE_SOFTPLUS, x, b, A, 1, lb);
+    float got_lb = kda_ref32_gate(KDA_GATE_LOWER_BOUND, x, b, A, 1, lb);
+    float got_lb0 = kda_ref32_gate(KDA_GATE_LOWER_BOUND, x, b, A, 0, lb);
+    ck_assert_msg(memcmp(&got_sp, &want_sp, sizeof(float)) == 0, "softplus gate x=%a: %a vs %a",
+                  (double)x, (double)got_sp, (double)want_sp);
+    ck_assert_msg(memcmp(&got_lb, &want_lb, sizeof(float)) == 0, "lower-bound gate x=%a",
+                  (double)x);
+    ck_assert_msg(memcmp(&got_lb0, &want_lb0, sizeof(float)) == 0, "lower-bound gate, no A_log, "
+                  "x=%a", (double)x);
+    float want_b = 2.0f * sg32(x), got_b = kda_ref32_beta(KDA_BETA_LOGIT_NEG, x);
+    ck_assert_msg(memcmp(&got_b, &want_b, sizeof(float)) == 0, "beta x=%a", (double)x);
+  }
+}
+END_TEST
+
 START_TEST(test_f32_vs_f64) {
   static const int64_t cu[4] = {0, 7, 7, 20}, cp[3] = {3, 7, 19};
   kda_problem p = rich_problem(20, 2, 4, 8, 6);
@@ -1230,6 +1265,7 @@ static Suite *ref_suite(void) {
   suite_add_tcase(s, inv);
   TCase *pts = tcase_create("points");
   tcase_add_test(pts, test_softplus_points);
+  tcase_add_test(pts, test_f32_formulas_in_float);
   tcase_add_test(pts, test_sigmoid_points);
   tcase_add_test(pts, test_lower_bound_points);
   tcase_add_test(pts, test_l2_points);
