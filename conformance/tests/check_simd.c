@@ -214,6 +214,47 @@ static int passed(int32_t v) {
 
 /* golden/L1 (when present): the plain float32 baseline ref-f32 and simd, with every ISA here,
  * pass every case (a QualityWarning for drift counts as passed; simd may decline). */
+/* The vector gates (AVX2, AVX-512: each where this CPU has it) against the gate in double on
+ * a sweep of y = g + bias through every range, tails included: softplus below -16.6 (log1p
+ * of a number under 2^-24) and above 20, the libm lanes past |y| = 87, g = -inf, and n off
+ * the vector width.  a within (4 + 3 |log a|) ulp of the double value (the float exponent's own
+ * rounding is amplified by |log a|), or 1e-44 absolute (subnormals), or inf past FLT_MAX. */
+static double gate_ref(int32_t mode, double y, double eA, double lb) {
+  if (mode == KDA_GATE_SOFTPLUS) return exp(-eA * (fmax(y, 0.0) + log1p(exp(-fabs(y)))));
+  if (mode == KDA_GATE_LOWER_BOUND) return exp(lb / (1.0 + exp(-y)));
+  return exp(y);
+}
+
+START_TEST(test_vector_gate) {
+  typedef void (*gate_fn)(int32_t, const float *, const float *, float, int32_t, float, int64_t,
+                          float *, float *);
+  const int32_t isas[2] = {KDA_SIMD_ISA_AVX2, KDA_SIMD_ISA_AVX512};
+  const gate_fn fns[2] = {kda_simd_avx2_gate, kda_simd_avx512_gate};
+  enum { N = 1201 };
+  static float g[N], bias[N], a[N], tmp[N];
+  for (int i = 0; i < N; i++) g[i] = -120.0f + 0.2f * (float)i, bias[i] = 0.0f;
+  g[7] = -INFINITY, g[8] = -16.7f, g[9] = -16.5f, g[10] = 20.5f, g[11] = 19.5f, g[12] = 1e-9f;
+  for (int f = 0; f < 2; f++) {
+    if (!isa_here(isas[f])) continue;
+    for (int32_t mode = KDA_GATE_LOG; mode <= KDA_GATE_LOWER_BOUND; mode++) {
+      const float eA = mode == KDA_GATE_SOFTPLUS ? 0.75f : 1.0f, lb = -3.0f;
+      for (int64_t n = 1; n <= N; n += n < 40 ? 1 : 97) {
+        fns[f](mode, g, bias, eA, 0, lb, n, a, tmp);
+        for (int64_t i = 0; i < n; i++) {
+          const double want = gate_ref(mode, (double)g[i], eA, lb);
+          const double tol = fmax((4.0 + 3.0 * fabs(log(want))) * 5.96e-8 * want, 1e-44);
+          const int over = isinf((float)want); /* past FLT_MAX: a must be inf */
+          ck_assert_msg(over ? isinf(a[i]) : fabs((double)a[i] - want) <= tol,
+                        "%s gate mode %d n %lld: y = %.9g gives a = %.9g, want %.9g",
+                        kda_simd_isa_name(isas[f]), (int)mode, (long long)n, (double)g[i],
+                        (double)a[i], want);
+        }
+      }
+    }
+  }
+}
+END_TEST
+
 START_TEST(test_golden_l1) {
   DIR *dir = opendir("golden/L1");
   if (!dir) return; /* the golden set is optional in a checkout; `make conform` scores it */
@@ -253,6 +294,7 @@ static Suite *simd_suite(void) {
   tcase_add_loop_test(tc, test_edge_sizes, 0, (int)N_EDGE);
   tcase_add_test(tc, test_wipe_and_empty);
   tcase_add_test(tc, test_declines);
+  tcase_add_test(tc, test_vector_gate);
   tcase_add_test(tc, test_golden_l1);
   suite_add_tcase(s, tc);
   return s;

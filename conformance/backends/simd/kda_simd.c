@@ -186,7 +186,8 @@ static int32_t simd_supports(void *handle, const kda_problem *p, char *reason, u
 
 /* ==== Coefficients (SPEC.md §4), in float as the float32 reference computes them. ==== */
 
-/* The elementwise math of the coefficient pass: libm (scalar) or vector (kda_simd_avx2.c). */
+/* The elementwise math of the coefficient pass: libm (scalar) or vector (kda_simd_avx2.c,
+ * and kda_simd_avx512.c's fused gate and L2 for the AVX-512 ISA). */
 typedef struct simd_math {
   void (*exp)(float *x, int64_t n);   /* in place */
   void (*log1p)(float *x, int64_t n); /* in place, x in [0, 1] */
@@ -232,6 +233,9 @@ static const simd_math math_scalar = {exp_libm, log1p_libm, sumsq_plain, scale_d
                                       gate_libm};
 static const simd_math math_avx2 = {kda_simd_avx2_exp, kda_simd_avx2_log1p, kda_simd_avx2_sumsq,
                                     kda_simd_avx2_scale_div, kda_simd_avx2_gate};
+static const simd_math math_avx512 = {kda_simd_avx2_exp, kda_simd_avx2_log1p,
+                                      kda_simd_avx512_sumsq, kda_simd_avx512_scale_div,
+                                      kda_simd_avx512_gate};
 
 static float sigmoid_f(float y) {
   if (y >= 0.0f) return 1.0f / (1.0f + expf(-y));
@@ -532,7 +536,8 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   J.W = kda_simd_width(h->isa);
   J.Vp = (p->V + J.W - 1) / J.W * J.W;
   J.kernel = kernel_of(h->isa);
-  J.math = h->isa == KDA_SIMD_ISA_SCALAR ? &math_scalar : &math_avx2;
+  J.math = h->isa == KDA_SIMD_ISA_SCALAR ? &math_scalar
+         : h->isa == KDA_SIMD_ISA_AVX512 ? &math_avx512 : &math_avx2;
   float *zeros = calloc((size_t)p->K, sizeof *zeros);
   if (!zeros) return snprintf(h->err, sizeof h->err, "simd: out of memory"), KDA_ENOMEM;
   J.zeros = zeros;

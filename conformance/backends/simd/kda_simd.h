@@ -66,7 +66,7 @@ int kda_simd_isa_available(int32_t isa, const char **why);
 /* The best available ISA. */
 int32_t kda_simd_isa_best(void);
 
-/* Vector math of the coefficient pass (kda_simd_avx2.c; also used with the AVX-512 kernel).
+/* Vector math of the coefficient pass (kda_simd_avx2.c; exp and log1p also in the AVX-512 table).
  * exp in place; log1p in place for x in [0, 1]; sum of squares; y = mul * (x / d). */
 void kda_simd_avx2_exp(float *x, int64_t n);
 void kda_simd_avx2_log1p(float *x, int64_t n);
@@ -76,6 +76,13 @@ void kda_simd_avx2_scale_div(const float *x, int64_t n, float d, float mul, floa
  * the lower_bound gate has A_log (eA = exp(A_log)); tmp is n floats of scratch. */
 void kda_simd_avx2_gate(int32_t mode, const float *g, const float *bias, float eA,
                         int32_t use_eA, float lb, int64_t n, float *a, float *tmp);
+
+/* The same for the AVX-512 build (kda_simd_avx512.c; only call when AVX-512F is available):
+ * the gate in ONE fused pass per row (no scratch; tmp is unused), and y = x * (mul / d). */
+void kda_simd_avx512_gate(int32_t mode, const float *g, const float *bias, float eA,
+                          int32_t use_eA, float lb, int64_t n, float *a, float *tmp);
+float kda_simd_avx512_sumsq(const float *x, int64_t n);
+void kda_simd_avx512_scale_div(const float *x, int64_t n, float d, float mul, float *y);
 
 /* FMA peak probe: runs `iters` iterations of independent FMA chains on one core and returns
  * the number of floating-point operations performed (2 per lane per FMA).  Only call for an

@@ -162,3 +162,142 @@ double kda_simd_fma_probe_avx512(int64_t iters) {
   (void)sink;
   return (double)iters * 12.0 * 16.0 * 2.0;
 }
+
+/* ==== Vector math of the coefficient pass, 16 lanes (the AVX2 file's Cephes-style
+ * polynomials widened to zmm; about 1-2 ulp).  Tails use masked loads and stores; a vector
+ * with a lane outside the fast range (or NaN, inf) is computed lane by lane with libm, exactly
+ * as the scalar ISA does. ==== */
+#include <math.h>
+
+/* exp(x) for x in [-87, 88]: x = n ln2 + r, exp(r) by a degree-6 polynomial, scaled by 2^n. */
+static inline __m512 exp16(__m512 x) {
+  const __m512 ln2_hi = _mm512_set1_ps(0.693359375f), ln2_lo = _mm512_set1_ps(-2.12194440e-4f);
+  __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                  _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, ln2_hi, x);
+  r = _mm512_fnmadd_ps(n, ln2_lo, r);
+  __m512 y = _mm512_set1_ps(1.9875691500E-4f);
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.3981999507E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(8.3334519073E-3f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(4.1665795894E-2f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(1.6666665459E-1f));
+  y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(5.0000001201E-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+/* log(w) for w in [1, 2] (Cephes logf: w = 2^e m, m in [sqrt(1/2), sqrt(2))). */
+static inline __m512 log16_1_2(__m512 w) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __mmask16 big = _mm512_cmp_ps_mask(w, _mm512_set1_ps(1.41421356237f), _CMP_GT_OQ);
+  __m512 m = _mm512_mask_mul_ps(w, big, w, _mm512_set1_ps(0.5f));
+  __m512 e = _mm512_maskz_mov_ps(big, one);
+  __m512 f = _mm512_sub_ps(m, one), z = _mm512_mul_ps(f, f);
+  __m512 y = _mm512_set1_ps(7.0376836292E-2f);
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(-1.1514610310E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.1676998740E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(-1.2420140846E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(1.4249322787E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(-1.6668057665E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(2.0000714765E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(-2.4999993993E-1f));
+  y = _mm512_fmadd_ps(y, f, _mm512_set1_ps(3.3333331174E-1f));
+  y = _mm512_mul_ps(_mm512_mul_ps(y, f), z);
+  y = _mm512_fmadd_ps(e, _mm512_set1_ps(-2.12194440e-4f), y);
+  y = _mm512_fnmadd_ps(_mm512_set1_ps(0.5f), z, y);
+  return _mm512_fmadd_ps(e, _mm512_set1_ps(0.693359375f), _mm512_add_ps(f, y));
+}
+
+/* log1p(u) for u in [0, 1]: log(w) with w = 1 + u rounded, plus the part of u that w lost,
+ * (u - (w - 1)) / w (exact difference; the reciprocal to ~2^-28 by one Newton step). */
+static inline __m512 log1p16_0_1(__m512 u) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 w = _mm512_add_ps(one, u);
+  __m512 lost = _mm512_sub_ps(u, _mm512_sub_ps(w, one));
+  __m512 r = _mm512_rcp14_ps(w);
+  r = _mm512_mul_ps(r, _mm512_fnmadd_ps(w, r, _mm512_set1_ps(2.0f)));
+  return _mm512_fmadd_ps(lost, r, log16_1_2(w));
+}
+
+/* Lanes whose |x| is not <= lim (so NaN and inf too). */
+static inline __mmask16 out16(__m512 x, float lim) {
+  return _mm512_cmp_ps_mask(_mm512_abs_ps(x), _mm512_set1_ps(lim), _CMP_NLE_UQ);
+}
+
+/* One gate channel with libm, as the scalar ISA computes it (SPEC.md §4.1). */
+static float gate1(int32_t mode, float g, float bias, float eA, int32_t use_eA, float lb) {
+  float y = g;
+  if (mode == 1) {
+    y = y + bias;
+    y = -(eA * ((y > 0.0f ? y : 0.0f) + log1pf(expf(-fabsf(y)))));
+  } else if (mode == 2) {
+    y = use_eA ? eA * (y + bias) : y + bias;
+    const float e = expf(-fabsf(y));
+    y = lb * (y >= 0.0f ? 1.0f / (1.0f + e) : e / (1.0f + e));
+  }
+  return expf(y);
+}
+
+/* SPEC.md §4.1, a = exp(g_eff), for n gate channels in one fused pass (mode: KDA_GATE_* of
+ * kda_problem.h: 0 log, 1 softplus, 2 lower_bound; use_eA: lower_bound with A_log):
+ * softplus(y) = max(y, 0) + log1p(exp(-|y|)), sigmoid(z) = 1/(1+e) or e/(1+e), e = exp(-|z|).
+ * The fast path needs |y| <= 87 and the final exponent in [-87, 88]; any other lane (also
+ * g = -inf) sends its vector to libm.  tmp is unused. */
+void kda_simd_avx512_gate(int32_t mode, const float *g, const float *bias, float eA,
+                          int32_t use_eA, float lb, int64_t n, float *a, float *tmp) {
+  const __m512 zero = _mm512_setzero_ps(), one = _mm512_set1_ps(1.0f);
+  const __m512 veA = _mm512_set1_ps(eA), vlb = _mm512_set1_ps(lb);
+  (void)tmp;
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    __m512 y = _mm512_maskz_loadu_ps(m, g + i), x = y;
+    __mmask16 bad = 0;
+    if (mode == 1 || mode == 2) {
+      y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(m, bias + i));
+      if (mode == 2 && use_eA) y = _mm512_mul_ps(veA, y);
+      bad = out16(y, 87.0f);
+      __m512 e = exp16(_mm512_sub_ps(zero, _mm512_abs_ps(y)));
+      if (mode == 1) {
+        __m512 sp = _mm512_add_ps(_mm512_max_ps(y, zero), log1p16_0_1(e));
+        x = _mm512_sub_ps(zero, _mm512_mul_ps(veA, sp));
+      } else {
+        __m512 num = _mm512_mask_mov_ps(e, _mm512_cmp_ps_mask(y, zero, _CMP_GE_OQ), one);
+        x = _mm512_mul_ps(vlb, _mm512_div_ps(num, _mm512_add_ps(one, e)));
+      }
+    }
+    bad |= _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_NGE_UQ) |
+           _mm512_cmp_ps_mask(x, _mm512_set1_ps(88.0f), _CMP_NLE_UQ);
+    if ((bad & m) == 0) {
+      _mm512_mask_storeu_ps(a + i, m, exp16(x));
+    } else {
+      for (int64_t c = i; c < n && c < i + 16; c++)
+        a[c] = gate1(mode, g[c], mode ? bias[c] : 0.0f, eA, use_eA, lb);
+    }
+  }
+}
+
+/* sum x[i]^2 with two 16-lane partial sums (masked tail). */
+float kda_simd_avx512_sumsq(const float *x, int64_t n) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = s0;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    __m512 u = _mm512_loadu_ps(x + i), v = _mm512_loadu_ps(x + i + 16);
+    s0 = _mm512_fmadd_ps(u, u, s0), s1 = _mm512_fmadd_ps(v, v, s1);
+  }
+  for (; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    __m512 u = _mm512_maskz_loadu_ps(m, x + i);
+    s0 = _mm512_fmadd_ps(u, u, s0);
+  }
+  return _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+}
+
+/* y[i] = x[i] * (mul / d): one rounding more than mul * (x[i] / d) (at most 1.5 ulp), and no
+ * division per element. */
+void kda_simd_avx512_scale_div(const float *x, int64_t n, float d, float mul, float *y) {
+  const __m512 r = _mm512_set1_ps(mul / d);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = n - i >= 16 ? (__mmask16)0xffff : (__mmask16)((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), r));
+  }
+}
