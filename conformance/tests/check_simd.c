@@ -36,6 +36,12 @@ static const char *const mode_descs[] = {
     "h0=1 checkpoints=63 id=positive",
     "seed=22 T=150 H=1 HV=2 K=16 V=16 regime=lowrank family=deltanet beta=logit l2=fla prec=f32 "
     "id=lowrank",
+    /* decode: one token per sequence, h0 in, ht out (the direct decode path), and a batch where
+     * a checkpoint and a longer sequence send some sequences through the general path */
+    "seed=23 seqlens=1,1,1,1,1 H=2 HV=4 K=24 V=32 gate=softplus beta=logit l2=fla prec=bf16 "
+    "h0=1 id=decode",
+    "seed=24 seqlens=1,3,1,1 H=1 HV=2 K=16 V=16 gate=lower_bound lb=-5 beta=logit l2=fla "
+    "prec=f32 h0=1 checkpoints=0,2,5 id=decode-mixed",
 };
 #define N_MODES (sizeof mode_descs / sizeof mode_descs[0])
 

@@ -205,6 +205,7 @@ typedef struct job {
   int64_t GW, Vp, W, G, cols_per_group; /* gate width; padded V; ISA width; column groups */
   int64_t n_items;
   int32_t decays, erases, needs_bias, needs_A_log;
+  int32_t decode; /* 1: one-token sequences may take run_decode */
   float scale, lower_bound, l2_eps;
   kda_simd_kernel_fn kernel;
   const simd_math *math;
@@ -424,6 +425,23 @@ static void run_segment(const job *J, workspace *w, int64_t hv, int64_t t0, int6
   }
 }
 
+/* Decode fast path (J->decode: AVX2 or AVX-512 ISA, K-major state with h0 and ht, V a
+ * multiple of 8): a sequence of ONE token without a checkpoint goes from h0 to ht in place
+ * of the block-major copy, load, kernel and store (kda_simd_decode_avx2: the same arithmetic
+ * per column). */
+static void run_decode(const job *J, workspace *w, int64_t n, int64_t hv, int64_t t,
+                       int64_t j0, int64_t j1) {
+  const kda_problem *p = J->p;
+  const int64_t K = p->K, V = p->V, jv = j1 < V ? j1 : V;
+  if (jv <= j0) return;
+  coef_token(J, t, hv, w->qh, w->kh, w->a, w->b, w->tmp);
+  const size_t tv = ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V + (size_t)j0;
+  const kda_simd_dec d = {K, V, jv - j0, J->h0 + state_off(p, n, hv) + j0,
+                          J->ht + state_off(p, n, hv) + j0, w->qh, w->kh, w->a, w->b[0],
+                          J->erases, J->v + tv, J->o + tv, w->o};
+  kda_simd_decode_avx2(&d);
+}
+
 /* Item = (sequence n, value head hv, column group): the whole sequence for those columns. */
 static void run_item(const job *J, workspace *w, int64_t item) {
   const kda_problem *p = J->p;
@@ -433,8 +451,12 @@ static void run_item(const job *J, workspace *w, int64_t item) {
   if (j1 > J->Vp) j1 = J->Vp;
   if (j0 >= j1) return;
   const int64_t bos = J->t->cu_seqlens[n], eos = J->t->cu_seqlens[n + 1];
-  load_state(J, w->S, n, hv, j0, j1);
   int64_t c = first_checkpoint(J, bos);
+  if (J->decode && eos - bos == 1 && !(c < p->n_checkpoints && J->t->checkpoints[c] < eos)) {
+    run_decode(J, w, n, hv, bos, j0, j1);
+    return;
+  }
+  load_state(J, w->S, n, hv, j0, j1);
   for (int64_t t = bos; t < eos;) {
     int64_t end = eos < t + CHUNK ? eos : t + CHUNK;
     const int at_ck = c < p->n_checkpoints && J->t->checkpoints[c] < end;
@@ -536,6 +558,8 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   J.W = kda_simd_width(h->isa);
   J.Vp = (p->V + J.W - 1) / J.W * J.W;
   J.kernel = kernel_of(h->isa);
+  J.decode = (h->isa == KDA_SIMD_ISA_AVX2 || h->isa == KDA_SIMD_ISA_AVX512) &&
+             p->state_layout == KDA_STATE_KV && J.h0 && p->want_final_state && p->V % 8 == 0;
   J.math = h->isa == KDA_SIMD_ISA_SCALAR ? &math_scalar
          : h->isa == KDA_SIMD_ISA_AVX512 ? &math_avx512 : &math_avx2;
   float *zeros = calloc((size_t)p->K, sizeof *zeros);

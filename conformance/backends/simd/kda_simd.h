@@ -57,6 +57,26 @@ void kda_simd_kernel_scalar(const kda_simd_seg *s, float *S, int64_t j0, int64_t
 void kda_simd_kernel_avx2(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
 void kda_simd_kernel_avx512(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1);
 
+/* Decode fast path (AVX2): ONE token of one (sequence, head) applied straight from the
+ * caller's stored state h0 to ht (K-major layout, rows ld floats apart), no block-major copy.
+ * Two passes over the K rows: decay and predict (reading h0), then write, readout and store
+ * (h0 again, from cache, to ht).  The arithmetic of each column is exactly that of
+ * kda_simd_kernel_avx2 with L = 1 (same operations, same even/odd partial sums), so results
+ * do not depend on which path computed a column.  ncol is a multiple of 8; h0, ht, v, o point
+ * at the first column; ht may equal h0; scratch holds 4 * ncol floats. */
+typedef struct kda_simd_dec {
+  int64_t K, ld, ncol;
+  const float *h0;
+  float *ht;
+  const float *qh, *kh, *a; /* [K] */
+  float b;
+  int32_t erase;
+  const float *v; /* [ncol] */
+  float *o;       /* [ncol] */
+  float *scratch; /* [4 * ncol] */
+} kda_simd_dec;
+void kda_simd_decode_avx2(const kda_simd_dec *d);
+
 /* Columns per kernel block of each ISA (Vp is a multiple of it). */
 int64_t kda_simd_width(int32_t isa);
 /* "scalar", "avx2", "avx512", or NULL. */

@@ -313,3 +313,83 @@ void kda_simd_avx2_gate(int32_t mode, const float *g, const float *bias, float e
   }
   kda_simd_avx2_exp(a, n);
 }
+
+/* ==== Decode fast path (kda_simd.h: kda_simd_decode_avx2) ==== */
+#include <stdint.h>
+
+/* x to dst: a streaming (non-temporal) store when nt (dst 16-byte aligned), so that the new
+ * state does not first read its lines from memory (it is not read again soon). */
+static inline void st_state(float *dst, __m256 x, int nt) {
+  if (nt) {
+    _mm_stream_ps(dst, _mm256_castps256_ps128(x));
+    _mm_stream_ps(dst + 4, _mm256_extractf128_ps(x, 1));
+  } else {
+    _mm256_storeu_ps(dst, x);
+  }
+}
+
+void kda_simd_decode_avx2(const kda_simd_dec *d) {
+  const int64_t K = d->K, ld = d->ld, n = d->ncol;
+  const float *h0 = d->h0, *a = d->a, *k = d->kh, *q = d->qh;
+  float *pe = d->scratch, *po = pe + n, *dd = po + n, *oo = dd + n;
+  const __m256 z = _mm256_setzero_ps();
+  /* Pass 1 (the kernel's prologue): x = S a_i; p += x kh_i, even rows into pe, odd into po. */
+  for (int64_t c = 0; c < n; c += 8) _mm256_storeu_ps(pe + c, z), _mm256_storeu_ps(po + c, z);
+  int64_t i = 0;
+  for (; i + 1 < K; i += 2) {
+    const float *r0 = h0 + i * ld, *r1 = r0 + ld;
+    const __m256 a0 = bc(a + i), k0 = bc(k + i), a1 = bc(a + i + 1), k1 = bc(k + i + 1);
+    for (int64_t c = 0; c < n; c += 8) {
+      __m256 x = _mm256_mul_ps(_mm256_loadu_ps(r0 + c), a0);
+      __m256 y = _mm256_mul_ps(_mm256_loadu_ps(r1 + c), a1);
+      _mm256_storeu_ps(pe + c, _mm256_fmadd_ps(x, k0, _mm256_loadu_ps(pe + c)));
+      _mm256_storeu_ps(po + c, _mm256_fmadd_ps(y, k1, _mm256_loadu_ps(po + c)));
+    }
+  }
+  if (i < K) {
+    const float *r0 = h0 + i * ld;
+    const __m256 a0 = bc(a + i), k0 = bc(k + i);
+    for (int64_t c = 0; c < n; c += 8) {
+      __m256 x = _mm256_mul_ps(_mm256_loadu_ps(r0 + c), a0);
+      _mm256_storeu_ps(pe + c, _mm256_fmadd_ps(x, k0, _mm256_loadu_ps(pe + c)));
+    }
+  }
+  /* d = b (v - p) (p = 0 for the linear family); the readout sums restart in pe, po. */
+  const __m256 bt = _mm256_set1_ps(d->b);
+  for (int64_t c = 0; c < n; c += 8) {
+    __m256 p = d->erase ? _mm256_add_ps(_mm256_loadu_ps(pe + c), _mm256_loadu_ps(po + c)) : z;
+    _mm256_storeu_ps(dd + c, _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(d->v + c), p)));
+    _mm256_storeu_ps(pe + c, z), _mm256_storeu_ps(oo + c, z);
+  }
+  /* Pass 2 (the kernel's last step): x = S a_i + kh_i d; ht = x; o += x qh_i (even/odd). */
+  const int nt = ((uintptr_t)d->ht & 15) == 0 && (ld & 3) == 0;
+  i = 0;
+  for (; i + 1 < K; i += 2) {
+    const float *r0 = h0 + i * ld, *r1 = r0 + ld;
+    float *w0 = d->ht + i * ld, *w1 = w0 + ld;
+    const __m256 a0 = bc(a + i), k0 = bc(k + i), q0 = bc(q + i);
+    const __m256 a1 = bc(a + i + 1), k1 = bc(k + i + 1), q1 = bc(q + i + 1);
+    for (int64_t c = 0; c < n; c += 8) {
+      const __m256 dc = _mm256_loadu_ps(dd + c);
+      __m256 x = _mm256_fmadd_ps(k0, dc, _mm256_mul_ps(_mm256_loadu_ps(r0 + c), a0));
+      __m256 y = _mm256_fmadd_ps(k1, dc, _mm256_mul_ps(_mm256_loadu_ps(r1 + c), a1));
+      st_state(w0 + c, x, nt), st_state(w1 + c, y, nt);
+      _mm256_storeu_ps(pe + c, _mm256_fmadd_ps(x, q0, _mm256_loadu_ps(pe + c)));
+      _mm256_storeu_ps(oo + c, _mm256_fmadd_ps(y, q1, _mm256_loadu_ps(oo + c)));
+    }
+  }
+  if (i < K) {
+    const float *r0 = h0 + i * ld;
+    float *w0 = d->ht + i * ld;
+    const __m256 a0 = bc(a + i), k0 = bc(k + i), q0 = bc(q + i);
+    for (int64_t c = 0; c < n; c += 8) {
+      __m256 x = _mm256_fmadd_ps(k0, _mm256_loadu_ps(dd + c),
+                                 _mm256_mul_ps(_mm256_loadu_ps(r0 + c), a0));
+      st_state(w0 + c, x, nt);
+      _mm256_storeu_ps(pe + c, _mm256_fmadd_ps(x, q0, _mm256_loadu_ps(pe + c)));
+    }
+  }
+  for (int64_t c = 0; c < n; c += 8)
+    _mm256_storeu_ps(d->o + c, _mm256_add_ps(_mm256_loadu_ps(pe + c), _mm256_loadu_ps(oo + c)));
+  if (nt) _mm_sfence();
+}
