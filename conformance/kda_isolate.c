@@ -244,7 +244,7 @@ static void call_body(const kda_backend *b, const char *params, const kda_proble
   int32_t st = b->open(params ? params : "", &handle, msg, sizeof msg);
   if (st != KDA_OK) {
     set_result(h, st == KDA_EUNSUPPORTED ? KDA_CALL_UNSUPPORTED : KDA_CALL_ERROR, st,
-               "open failed: %s%s", msg, NULL);
+               "open failed: %.480s%s", msg, NULL);
     return;
   }
   h->stage = 2;

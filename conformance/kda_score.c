@@ -22,7 +22,6 @@
 typedef struct mag_run {
   const kda_problem *p;
   const kda_tensors_f64 *ts;
-  int64_t GW;
   double *S, *qq, *kk, *a, *pr, *o, *mag;
 } mag_run;
 
@@ -36,29 +35,12 @@ static void mag_load(void *ctx, int64_t n, int64_t hv) {
                                : 0.0;
 }
 
-static void mag_prepare(mag_run *r, int64_t t, int64_t hv) {
-  const kda_problem *p = r->p;
-  const int64_t h = kda_ref_head(p->head_map, p->H, p->HV, hv);
-  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, r->ts->q + kda_ref_off_qk(p, t, h), r->qq);
-  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, r->ts->k + kda_ref_off_qk(p, t, h), r->kk);
-  for (int64_t i = 0; i < p->K; i++) r->qq[i] *= p->scale;
-  if (r->GW > 0) {
-    const double *g = r->ts->g + kda_ref_off_g(p, r->GW, t, hv);
-    const double A_log = kda_ref_needs_A_log(p) ? r->ts->A_log[hv] : 0.0;
-    for (int64_t c = 0; c < r->GW; c++) {
-      const double b = kda_ref_needs_dt_bias(p) ? r->ts->dt_bias[hv * r->GW + c] : 0.0;
-      r->a[c] = exp(kda_ref_gate(p->gate_mode, g[c], b, A_log, p->has_A_log, p->lower_bound));
-    }
-    for (int64_t i = r->GW; i < p->K; i++) r->a[i] = r->a[0];
-  }
-}
-
 static void mag_step(void *ctx, int64_t t, int64_t hv) {
   mag_run *r = ctx;
   const kda_problem *p = r->p;
   const int64_t K = p->K, V = p->V;
-  mag_prepare(r, t, hv);
-  double beta = kda_ref_beta(p->beta_mode, r->ts->beta[kda_ref_off_beta(p, t, hv)]);
+  double beta;
+  kda_ref_coefs_f64(p, r->ts, t, hv, r->qq, r->kk, r->a, &beta);
   if (kda_ref_family_decays(p->family)) kda_ref_decay(K, V, r->S, r->a);
   if (kda_ref_family_erases(p->family)) kda_ref_erase(K, V, r->S, r->kk, r->pr);
   else
@@ -82,7 +64,7 @@ static int mag_trace(const kda_case *c, double *mag, char *err, size_t errlen) {
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   double *work = malloc((K * V + 3 * K + V + 1) * sizeof *work);
   if (!work) return snprintf(err, errlen, "out of memory for the magnitude trace"), KDA_ENOMEM;
-  mag_run r = {p, &ts, kda_problem_gate_width(p), work, work + K * V, work + K * V + K,
+  mag_run r = {p, &ts, work, work + K * V, work + K * V + K,
                work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag};
   const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_nop, mag_nop};
   kda_ref_drive(p, c->cu_seqlens, c->checkpoints, &vis);

@@ -184,14 +184,12 @@ void kda_ref_drive(const kda_problem *p, const int64_t *cu_seqlens, const int64_
 typedef struct run64 {
   const kda_problem *p;
   const kda_tensors_f64 *ts;
-  int64_t GW;   /* gate width: K (KDA), 1 (GDN), 0 (no decay) */
   double *S;    /* [K][V] state of the current (sequence, head) */
   double *qq;   /* [K] scale * L2(q) */
   double *kk;   /* [K] L2(k) */
   double *a;    /* [K] decay factors exp(g_eff) */
   double *pr;   /* [V] prediction S^T k (0 for the linear family) */
   double beta;  /* beta_eff */
-  double scale, lower_bound, l2_eps; /* p's options in this twin's precision */
 } run64;
 
 /* Copies a stored state (layout p->state_layout) into the working [K][V] S, or back. */
@@ -204,27 +202,25 @@ static void store_state64(const kda_problem *p, const double *S, double *dst) {
     for (int64_t j = 0; j < p->V; j++) dst[kda_ref_state_at(p, i, j)] = S[i * p->V + j];
 }
 
-/* a[i] = exp(g_eff) for each gate channel; one channel (GDN) is broadcast to every key row. */
-static void prepare_gate64(run64 *r, int64_t t, int64_t hv) {
-  const kda_problem *p = r->p;
-  const double *g = r->ts->g + kda_ref_off_g(p, r->GW, t, hv);
-  const double A_log = kda_ref_needs_A_log(p) ? r->ts->A_log[hv] : 0.0;
-  for (int64_t c = 0; c < r->GW; c++) {
-    const double b = kda_ref_needs_dt_bias(p) ? r->ts->dt_bias[hv * r->GW + c] : 0.0;
-    r->a[c] = exp(kda_ref_gate(p->gate_mode, g[c], b, A_log, p->has_A_log, r->lower_bound));
+/* SPEC.md §4 (declared in kda_ref_internal.h): the coefficients of token t for value head hv:
+ * qq = scale * L2(q), kk = L2(k) of head h(hv); a[i] = exp(g_eff) per key row (one gate
+ * channel, GDN, is broadcast to every row; untouched without decay); *beta = beta_eff. */
+void kda_ref_coefs_f64(const kda_problem *p, const kda_tensors_f64 *ts, int64_t t, int64_t hv,
+                       double *qq, double *kk, double *a, double *beta) {
+  const int64_t h = kda_ref_head(p->head_map, p->H, p->HV, hv), GW = kda_problem_gate_width(p);
+  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, ts->q + kda_ref_off_qk(p, t, h), qq);
+  kda_ref_l2(p->l2_mode, p->l2_eps, p->K, ts->k + kda_ref_off_qk(p, t, h), kk);
+  for (int64_t i = 0; i < p->K; i++) qq[i] = p->scale * qq[i];
+  if (GW > 0) {
+    const double *g = ts->g + kda_ref_off_g(p, GW, t, hv);
+    const double A_log = kda_ref_needs_A_log(p) ? ts->A_log[hv] : 0.0;
+    for (int64_t c = 0; c < GW; c++) {
+      const double b = kda_ref_needs_dt_bias(p) ? ts->dt_bias[hv * GW + c] : 0.0;
+      a[c] = exp(kda_ref_gate(p->gate_mode, g[c], b, A_log, p->has_A_log, p->lower_bound));
+    }
+    for (int64_t i = GW; i < p->K; i++) a[i] = a[0];
   }
-  for (int64_t i = r->GW; i < p->K; i++) r->a[i] = r->a[0];
-}
-
-/* SPEC.md §4: qq = scale * L2(q), kk = L2(k) of head h(hv); a; beta_eff. */
-static void prepare64(run64 *r, int64_t t, int64_t hv) {
-  const kda_problem *p = r->p;
-  const int64_t h = kda_ref_head(p->head_map, p->H, p->HV, hv);
-  kda_ref_l2(p->l2_mode, r->l2_eps, p->K, r->ts->q + kda_ref_off_qk(p, t, h), r->qq);
-  kda_ref_l2(p->l2_mode, r->l2_eps, p->K, r->ts->k + kda_ref_off_qk(p, t, h), r->kk);
-  for (int64_t i = 0; i < p->K; i++) r->qq[i] = r->scale * r->qq[i];
-  if (r->GW > 0) prepare_gate64(r, t, hv);
-  r->beta = kda_ref_beta(p->beta_mode, r->ts->beta[kda_ref_off_beta(p, t, hv)]);
+  *beta = kda_ref_beta(p->beta_mode, ts->beta[kda_ref_off_beta(p, t, hv)]);
 }
 
 static void load64(void *ctx, int64_t n, int64_t hv) {
@@ -241,7 +237,7 @@ static void step64(void *ctx, int64_t t, int64_t hv) {
   run64 *r = ctx;
   const kda_problem *p = r->p;
   const int64_t K = p->K, V = p->V;
-  prepare64(r, t, hv);
+  kda_ref_coefs_f64(p, r->ts, t, hv, r->qq, r->kk, r->a, &r->beta);
   if (kda_ref_family_decays(p->family)) kda_ref_decay(K, V, r->S, r->a);
   if (kda_ref_family_erases(p->family)) {
     kda_ref_erase(K, V, r->S, r->kk, r->pr);
@@ -276,9 +272,8 @@ int kda_ref_forward_f64(const kda_problem *p, const kda_tensors_f64 *t, char *er
   double *work = malloc((K * V + 3 * K + V) * sizeof *work);
   if (!work)
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot allocate the %zu x %zu state", who, K, V);
-  run64 r = {p, t, kda_problem_gate_width(p), work, work + K * V, work + K * V + K,
-             work + K * V + 2 * K, work + K * V + 3 * K, 0.0,
-             p->scale, p->lower_bound, p->l2_eps};
+  run64 r = {p, t, work, work + K * V, work + K * V + K, work + K * V + 2 * K,
+             work + K * V + 3 * K, 0.0};
   const kda_ref_visitor vis = {&r, load64, step64, store_checkpoint64, store_final64};
   kda_ref_drive(p, t->cu_seqlens, t->checkpoints, &vis);
   free(work);

@@ -81,6 +81,12 @@ typedef struct kda_ref_visitor {
   void (*store_final)(void *ctx, int64_t n, int64_t hv);
 } kda_ref_visitor;
 
+/* The per-token coefficients of the float64 reference (SPEC.md §4): qq = scale * L2(q),
+ * kk = L2(k), a = exp(g_eff) per key row (left alone without decay), *beta = beta_eff.  Shared
+ * with the runner's magnitude pass so that both prepare tokens identically. */
+void kda_ref_coefs_f64(const kda_problem *p, const kda_tensors_f64 *ts, int64_t t, int64_t hv,
+                       double *qq, double *kk, double *a, double *beta);
+
 /* Runs the loop above; the arguments must have passed kda_ref_check_call. */
 void kda_ref_drive(const kda_problem *p, const int64_t *cu_seqlens, const int64_t *checkpoints,
                    const kda_ref_visitor *vis);
