@@ -82,7 +82,8 @@ static int same_bits(const double *a, const double *b, uint64_t n) {
   return n == 0 || memcmp(a, b, n * sizeof *a) == 0;
 }
 
-/* For each ISA here: threads=1,2,3 agree bit for bit, and the result conforms (fp32). */
+/* For each ISA here: threads=1,2,3 and head groups of 1 and 3 agree bit for bit, and the
+ * result conforms (fp32). */
 static void check_case(const char *desc) {
   kda_case c;
   kda_truth t;
@@ -93,12 +94,14 @@ static void check_case(const char *desc) {
     kda_outputs base, other;
     snprintf(params, sizeof params, "isa=%s threads=1", kda_simd_isa_name(isa));
     run_simd(&c, params, &base);
-    for (int th = 2; th <= 3; th++) {
-      snprintf(params, sizeof params, "isa=%s threads=%d", kda_simd_isa_name(isa), th);
+    static const char *const others[] = {"threads=2", "threads=3", "threads=1 group=1",
+                                         "threads=2 group=3"};
+    for (size_t m = 0; m < sizeof others / sizeof others[0]; m++) {
+      snprintf(params, sizeof params, "isa=%s %s", kda_simd_isa_name(isa), others[m]);
       run_simd(&c, params, &other);
       ck_assert_msg(same_bits(base.o, other.o, base.n_o) && same_bits(base.ht, other.ht, base.n_ht)
                         && same_bits(base.hc, other.hc, base.n_hc),
-                    "%s: threads=%d differs from threads=1 (%s)", desc, th, params);
+                    "%s: %s differs from threads=1", desc, params);
       kda_outputs_free(&other);
     }
     kda_outputs_free(&base);
@@ -174,6 +177,8 @@ START_TEST(test_declines) {
   ck_assert_int_eq(b->open("isa=sse9", &h, err, sizeof err), KDA_EINVAL);
   ck_assert_int_eq(b->open("threads=-1", &h, err, sizeof err), KDA_EINVAL);
   ck_assert_int_eq(b->open("bogus", &h, err, sizeof err), KDA_EINVAL);
+  ck_assert_int_eq(b->open("group=9", &h, err, sizeof err), KDA_EINVAL);
+  ck_assert_msg(strstr(err, "group=0..8"), "%s", err);
   kda_problem p;
   kda_problem_init(&p, 4, 1, 1, 8, 8);
   for (int32_t isa = 0; isa < KDA_SIMD_ISA_COUNT; isa++) {
@@ -195,6 +200,44 @@ START_TEST(test_declines) {
   ck_assert_int_eq(b->supports(h, &big, reason, sizeof reason), KDA_EUNSUPPORTED);
   ck_assert_msg(strstr(reason, "K, V <= 4096"), "%s", reason);
   b->close(h);
+}
+END_TEST
+
+/* The decode path (one-token sequences straight from h0 to ht) and the general path (the
+ * same sequences with a checkpoint on every token, which the decode path leaves alone) give
+ * the same o and ht bit for bit, for every ISA here: a column's arithmetic must not depend on
+ * which path, block width or pairing of blocks computed it (kda_simd.h).  V = 64, 128 and
+ * 160 make the AVX-512 kernel run pairs of 32-column blocks (160: two pairs and a single). */
+START_TEST(test_decode_path) {
+  static const char *const shapes[] = {
+      "K=1 V=8 gate=softplus", "K=7 V=24 gate=lower_bound lb=-4", "K=33 V=64 gate=log",
+      "K=128 V=128 gate=softplus", "K=129 V=160 gate=softplus", "K=60 V=40 family=deltanet",
+      "K=16 V=72 family=gdn gate=softplus", "K=24 V=16 family=linear"};
+  for (size_t n = 0; n < sizeof shapes / sizeof shapes[0]; n++) {
+    char desc[256];
+    kda_case c[2];
+    kda_truth t[2];
+    for (int ck = 0; ck < 2; ck++) {
+      snprintf(desc, sizeof desc,
+               "seed=%d seqlens=1,1,1 H=1 HV=2 %s beta=logit l2=fla prec=f32 h0=1 %s id=dec",
+               60 + (int)n, shapes[n], ck ? "checkpoints=0,1,2" : "");
+      make_case(desc, &c[ck], &t[ck]);
+    }
+    for (int32_t isa = 0; isa < KDA_SIMD_ISA_COUNT; isa++) {
+      if (!isa_here(isa)) continue;
+      char params[64];
+      kda_outputs fast, general;
+      snprintf(params, sizeof params, "isa=%s threads=1", kda_simd_isa_name(isa));
+      run_simd(&c[0], params, &fast);
+      run_simd(&c[1], params, &general);
+      ck_assert_msg(same_bits(fast.o, general.o, fast.n_o) &&
+                        same_bits(fast.ht, general.ht, fast.n_ht),
+                    "%s (%s): the decode path differs from the general path", shapes[n], params);
+      kda_outputs_free(&fast);
+      kda_outputs_free(&general);
+    }
+    for (int ck = 0; ck < 2; ck++) kda_truth_free(&t[ck]), kda_case_free(&c[ck]);
+  }
 }
 END_TEST
 
@@ -298,6 +341,7 @@ static Suite *simd_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_modes, 0, (int)N_MODES);
   tcase_add_loop_test(tc, test_edge_sizes, 0, (int)N_EDGE);
+  tcase_add_test(tc, test_decode_path);
   tcase_add_test(tc, test_wipe_and_empty);
   tcase_add_test(tc, test_declines);
   tcase_add_test(tc, test_vector_gate);

@@ -402,6 +402,10 @@ START_TEST(test_usage_errors) {
       {{"inspect", "--values", "abc", "a.npz", NULL}, "kda inspect: ", "--values"},
       {{"inspect", "--values", "-3", "a.npz", NULL}, "kda inspect: ", "--values"},
       {{"inspect", "--json=yes", "a.npz", NULL}, "kda inspect: ", "--json=yes"},
+      {{"bench", "--gate", "bogus", NULL}, "kda bench: ", "bad --gate 'bogus'"},
+      {{"bench", "--params", "group=9", NULL}, "kda bench: ", "bad parameter 'group=9'"},
+      {{"bench", "--isa", "sse9", NULL}, "kda bench: ", "unknown --isa 'sse9'"},
+      {{"bench", "-T", "0", NULL}, "kda bench: ", "bad --tokens"},
   };
   run_result r = {0, NULL, NULL};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -413,6 +417,23 @@ START_TEST(test_usage_errors) {
     expect_error(&r, what, cases[i].prefix, cases[i].phrase, NULL);
     ck_assert_msg(!exists("x.npz"), "%s left x.npz behind", what);
   }
+  run_free(&r);
+}
+END_TEST
+
+/* kda bench on a tiny shape: it runs every row it announces and prints the ratio lines
+ * (a functional check; speed is only ever read from a real run, never asserted). */
+START_TEST(test_bench_runs) {
+  run_result r = {0, NULL, NULL};
+  kda(&r, "bench", "-T", "40", "--heads", "3", "-K", "9", "--value", "20", "-N", "3",
+      "--threads", "1,2", "--ref-tokens", "16", "--params", "group=2", NULL);
+  expect_ok(&r, "kda bench");
+  static const char *const want[] = {"simd parameters: group=2", "prefill T=40", "ref-f32*",
+                                     "decode N=3", "ratios prefill T=40", "ratios decode N=3",
+                                     "1->2 threads", NULL};
+  for (int i = 0; want[i]; i++)
+    ck_assert_msg(strstr(r.out, want[i]) != NULL, "kda bench output lacks '%s':\n%s", want[i],
+                  r.out);
   run_free(&r);
 }
 END_TEST
@@ -915,6 +936,7 @@ static Suite *tools_suite(void) {
   tcase_add_test(tc, test_ref_f32_refuses_f64_inputs);
   tcase_add_loop_test(tc, test_bad_inputs, 0, (int)(sizeof bad_classes / sizeof bad_classes[0]));
   tcase_add_test(tc, test_missing_input);
+  tcase_add_test(tc, test_bench_runs);
   tcase_add_test(tc, test_output_dir_missing);
   tcase_add_test(tc, test_gen_bad_description);
   suite_add_tcase(s, tc);

@@ -31,6 +31,8 @@
 #define CHUNK 32          /* tokens a segment at most */
 #define MAX_DIM 4096      /* largest K and V the work buffers are sized for */
 #define MAX_THREADS 256
+#define HEAD_GROUP 8      /* heads a work item advances together, at most (run_segment) */
+#define GROUP_BYTES ((size_t)4 << 20) /* a head group's work buffers, at most */
 #define ISA_AUTO (-1)
 
 /* ==== ISAs ==== */
@@ -90,6 +92,7 @@ static kda_simd_kernel_fn kernel_of(int32_t isa) {
 typedef struct simd_handle {
   int32_t isa;      /* KDA_SIMD_ISA_*, resolved (auto becomes the best available) */
   int32_t threads;  /* >= 1 */
+  int32_t group;    /* heads a work item advances together; 0: chosen by the backend */
   char err[KDA_ERRLEN];
   char reason[KDA_ERRLEN];
 } simd_handle;
@@ -118,10 +121,16 @@ static int parse_word(simd_handle *h, const char *w, size_t n, char *err, uint32
       h->threads = t == 0 ? default_threads() : (int32_t)t;
       return KDA_OK;
     }
+  } else if (strncmp(buf, "group=", 6) == 0) {
+    char *end;
+    errno = 0;
+    long g = strtol(buf + 6, &end, 10);
+    if (!errno && end != buf + 6 && !*end && g >= 0 && g <= HEAD_GROUP)
+      return h->group = (int32_t)g, KDA_OK;
   }
   if (errlen)
-    snprintf(err, errlen, "simd: bad parameter '%s' (isa=auto|avx512|avx2|scalar, threads=0..%d)",
-             buf, MAX_THREADS);
+    snprintf(err, errlen, "simd: bad parameter '%s' (isa=auto|avx512|avx2|scalar, threads=0..%d, "
+             "group=0..%d)", buf, MAX_THREADS, HEAD_GROUP);
   return KDA_EINVAL;
 }
 
@@ -203,6 +212,7 @@ typedef struct job {
   const float *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
   float *o, *ht, *hc;
   int64_t GW, Vp, W, G, cols_per_group; /* gate width; padded V; ISA width; column groups */
+  int64_t HG;                           /* value heads an item advances together */
   int64_t n_items;
   int32_t decays, erases, needs_bias, needs_A_log;
   int32_t decode; /* 1: one-token sequences may take run_decode */
@@ -300,33 +310,41 @@ static void coef_token(const job *J, int64_t t, int64_t hv, float *qh, float *kh
 
 /* ==== Work items ==== */
 
-/* One thread's buffers. */
+/* One thread's buffers, for a group of up to HG value heads (slot e = head hv0 + e). */
 typedef struct workspace {
-  float *S;               /* [Vp/W][K][W]: block-major (kda_simd.h) */
-  float *qh, *kh, *a, *b; /* [CHUNK][K] x 3, [CHUNK] */
-  float *v, *o;           /* [CHUNK][Vp] */
+  int64_t K, Vp;
+  float *S;               /* [HG][Vp/W][K][W]: block-major (kda_simd.h) */
+  float *qh, *kh, *a, *b; /* [HG][CHUNK][K] x 3, [HG][CHUNK] */
+  float *v, *o;           /* [HG][CHUNK][Vp] */
   float *tmp;             /* [K] scratch of the gate */
-  const void **pf;        /* [CHUNK * lines a token] prefetch list (token_lines) */
+  const void **pf;        /* [HG * CHUNK * lines a token] prefetch list (token_lines) */
 } workspace;
+
+static float *S_of(const workspace *w, int64_t e) { return w->S + e * w->K * w->Vp; }
 
 /* Cache lines token_lines lists for one token, at most. */
 static size_t pf_lines(int64_t K, int64_t Vp) { return (size_t)(3 * (K / 16 + 1) + 2 * (Vp / 16 + 1)); }
 
-static size_t ws_floats(int64_t K, int64_t Vp) {
-  const size_t pf = (size_t)CHUNK * pf_lines(K, Vp) * sizeof(void *) / sizeof(float);
-  return (size_t)K * (size_t)Vp + (size_t)CHUNK * (3 * (size_t)K + 16 + 2 * (size_t)Vp) +
-         (size_t)K + 16 + pf;
+/* Floats of one head's slot: state, coefficients, b, v and o of a segment. */
+static size_t slot_floats(int64_t K, int64_t Vp) {
+  return (size_t)K * (size_t)Vp + (size_t)CHUNK * (3 * (size_t)K + 1 + 2 * (size_t)Vp);
 }
 
-static void ws_carve(workspace *w, float *base, int64_t K, int64_t Vp) {
+static size_t ws_floats(int64_t K, int64_t Vp, int64_t HG) {
+  const size_t pf = (size_t)(HG * CHUNK) * pf_lines(K, Vp) * sizeof(void *) / sizeof(float);
+  return (size_t)HG * slot_floats(K, Vp) + (size_t)K + 64 + pf;
+}
+
+static void ws_carve(workspace *w, float *base, int64_t K, int64_t Vp, int64_t HG) {
+  w->K = K, w->Vp = Vp;
   w->S = base;
-  w->v = w->S + K * Vp;
-  w->o = w->v + CHUNK * Vp;
-  w->qh = w->o + CHUNK * Vp;
-  w->kh = w->qh + CHUNK * K;
-  w->a = w->kh + CHUNK * K;
-  w->b = w->a + CHUNK * K;
-  w->tmp = w->b + CHUNK + 16;
+  w->v = w->S + HG * K * Vp;
+  w->o = w->v + HG * CHUNK * Vp;
+  w->qh = w->o + HG * CHUNK * Vp;
+  w->kh = w->qh + HG * CHUNK * K;
+  w->a = w->kh + HG * CHUNK * K;
+  w->b = w->a + HG * CHUNK * K;
+  w->tmp = w->b + HG * CHUNK + 16;
   w->pf = (const void **)(void *)(w->tmp + (K + 15) / 16 * 16 + 16);
 }
 
@@ -400,29 +418,51 @@ static int64_t token_lines(const job *J, int64_t t, int64_t hv, const void **pf)
   return n;
 }
 
-/* Tokens [t0, t1) of sequence-head (n, hv), columns [j0, j1): coefficients, v, kernel, o. */
-static void run_segment(const job *J, workspace *w, int64_t hv, int64_t t0, int64_t t1,
-                        int64_t eos, int64_t j0, int64_t j1) {
+/* Tokens [t0, t1) of the nh value heads from hv0 of one sequence, columns [j0, j1):
+ * coefficients (and v), the kernel of each head, (o).  The per-token work runs token-major
+ * over the heads, because the rows of neighbouring heads of one token are neighbours in
+ * memory (SPEC.md §10.1: [T][H][K]): the group reads runs of nh rows instead of single rows
+ * H*K floats apart, which the hardware prefetchers follow.  When V is a multiple of the
+ * block width (Vp = V) the kernels read v from and write o to the caller's rows directly;
+ * otherwise through copies padded to Vp columns. */
+static void run_segment(const job *J, workspace *w, int64_t hv0, int64_t nh, int64_t t0,
+                        int64_t t1, int64_t eos, int64_t j0, int64_t j1) {
   const kda_problem *p = J->p;
   const int64_t K = p->K, V = p->V, Vp = J->Vp, L = t1 - t0, jv = j1 < V ? j1 : V;
+  const int64_t CK = CHUNK * K, CV = CHUNK * Vp, ld = p->HV * V;
+  const int direct = Vp == V;
   for (int64_t l = 0; l < L; l++) {
     const int64_t t = t0 + l;
-    coef_token(J, t, hv, w->qh + l * K, w->kh + l * K, w->a + l * K, w->b + l, w->tmp);
-    const float *vt = J->v + ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V;
-    float *vb = w->v + l * Vp;
-    if (jv > j0) memcpy(vb + j0, vt + j0, (size_t)(jv - j0) * sizeof *vb);
-    for (int64_t j = jv > j0 ? jv : j0; j < j1; j++) vb[j] = 0.0f;
+    for (int64_t e = 0; e < nh; e++) {
+      coef_token(J, t, hv0 + e, w->qh + e * CK + l * K, w->kh + e * CK + l * K,
+                 w->a + e * CK + l * K, w->b + e * CHUNK + l, w->tmp);
+      if (direct) continue;
+      const float *vt = J->v + (size_t)t * (size_t)ld + (size_t)(hv0 + e) * (size_t)V;
+      float *vb = w->v + e * CV + l * Vp;
+      if (jv > j0) memcpy(vb + j0, vt + j0, (size_t)(jv - j0) * sizeof *vb);
+      for (int64_t j = jv > j0 ? jv : j0; j < j1; j++) vb[j] = 0.0f;
+    }
   }
+  /* the next segment's lines, token-major too; head e's kernel prefetches its share */
   int64_t npf = 0;
-  for (int64_t t = t1; t < t1 + CHUNK && t < eos; t++) npf += token_lines(J, t, hv, w->pf + npf);
-  const kda_simd_seg seg = {K, L, Vp, w->qh, w->kh, w->a, w->b, w->v, w->o, J->erases, 0,
-                            w->pf, npf};
-  J->kernel(&seg, w->S, j0, j1);
-  for (int64_t l = 0; l < L; l++) {
-    float *ot = J->o + ((size_t)(t0 + l) * (size_t)p->HV + (size_t)hv) * (size_t)V;
-    const float *ob = w->o + l * Vp;
-    if (jv > j0) memcpy(ot + j0, ob + j0, (size_t)(jv - j0) * sizeof *ot);
+  for (int64_t t = t1; t < t1 + CHUNK && t < eos; t++)
+    for (int64_t e = 0; e < nh; e++) npf += token_lines(J, t, hv0 + e, w->pf + npf);
+  for (int64_t e = 0; e < nh; e++) {
+    const int64_t f0 = npf * e / nh, f1 = npf * (e + 1) / nh;
+    const size_t row0 = (size_t)t0 * (size_t)ld + (size_t)(hv0 + e) * (size_t)V;
+    const kda_simd_seg seg = {K, L, direct ? ld : Vp, direct ? ld : Vp,
+                              w->qh + e * CK, w->kh + e * CK, w->a + e * CK, w->b + e * CHUNK,
+                              direct ? J->v + row0 : w->v + e * CV,
+                              direct ? J->o + row0 : w->o + e * CV, J->erases, 0,
+                              w->pf + f0, f1 - f0};
+    J->kernel(&seg, S_of(w, e), j0, j1);
   }
+  if (direct || jv <= j0) return;
+  for (int64_t l = 0; l < L; l++)
+    for (int64_t e = 0; e < nh; e++) {
+      float *ot = J->o + (size_t)(t0 + l) * (size_t)ld + (size_t)(hv0 + e) * (size_t)V;
+      memcpy(ot + j0, w->o + e * CV + l * Vp + j0, (size_t)(jv - j0) * sizeof *ot);
+    }
 }
 
 /* Decode fast path (J->decode: AVX2 or AVX-512 ISA, K-major state with h0 and ht, V a
@@ -442,10 +482,13 @@ static void run_decode(const job *J, workspace *w, int64_t n, int64_t hv, int64_
   kda_simd_decode_avx2(&d);
 }
 
-/* Item = (sequence n, value head hv, column group): the whole sequence for those columns. */
+/* Item = (sequence n, group of HG value heads, column group): the whole sequence for those
+ * heads and columns, the heads advancing together a segment at a time. */
 static void run_item(const job *J, workspace *w, int64_t item) {
   const kda_problem *p = J->p;
-  const int64_t grp = item % J->G, hv = (item / J->G) % p->HV, n = item / (J->G * p->HV);
+  const int64_t NG = (p->HV + J->HG - 1) / J->HG;
+  const int64_t grp = item % J->G, hv0 = (item / J->G) % NG * J->HG, n = item / (J->G * NG);
+  const int64_t nh = hv0 + J->HG <= p->HV ? J->HG : p->HV - hv0;
   const int64_t j0 = grp * J->cols_per_group;
   int64_t j1 = j0 + J->cols_per_group;
   if (j1 > J->Vp) j1 = J->Vp;
@@ -453,19 +496,22 @@ static void run_item(const job *J, workspace *w, int64_t item) {
   const int64_t bos = J->t->cu_seqlens[n], eos = J->t->cu_seqlens[n + 1];
   int64_t c = first_checkpoint(J, bos);
   if (J->decode && eos - bos == 1 && !(c < p->n_checkpoints && J->t->checkpoints[c] < eos)) {
-    run_decode(J, w, n, hv, bos, j0, j1);
+    for (int64_t e = 0; e < nh; e++) run_decode(J, w, n, hv0 + e, bos, j0, j1);
     return;
   }
-  load_state(J, w->S, n, hv, j0, j1);
+  for (int64_t e = 0; e < nh; e++) load_state(J, S_of(w, e), n, hv0 + e, j0, j1);
   for (int64_t t = bos; t < eos;) {
     int64_t end = eos < t + CHUNK ? eos : t + CHUNK;
     const int at_ck = c < p->n_checkpoints && J->t->checkpoints[c] < end;
     if (at_ck) end = J->t->checkpoints[c] + 1;
-    run_segment(J, w, hv, t, end, eos, j0, j1);
-    if (at_ck) store_state(J, w->S, J->hc + state_off(p, c, hv), j0, j1), c++;
+    run_segment(J, w, hv0, nh, t, end, eos, j0, j1);
+    for (int64_t e = 0; at_ck && e < nh; e++)
+      store_state(J, S_of(w, e), J->hc + state_off(p, c, hv0 + e), j0, j1);
+    c += at_ck;
     t = end;
   }
-  if (p->want_final_state) store_state(J, w->S, J->ht + state_off(p, n, hv), j0, j1);
+  for (int64_t e = 0; p->want_final_state && e < nh; e++)
+    store_state(J, S_of(w, e), J->ht + state_off(p, n, hv0 + e), j0, j1);
 }
 
 typedef struct worker {
@@ -485,10 +531,29 @@ static void *work(void *arg) {
   return NULL;
 }
 
-/* Column groups: whole rows of state per item unless there are fewer (sequence, head) pairs
- * than threads, then the columns are split too (in multiples of the ISA width). */
-static void plan(job *J, int32_t threads) {
-  const int64_t pairs = J->p->N * J->p->HV, blocks = J->Vp / J->W;
+/* Heads a work item advances together (run_item): `want` when the handle sets group=N,
+ * otherwise HEAD_GROUP, halved while the sequences would give fewer than two items a thread;
+ * either way no more than fit GROUP_BYTES of work buffers.  The group changes which work is
+ * done together, never a column's arithmetic.  (Measured with `kda bench --params group=N`,
+ * docs/simd.md: 8 heads beat 1, 2 and 4 on Zen 3 with 512 KiB of L2 as on the Xeon, although
+ * 8 heads' buffers, 1.2 MB at K = V = 128, do not fit the Zen 3 L2: a segment's pass over one
+ * head's state from L3 costs little next to its 32 tokens of work.) */
+static int64_t head_group(const job *J, int32_t threads, int32_t want) {
+  const size_t slot = slot_floats(J->p->K, J->Vp) * sizeof(float);
+  int64_t HG = want ? want : HEAD_GROUP;
+  while (!want && HG > 1 && J->p->N * ((J->p->HV + HG - 1) / HG) < 2 * (int64_t)threads)
+    HG = (HG + 1) / 2;
+  if ((size_t)HG * slot > GROUP_BYTES) HG = (int64_t)(GROUP_BYTES / slot);
+  if (HG > J->p->HV) HG = J->p->HV;
+  return HG < 1 ? 1 : HG;
+}
+
+/* Items: (sequence, head group, column group).  Whole rows of state per item unless there
+ * are fewer (sequence, head group) pairs than 2x threads; then the columns are split too (in
+ * multiples of the ISA width). */
+static void plan(job *J, int32_t threads, int32_t group) {
+  J->HG = head_group(J, threads, group);
+  const int64_t pairs = J->p->N * ((J->p->HV + J->HG - 1) / J->HG), blocks = J->Vp / J->W;
   int64_t G = 1;
   if (threads > 1 && pairs < 2 * threads) G = (2 * threads + pairs - 1) / pairs;
   if (G > blocks) G = blocks;
@@ -502,7 +567,7 @@ static int32_t run_threads(simd_handle *h, job *J) {
   int64_t nt = h->threads;
   if (nt > J->n_items) nt = J->n_items;
   if (nt < 1) nt = 1;
-  const size_t per = (ws_floats(J->p->K, J->Vp) + 15) & ~(size_t)15;
+  const size_t per = (ws_floats(J->p->K, J->Vp, J->HG) + 15) & ~(size_t)15;
   float *mem = NULL;
   worker *wk = calloc((size_t)nt, sizeof *wk);
   if (!wk || posix_memalign((void **)&mem, 64, per * (size_t)nt * sizeof(float)) != 0) {
@@ -513,7 +578,7 @@ static int32_t run_threads(simd_handle *h, job *J) {
   }
   for (int64_t i = 0; i < nt; i++) {
     wk[i].J = J;
-    ws_carve(&wk[i].w, mem + per * (size_t)i, J->p->K, J->Vp);
+    ws_carve(&wk[i].w, mem + per * (size_t)i, J->p->K, J->Vp, J->HG);
   }
   /* Threads that cannot be created leave their items to the others (the counter is shared). */
   for (int64_t i = 1; i < nt; i++) wk[i].started = pthread_create(&wk[i].tid, NULL, work, &wk[i]) == 0;
@@ -565,7 +630,7 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   float *zeros = calloc((size_t)p->K, sizeof *zeros);
   if (!zeros) return snprintf(h->err, sizeof h->err, "simd: out of memory"), KDA_ENOMEM;
   J.zeros = zeros;
-  plan(&J, h->threads);
+  plan(&J, h->threads, h->group);
   int32_t st = run_threads(h, &J);
   free(zeros);
   return st;

@@ -4,7 +4,8 @@
  * Not installed.  The backend (kda_simd.c) prepares, for one (sequence, value head) and a
  * segment of L consecutive tokens, the per-token coefficients of SPEC.md §3.1
  *   qh[t][i] = scale * L2(q)_i,  kh[t][i] = L2(k)_i,  a[t][i] = exp(g_eff[t][i]),  b[t],
- * and the values v[t][j] (padded with zeros to Vp columns).  A kernel then advances the
+ * and the values v[t][j] (a copy padded with zeros to Vp columns, or the caller's own rows
+ * when V is a multiple of the block width).  A kernel then advances the
  * state S over the L tokens for the value columns [j0, j1), writing o[t][j] = sum_i S_t[i][j]
  * qh[t][i].  S is block-major: with W = kda_simd_width(isa), the block of columns [jb, jb+W)
  * (jb a multiple of W) holds its K rows of W floats contiguously, S_t[i][j] at
@@ -24,11 +25,12 @@
 
 /* One segment of tokens for one (sequence, head), coefficients already prepared. */
 typedef struct kda_simd_seg {
-  int64_t K, L, Vp;          /* key rows, tokens, padded row length of S, v and o */
+  int64_t K, L;              /* key rows, tokens */
+  int64_t ldv, ldo;          /* floats from one token's row of v (of o) to the next's */
   const float *qh, *kh, *a;  /* [L][K] */
   const float *b;            /* [L] */
-  const float *v;            /* [L][Vp] */
-  float *o;                  /* [L][Vp] */
+  const float *v;            /* L rows, ldv apart: column j of token t at v[t * ldv + j] */
+  float *o;                  /* L rows, ldo apart; the kernel writes columns [j0, j1) only */
   int32_t erase;             /* 0: the linear family (prediction p = 0) */
   int32_t reserved0;
   /* Cache lines of the inputs (and outputs) of the NEXT segment, for the kernel to prefetch a

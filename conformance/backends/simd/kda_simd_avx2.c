@@ -124,10 +124,10 @@ static void block16(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next
     __m256 p0 = _mm256_add_ps(p[0], p[2]), p1 = _mm256_add_ps(p[1], p[3]);
     if (!s->erase) p0 = p1 = _mm256_setzero_ps();
     const __m256 bt = bc(s->b + t);
-    const float *vt = s->v + t * s->Vp + j;
+    const float *vt = s->v + t * s->ldv + j;
     __m256 d0 = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(vt), p0));
     __m256 d1 = _mm256_mul_ps(bt, _mm256_sub_ps(_mm256_loadu_ps(vt + 8), p1));
-    float *out = s->o + t * s->Vp + j;
+    float *out = s->o + t * s->ldo + j;
     kda_simd_prefetch(s, pf_next, pf_per);
     if (t + 1 < s->L)
       step_fused(s, base, t, d0, d1, p, out);

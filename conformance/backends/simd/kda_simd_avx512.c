@@ -21,124 +21,123 @@
 
 static inline __m512 bc(const float *p) { return _mm512_set1_ps(*p); }
 
-/* Decay by a_0 and predict with kh_0: the first half-step of the segment. */
-static void prologue(const kda_simd_seg *s, float *base, __m512 p[4]) {
+/* The kernel runs NZ = 2 zmm vectors a row (one 32-column block) or NZ = 4 (two neighbouring
+ * blocks at once, when the column range has them).  Vector c of a row lies at
+ * off(c) = (c / 2) * 32K + (c % 2) * 16 from the row of the first block.  A pair does not
+ * change any column's arithmetic (same operations, same even/odd sums); it halves the
+ * broadcast loads and the per-token overhead per FMA and gives the core two independent
+ * blocks to overlap at each token's boundary, where the next token waits for p. */
+#define KERNEL_INLINE static inline __attribute__((always_inline))
+#define FOR_Z _Pragma("GCC unroll 4") for (int c = 0; c < nz; c++)
+
+/* Keeps the loaded row in a register, so that the write's FMA accumulates into it instead of
+ * copying the broadcast key (gcc otherwise folds the load and adds a register move). */
+#define REG(x) __asm__("" : "+v"(x))
+
+KERNEL_INLINE int64_t off(int c, int64_t K) { return (int64_t)(c >> 1) * BW * K + (c & 1) * 16; }
+
+/* Decay by a_0 and predict with kh_0: the first half-step of the segment (p[0..nz) even
+ * rows, p[nz..2nz) odd rows). */
+KERNEL_INLINE void prologue(const kda_simd_seg *s, float *base, int nz, __m512 *p) {
   const int64_t K = s->K;
   const float *a = s->a, *k = s->kh;
-  __m512 e0 = _mm512_setzero_ps(), e1 = e0, o0 = e0, o1 = e0;
+  __m512 e[4], o[4];
+  FOR_Z e[c] = o[c] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 1 < K; i += 2) {
     float *r0 = base + i * BW, *r1 = r0 + BW;
-    __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(r0), bc(a + i));
-    __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(r0 + 16), bc(a + i));
-    __m512 y0 = _mm512_mul_ps(_mm512_loadu_ps(r1), bc(a + i + 1));
-    __m512 y1 = _mm512_mul_ps(_mm512_loadu_ps(r1 + 16), bc(a + i + 1));
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-    _mm512_storeu_ps(r1, y0), _mm512_storeu_ps(r1 + 16, y1);
-    e0 = _mm512_fmadd_ps(x0, bc(k + i), e0), e1 = _mm512_fmadd_ps(x1, bc(k + i), e1);
-    o0 = _mm512_fmadd_ps(y0, bc(k + i + 1), o0), o1 = _mm512_fmadd_ps(y1, bc(k + i + 1), o1);
+    FOR_Z {
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(r0 + off(c, K)), bc(a + i));
+      __m512 y = _mm512_mul_ps(_mm512_loadu_ps(r1 + off(c, K)), bc(a + i + 1));
+      _mm512_storeu_ps(r0 + off(c, K), x), _mm512_storeu_ps(r1 + off(c, K), y);
+      e[c] = _mm512_fmadd_ps(x, bc(k + i), e[c]), o[c] = _mm512_fmadd_ps(y, bc(k + i + 1), o[c]);
+    }
   }
   if (i < K) {
     float *r0 = base + i * BW;
-    __m512 x0 = _mm512_mul_ps(_mm512_loadu_ps(r0), bc(a + i));
-    __m512 x1 = _mm512_mul_ps(_mm512_loadu_ps(r0 + 16), bc(a + i));
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-    e0 = _mm512_fmadd_ps(x0, bc(k + i), e0), e1 = _mm512_fmadd_ps(x1, bc(k + i), e1);
+    FOR_Z {
+      __m512 x = _mm512_mul_ps(_mm512_loadu_ps(r0 + off(c, K)), bc(a + i));
+      _mm512_storeu_ps(r0 + off(c, K), x);
+      e[c] = _mm512_fmadd_ps(x, bc(k + i), e[c]);
+    }
   }
-  p[0] = e0, p[1] = e1, p[2] = o0, p[3] = o1;
+  FOR_Z p[c] = e[c], p[nz + c] = o[c];
 }
 
-/* Token t's write and readout, fused with token t+1's decay and prediction (into p). */
-static void step_fused(const kda_simd_seg *s, float *base, int64_t t, __m512 d0, __m512 d1,
-                       __m512 p[4], float *out) {
+/* Row r of token t: write and readout; with `next`, t+1's decay and prediction too. */
+#define ROW(r, oacc, pacc)                                                                   \
+  do {                                                                                       \
+    float *row = base + (r) * BW;                                                            \
+    const __m512 bk = bc(kt + (r)), bq = bc(qt + (r));                                       \
+    FOR_Z {                                                                                  \
+      __m512 x = _mm512_loadu_ps(row + off(c, K));                                          \
+      REG(x);                                                                                \
+      x = _mm512_fmadd_ps(bk, d[c], x);                                                      \
+      oacc[c] = _mm512_fmadd_ps(x, bq, oacc[c]);                                             \
+      if (next) {                                                                            \
+        x = _mm512_mul_ps(x, bc(an + (r)));                                                  \
+        pacc[c] = _mm512_fmadd_ps(x, bc(kn + (r)), pacc[c]);                                 \
+      }                                                                                      \
+      _mm512_storeu_ps(row + off(c, K), x);                                                  \
+    }                                                                                        \
+  } while (0)
+
+/* Token t's write and readout, fused (next = 1) with token t+1's decay and prediction into
+ * p; next = 0 for the segment's last token, leaving S_t in place.  o_t goes to out[c]. */
+KERNEL_INLINE void step(const kda_simd_seg *s, float *base, int nz, int next, int64_t t,
+                        const __m512 *d, __m512 *p, float *const *out) {
   const int64_t K = s->K;
   const float *kt = s->kh + t * K, *qt = s->qh + t * K;
-  const float *an = s->a + (t + 1) * K, *kn = s->kh + (t + 1) * K;
-  __m512 z = _mm512_setzero_ps();
-  __m512 oe0 = z, oe1 = z, oo0 = z, oo1 = z, pe0 = z, pe1 = z, po0 = z, po1 = z;
+  const float *an = next ? s->a + (t + 1) * K : NULL, *kn = next ? s->kh + (t + 1) * K : NULL;
+  __m512 oe[4], oo[4], pe[4], po[4];
+  FOR_Z oe[c] = oo[c] = pe[c] = po[c] = _mm512_setzero_ps();
   int64_t i = 0;
   for (; i + 1 < K; i += 2) {
-    float *r0 = base + i * BW, *r1 = r0 + BW;
-    __m512 x0 = _mm512_fmadd_ps(bc(kt + i), d0, _mm512_loadu_ps(r0));
-    __m512 x1 = _mm512_fmadd_ps(bc(kt + i), d1, _mm512_loadu_ps(r0 + 16));
-    oe0 = _mm512_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm512_fmadd_ps(x1, bc(qt + i), oe1);
-    x0 = _mm512_mul_ps(x0, bc(an + i)), x1 = _mm512_mul_ps(x1, bc(an + i));
-    pe0 = _mm512_fmadd_ps(x0, bc(kn + i), pe0), pe1 = _mm512_fmadd_ps(x1, bc(kn + i), pe1);
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-    __m512 y0 = _mm512_fmadd_ps(bc(kt + i + 1), d0, _mm512_loadu_ps(r1));
-    __m512 y1 = _mm512_fmadd_ps(bc(kt + i + 1), d1, _mm512_loadu_ps(r1 + 16));
-    oo0 = _mm512_fmadd_ps(y0, bc(qt + i + 1), oo0), oo1 = _mm512_fmadd_ps(y1, bc(qt + i + 1), oo1);
-    y0 = _mm512_mul_ps(y0, bc(an + i + 1)), y1 = _mm512_mul_ps(y1, bc(an + i + 1));
-    po0 = _mm512_fmadd_ps(y0, bc(kn + i + 1), po0), po1 = _mm512_fmadd_ps(y1, bc(kn + i + 1), po1);
-    _mm512_storeu_ps(r1, y0), _mm512_storeu_ps(r1 + 16, y1);
+    ROW(i, oe, pe);
+    ROW(i + 1, oo, po);
   }
-  if (i < K) {
-    float *r0 = base + i * BW;
-    __m512 x0 = _mm512_fmadd_ps(bc(kt + i), d0, _mm512_loadu_ps(r0));
-    __m512 x1 = _mm512_fmadd_ps(bc(kt + i), d1, _mm512_loadu_ps(r0 + 16));
-    oe0 = _mm512_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm512_fmadd_ps(x1, bc(qt + i), oe1);
-    x0 = _mm512_mul_ps(x0, bc(an + i)), x1 = _mm512_mul_ps(x1, bc(an + i));
-    pe0 = _mm512_fmadd_ps(x0, bc(kn + i), pe0), pe1 = _mm512_fmadd_ps(x1, bc(kn + i), pe1);
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-  }
-  _mm512_storeu_ps(out, _mm512_add_ps(oe0, oo0));
-  _mm512_storeu_ps(out + 16, _mm512_add_ps(oe1, oo1));
-  p[0] = pe0, p[1] = pe1, p[2] = po0, p[3] = po1;
+  if (i < K) ROW(i, oe, pe);
+  FOR_Z _mm512_storeu_ps(out[c], _mm512_add_ps(oe[c], oo[c]));
+  if (next) FOR_Z p[c] = pe[c], p[nz + c] = po[c];
 }
 
-/* The last token of the segment: write and readout only, leaving S_t in place. */
-static void step_last(const kda_simd_seg *s, float *base, int64_t t, __m512 d0, __m512 d1,
-                      float *out) {
+/* All tokens of the segment for the nz/2 blocks from column j, prefetching the next segment. */
+KERNEL_INLINE void blocks(const kda_simd_seg *s, float *S, int64_t j, int nz, int64_t *pf_next,
+                          int64_t pf_per) {
   const int64_t K = s->K;
-  const float *kt = s->kh + t * K, *qt = s->qh + t * K;
-  __m512 oe0 = _mm512_setzero_ps(), oe1 = oe0, oo0 = oe0, oo1 = oe0;
-  int64_t i = 0;
-  for (; i + 1 < K; i += 2) {
-    float *r0 = base + i * BW, *r1 = r0 + BW;
-    __m512 x0 = _mm512_fmadd_ps(bc(kt + i), d0, _mm512_loadu_ps(r0));
-    __m512 x1 = _mm512_fmadd_ps(bc(kt + i), d1, _mm512_loadu_ps(r0 + 16));
-    __m512 y0 = _mm512_fmadd_ps(bc(kt + i + 1), d0, _mm512_loadu_ps(r1));
-    __m512 y1 = _mm512_fmadd_ps(bc(kt + i + 1), d1, _mm512_loadu_ps(r1 + 16));
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-    _mm512_storeu_ps(r1, y0), _mm512_storeu_ps(r1 + 16, y1);
-    oe0 = _mm512_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm512_fmadd_ps(x1, bc(qt + i), oe1);
-    oo0 = _mm512_fmadd_ps(y0, bc(qt + i + 1), oo0), oo1 = _mm512_fmadd_ps(y1, bc(qt + i + 1), oo1);
-  }
-  if (i < K) {
-    float *r0 = base + i * BW;
-    __m512 x0 = _mm512_fmadd_ps(bc(kt + i), d0, _mm512_loadu_ps(r0));
-    __m512 x1 = _mm512_fmadd_ps(bc(kt + i), d1, _mm512_loadu_ps(r0 + 16));
-    _mm512_storeu_ps(r0, x0), _mm512_storeu_ps(r0 + 16, x1);
-    oe0 = _mm512_fmadd_ps(x0, bc(qt + i), oe0), oe1 = _mm512_fmadd_ps(x1, bc(qt + i), oe1);
-  }
-  _mm512_storeu_ps(out, _mm512_add_ps(oe0, oo0));
-  _mm512_storeu_ps(out + 16, _mm512_add_ps(oe1, oo1));
-}
-
-/* All tokens of the segment for the 32 columns starting at j, prefetching the next segment. */
-static void block32(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
-  float *base = S + j * s->K;
-  __m512 p[4];
-  prologue(s, base, p);
+  float *base = S + j * K;
+  __m512 p[8], d[4];
+  float *out[4];
+  prologue(s, base, nz, p);
   for (int64_t t = 0; t < s->L; t++) {
-    __m512 p0 = _mm512_add_ps(p[0], p[2]), p1 = _mm512_add_ps(p[1], p[3]);
-    if (!s->erase) p0 = p1 = _mm512_setzero_ps();
     const __m512 bt = bc(s->b + t);
-    const float *vt = s->v + t * s->Vp + j;
-    __m512 d0 = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_loadu_ps(vt), p0));
-    __m512 d1 = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_loadu_ps(vt + 16), p1));
-    float *out = s->o + t * s->Vp + j;
+    const float *vt = s->v + t * s->ldv + j;
+    FOR_Z {
+      const int64_t col = (c >> 1) * BW + (c & 1) * 16;
+      __m512 pc = s->erase ? _mm512_add_ps(p[c], p[nz + c]) : _mm512_setzero_ps();
+      d[c] = _mm512_mul_ps(bt, _mm512_sub_ps(_mm512_loadu_ps(vt + col), pc));
+      out[c] = s->o + t * s->ldo + j + col;
+    }
     kda_simd_prefetch(s, pf_next, pf_per);
     if (t + 1 < s->L)
-      step_fused(s, base, t, d0, d1, p, out);
+      step(s, base, nz, 1, t, d, p, out);
     else
-      step_last(s, base, t, d0, d1, out);
+      step(s, base, nz, 0, t, d, p, out);
   }
+}
+
+static void block32(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
+  blocks(s, S, j, 2, pf_next, pf_per);
+}
+static void block64(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
+  blocks(s, S, j, 4, pf_next, pf_per);
 }
 
 void kda_simd_kernel_avx512(const kda_simd_seg *s, float *S, int64_t j0, int64_t j1) {
-  int64_t pf_next = 0, pf_per = kda_simd_prefetch_per(s, (j1 - j0) / BW * s->L);
-  for (int64_t j = j0; j < j1; j += BW) block32(s, S, j, &pf_next, pf_per);
+  int64_t pf_next = 0, pf_per = kda_simd_prefetch_per(s, (j1 - j0 + 2 * BW - 1) / (2 * BW) * s->L);
+  int64_t j = j0;
+  for (; j + 2 * BW <= j1; j += 2 * BW) block64(s, S, j, &pf_next, pf_per);
+  if (j < j1) block32(s, S, j, &pf_next, pf_per);
 }
 
 /* Twelve independent chains of x = x * m + c, in named registers (an array would live in

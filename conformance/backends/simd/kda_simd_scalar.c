@@ -25,12 +25,12 @@ static void prologue(const kda_simd_seg *s, float *base, float p[W]) {
 }
 
 static void block8(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next, int64_t pf_per) {
-  const int64_t K = s->K, Vp = s->Vp;
+  const int64_t K = s->K;
   float *base = S + j * K;
   float p[W], d[W], o[W];
   prologue(s, base, p);
   for (int64_t t = 0; t < s->L; t++) {
-    const float b = s->b[t], *vt = s->v + t * Vp + j;
+    const float b = s->b[t], *vt = s->v + t * s->ldv + j;
     kda_simd_prefetch(s, pf_next, pf_per);
     for (int c = 0; c < W; c++) d[c] = b * (vt[c] - (s->erase ? p[c] : 0.0f));
     for (int c = 0; c < W; c++) o[c] = 0.0f, p[c] = 0.0f;
@@ -57,7 +57,7 @@ static void block8(const kda_simd_seg *s, float *S, int64_t j, int64_t *pf_next,
         }
       }
     }
-    float *out = s->o + t * Vp + j;
+    float *out = s->o + t * s->ldo + j;
     for (int c = 0; c < W; c++) out[c] = o[c];
   }
 }
