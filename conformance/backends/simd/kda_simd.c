@@ -468,9 +468,9 @@ static void run_segment(const job *J, workspace *w, int64_t hv0, int64_t nh, int
 /* Decode fast path (J->decode: AVX2 or AVX-512 ISA, K-major state with h0 and ht, V a
  * multiple of 8): a sequence of ONE token without a checkpoint goes from h0 to ht in place
  * of the block-major copy, load, kernel and store (kda_simd_decode_avx2: the same arithmetic
- * per column). */
+ * per column).  With `next`, the call prefetches head hv+1's h0, the next call's input. */
 static void run_decode(const job *J, workspace *w, int64_t n, int64_t hv, int64_t t,
-                       int64_t j0, int64_t j1) {
+                       int64_t j0, int64_t j1, int next) {
   const kda_problem *p = J->p;
   const int64_t K = p->K, V = p->V, jv = j1 < V ? j1 : V;
   if (jv <= j0) return;
@@ -478,7 +478,8 @@ static void run_decode(const job *J, workspace *w, int64_t n, int64_t hv, int64_
   const size_t tv = ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V + (size_t)j0;
   const kda_simd_dec d = {K, V, jv - j0, J->h0 + state_off(p, n, hv) + j0,
                           J->ht + state_off(p, n, hv) + j0, w->qh, w->kh, w->a, w->b[0],
-                          J->erases, J->v + tv, J->o + tv, w->o};
+                          J->erases, J->v + tv, J->o + tv, w->o,
+                          next ? J->h0 + state_off(p, n, hv + 1) + j0 : NULL};
   kda_simd_decode_avx2(&d);
 }
 
@@ -496,7 +497,7 @@ static void run_item(const job *J, workspace *w, int64_t item) {
   const int64_t bos = J->t->cu_seqlens[n], eos = J->t->cu_seqlens[n + 1];
   int64_t c = first_checkpoint(J, bos);
   if (J->decode && eos - bos == 1 && !(c < p->n_checkpoints && J->t->checkpoints[c] < eos)) {
-    for (int64_t e = 0; e < nh; e++) run_decode(J, w, n, hv0 + e, bos, j0, j1);
+    for (int64_t e = 0; e < nh; e++) run_decode(J, w, n, hv0 + e, bos, j0, j1, e + 1 < nh);
     return;
   }
   for (int64_t e = 0; e < nh; e++) load_state(J, S_of(w, e), n, hv0 + e, j0, j1);

@@ -76,6 +76,8 @@ typedef struct kda_simd_dec {
   const float *v; /* [ncol] */
   float *o;       /* [ncol] */
   float *scratch; /* [4 * ncol] */
+  const float *next_h0; /* the state the next call will read (same shape), or NULL: pass 2
+                           prefetches it to L2 while it works from cache */
 } kda_simd_dec;
 void kda_simd_decode_avx2(const kda_simd_dec *d);
 

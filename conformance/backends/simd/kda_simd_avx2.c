@@ -367,6 +367,10 @@ void kda_simd_decode_avx2(const kda_simd_dec *d) {
   for (; i + 1 < K; i += 2) {
     const float *r0 = h0 + i * ld, *r1 = r0 + ld;
     float *w0 = d->ht + i * ld, *w1 = w0 + ld;
+    if (d->next_h0) /* rows i, i+1 of the next state: its pass 1 then reads them from L2 */
+      for (int64_t c = 0; c < n; c += 16)
+        _mm_prefetch((const char *)(d->next_h0 + i * ld + c), _MM_HINT_T1),
+        _mm_prefetch((const char *)(d->next_h0 + (i + 1) * ld + c), _MM_HINT_T1);
     const __m256 a0 = bc(a + i), k0 = bc(k + i), q0 = bc(q + i);
     const __m256 a1 = bc(a + i + 1), k1 = bc(k + i + 1), q1 = bc(q + i + 1);
     for (int64_t c = 0; c < n; c += 8) {
