@@ -9,12 +9,14 @@
  *      modes fused here, O(K) work a token), then
  *   2. runs an ISA kernel (kda_simd.h) that streams the segment's tokens past blocks of value
  *      columns of the state, one pass over the block's K rows a token.
- * Work items are (sequence, value head, column group); threads take items from a shared
- * counter.  A column's arithmetic is the same whichever item, block or thread computes it,
- * so the results are identical bit for bit for every thread count.  Segments end at
- * checkpoints, where the state of that token is stored.
+ * Work items are (sequence, group of neighbouring value heads, column group); the heads of a
+ * group advance together a segment at a time, so that their input rows, neighbours in memory,
+ * are read as runs.  Threads take items from a shared counter.  A column's arithmetic is the
+ * same whichever item, group, block or thread computes it, so the results are identical bit
+ * for bit for every thread count and group size.  Segments end at checkpoints, where the
+ * state of that token is stored.
  *
- * Built-in tables: `simd` (params "isa=auto|avx512|avx2|scalar threads=N") and the presets
+ * Built-in tables: `simd` (params "isa=auto|avx512|avx2|scalar threads=N group=N") and the presets
  * `simd-avx512`, `simd-avx2`, `simd-scalar` (one ISA forced, so `kda conform` scores each).
  */
 #include <errno.h>
@@ -499,7 +501,8 @@ static void run_item(const job *J, workspace *w, int64_t item) {
   const int64_t bos = J->t->cu_seqlens[n], eos = J->t->cu_seqlens[n + 1];
   int64_t c = first_checkpoint(J, bos);
   if (J->decode && eos - bos == 1 && !(c < p->n_checkpoints && J->t->checkpoints[c] < eos)) {
-    for (int64_t e = 0; e < nh; e++) run_decode(J, w, n, hv0 + e, bos, j0, j1, J->decode_pf && e + 1 < nh);
+    for (int64_t e = 0; e < nh; e++)
+      run_decode(J, w, n, hv0 + e, bos, j0, j1, J->decode_pf && e + 1 < nh);
     return;
   }
   for (int64_t e = 0; e < nh; e++) load_state(J, S_of(w, e), n, hv0 + e, j0, j1);
@@ -553,13 +556,14 @@ static int64_t head_group(const job *J, int32_t threads, int32_t want) {
 }
 
 /* Items: (sequence, head group, column group).  Whole rows of state per item unless there
- * are fewer (sequence, head group) pairs than 2x threads; then the columns are split too (in
- * multiples of the ISA width). */
+ * are fewer (sequence, head group) pairs than ITEMS_PER_THREAD a thread; then the columns are
+ * split too (in multiples of the ISA width). */
 static void plan(job *J, int32_t threads, int32_t group) {
   J->HG = head_group(J, threads, group);
   const int64_t pairs = J->p->N * ((J->p->HV + J->HG - 1) / J->HG), blocks = J->Vp / J->W;
   int64_t G = 1;
-  if (threads > 1 && pairs < 2 * threads) G = (2 * threads + pairs - 1) / pairs;
+  const int64_t want_items = ITEMS_PER_THREAD * (int64_t)threads;
+  if (threads > 1 && pairs < want_items) G = (want_items + pairs - 1) / pairs;
   if (G > blocks) G = blocks;
   const int64_t per = (blocks + G - 1) / G;
   J->cols_per_group = per * J->W;
