@@ -46,6 +46,7 @@
 #ifndef KDA_BACKEND_H
 #define KDA_BACKEND_H
 
+#include <stddef.h>
 #include <stdint.h>
 #include "kda_problem.h"
 
@@ -53,7 +54,7 @@
 extern "C" {
 #endif
 
-#define KDA_BACKEND_ABI_VERSION 1
+#define KDA_BACKEND_ABI_VERSION 2
 #define KDA_BACKEND_ENTRY_SYMBOL "kda_backend_entry"
 
 /* ---- Precision classes (SPEC.md §7.2): the accuracy a backend claims and is scored in. */
@@ -89,6 +90,19 @@ typedef struct kda_backend_tensors {
 
 typedef struct kda_backend kda_backend;
 
+/* What a handle runs on (version 2, describe).  The runner zeroes it and sets struct_size;
+ * a backend fills what it knows and leaves the rest zero. */
+typedef struct kda_backend_info {
+  uint32_t struct_size;    /* sizeof(kda_backend_info) of the runner; appended to only */
+  int32_t is_device;       /* 1: forward_buffers' buffers live on an accelerator */
+  char device[128];        /* "NVIDIA H200", "x86-64 CPU" */
+  char isa[64];            /* ISA or architecture picked: "avx512", "sm_90a" */
+  double peak_flops;       /* FMA-slot-equivalent FLOP/s (an FMA counts 2), 0: unknown */
+  double peak_bytes_per_s; /* memory bandwidth, 0: unknown */
+  int32_t threads;         /* host threads forward uses, 0: unknown */
+  int32_t reserved0;       /* zero */
+} kda_backend_info;
+
 struct kda_backend {
   /* ---- Version 1. */
   uint32_t abi_version;    /* KDA_BACKEND_ABI_VERSION the table was written for */
@@ -118,10 +132,37 @@ struct kda_backend {
   /* The message of the last failed call on handle (never NULL; "" when none). */
   const char *(*last_error)(void *handle);
   /* Methods above are valid for version 1.  Later versions append here. */
+
+  /* ---- Version 2 (read only when abi_version >= 2 and struct_size covers the slot; every
+   * version-2 slot may be NULL: the runner then does without it). */
+  /* Describes what the handle runs on (device, ISA, peak figures) for reports and bench. */
+  int32_t (*describe)(void *handle, kda_backend_info *info);
+  /* Device-resident buffers (SPEC.md §7.8): copies the inputs of t to wherever forward_buffers
+   * reads them (a GPU's memory) and allocates the outputs there, once.  t's output pointers
+   * are ignored.  Returns KDA_OK and sets *buffers, or a KDA_* error (last_error says why). */
+  int32_t (*buffers_create)(void *handle, const kda_problem *p, const kda_backend_tensors *t,
+                            void **buffers);
+  /* forward on resident buffers; may return before the work has finished (synchronize). */
+  int32_t (*forward_buffers)(void *handle, const kda_problem *p, void *buffers);
+  /* Copies the resident outputs into t's o / ht / hc (host buffers as in forward). */
+  int32_t (*buffers_read)(void *handle, void *buffers, const kda_backend_tensors *t);
+  void (*buffers_destroy)(void *handle, void *buffers);
+  /* Waits until all work issued on handle has finished; KDA_OK or an error. */
+  int32_t (*synchronize)(void *handle);
+  /* Version 2 ends here.  Later versions append here. */
 };
 
-/* The size of the version-1 prefix of struct kda_backend. */
-#define KDA_BACKEND_V1_SIZE ((uint32_t)sizeof(struct kda_backend))
+/* The size of the version-1 prefix of struct kda_backend: fixed forever (a v1 plugin's
+ * struct_size), whatever later versions append. */
+#define KDA_BACKEND_V1_SIZE \
+  ((uint32_t)(offsetof(struct kda_backend, last_error) + sizeof(const char *(*)(void *))))
+/* The size of the version-2 prefix. */
+#define KDA_BACKEND_V2_SIZE \
+  ((uint32_t)(offsetof(struct kda_backend, synchronize) + sizeof(int32_t (*)(void *))))
+/* 1 when table b has the version-2 slot `field` (it may still be NULL). */
+#define KDA_BACKEND_HAS(b, field)                                       \
+  ((b)->abi_version >= 2 &&                                             \
+   (b)->struct_size >= offsetof(struct kda_backend, field) + sizeof((b)->field))
 
 /* The exported entry of a loadable backend.  abi_version is the runner's
  * KDA_BACKEND_ABI_VERSION; a backend returns a table whose abi_version it can serve to that

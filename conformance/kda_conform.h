@@ -29,6 +29,20 @@ const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or
  * KDA_EINVAL (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
 
+/* ---- One way to name a backend (SPEC.md §7.8), shared by every subcommand.
+ * A spec is "NAME[:PARAMS]" for a built-in, or "PATH[:PARAMS]" for a plugin, where PATH
+ * contains a '/' or ends in ".so"; a NAME that is not a built-in is looked up as
+ * libkda_NAME.so, then NAME.so, in the directories of KDA_PLUGIN_PATH (':'-separated).
+ * PARAMS is the string passed to the backend's open ("" when absent). */
+typedef struct kda_backend_ref {
+  const kda_backend *builtin; /* the built-in table, or NULL for a plugin */
+  char path[4096];            /* the plugin's path ("" for a built-in) */
+  char params[1024];          /* parameters for open ("" when none) */
+  char spec[1024];            /* the spec as given, for messages */
+} kda_backend_ref;
+/* Returns KDA_OK, KDA_ENOTFOUND (no such built-in or plugin) or KDA_EINVAL (too long). */
+int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen);
+
 /* A loaded plugin (dlopen).  kda_plugin_load resolves kda_backend_entry, calls it with
  * KDA_BACKEND_ABI_VERSION and validates the table.  Returns KDA_OK, KDA_EIO (dlopen failed),
  * KDA_ENOTFOUND (no entry symbol, or the entry returned NULL), KDA_EINVAL, KDA_EUNSUPPORTED,

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kda_conform.h"
 
@@ -30,6 +31,45 @@ const kda_backend *kda_backend_find(const char *name) {
   for (int32_t i = 0; name && i < kda_backend_builtin_count(); i++)
     if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
   return NULL;
+}
+
+/* A plugin named NAME on KDA_PLUGIN_PATH: DIR/libkda_NAME.so, then DIR/NAME.so. */
+static int plugin_search(const char *name, char *path, size_t cap) {
+  const char *sp = getenv("KDA_PLUGIN_PATH");
+  while (sp && *sp) {
+    const char *colon = strchr(sp, ':');
+    size_t n = colon ? (size_t)(colon - sp) : strlen(sp);
+    const char *forms[2] = {"%.*s/libkda_%s.so", "%.*s/%s.so"};
+    for (int f = 0; n > 0 && f < 2; f++) {
+      int w = snprintf(path, cap, forms[f], (int)n, sp, name);
+      if (w > 0 && (size_t)w < cap && access(path, R_OK) == 0) return 1;
+    }
+    sp = colon ? colon + 1 : NULL;
+  }
+  return 0;
+}
+
+int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen) {
+  memset(out, 0, sizeof *out);
+  if (!spec || !spec[0]) return snprintf(err, errlen, "empty backend name"), KDA_EINVAL;
+  if (strlen(spec) >= sizeof out->spec)
+    return snprintf(err, errlen, "backend spec is too long"), KDA_EINVAL;
+  snprintf(out->spec, sizeof out->spec, "%s", spec);
+  char head[4096];
+  const char *colon = strchr(spec, ':');
+  size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
+  if (n == 0 || n >= sizeof head)
+    return snprintf(err, errlen, "'%.200s': bad backend name", spec), KDA_EINVAL;
+  memcpy(head, spec, n);
+  head[n] = 0;
+  snprintf(out->params, sizeof out->params, "%s", colon ? colon + 1 : "");
+  int is_path = strchr(head, '/') || (n > 3 && strcmp(head + n - 3, ".so") == 0);
+  if (!is_path && (out->builtin = kda_backend_find(head))) return KDA_OK;
+  if (is_path) return snprintf(out->path, sizeof out->path, "%s", head), KDA_OK;
+  if (plugin_search(head, out->path, sizeof out->path)) return KDA_OK;
+  snprintf(err, errlen, "unknown backend '%.200s' (not a built-in; no plugin on KDA_PLUGIN_PATH)",
+           head);
+  return KDA_ENOTFOUND;
 }
 
 static int valid_name(const char *s) {

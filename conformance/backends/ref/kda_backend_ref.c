@@ -55,14 +55,15 @@ static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_bac
   return kda_ref_forward_f32(p, &x, h->err, sizeof h->err);
 }
 
-const kda_backend kda_backend_ref_f64 = {
-    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "ref-f64",
-    "the plain float64 reference (SPEC.md section 9)", KDA_CLASS_FP64, KDA_BACKEND_DTYPE_F64,
-    KDA_BACKEND_DTYPE_F64, 0, ref_open, ref_close, ref_supports, ref_forward_f64,
-    ref_last_error};
+#define REF_TABLE(sym, nm, desc, cls, dt, fwd)                                            \
+  const kda_backend sym = {.abi_version = KDA_BACKEND_ABI_VERSION,                          \
+                           .struct_size = sizeof(kda_backend),                              \
+                           .name = nm, .description = desc, .precision_class = cls,         \
+                           .input_dtype = dt, .output_dtype = dt, .open = ref_open,         \
+                           .close = ref_close, .supports = ref_supports, .forward = fwd,    \
+                           .last_error = ref_last_error}
 
-const kda_backend kda_backend_ref_f32 = {
-    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "ref-f32",
-    "the float32 twin of the reference (SPEC.md section 9)", KDA_CLASS_FP32,
-    KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, ref_open, ref_close, ref_supports,
-    ref_forward_f32, ref_last_error};
+REF_TABLE(kda_backend_ref_f64, "ref-f64", "the plain float64 reference (SPEC.md section 9)",
+          KDA_CLASS_FP64, KDA_BACKEND_DTYPE_F64, ref_forward_f64);
+REF_TABLE(kda_backend_ref_f32, "ref-f32", "the float32 twin of the reference (SPEC.md section 9)",
+          KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, ref_forward_f32);

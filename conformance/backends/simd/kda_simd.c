@@ -646,10 +646,14 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   return st;
 }
 
-#define SIMD_TABLE(sym, name, desc, openfn)                                                     \
-  const kda_backend sym = {KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), name, desc,           \
-                           KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0,    \
-                           openfn, simd_close, simd_supports, simd_forward, simd_last_error}
+#define SIMD_TABLE(sym, nm, desc, openfn)                                                     \
+  const kda_backend sym = {.abi_version = KDA_BACKEND_ABI_VERSION,                            \
+                           .struct_size = sizeof(kda_backend), .name = nm,                    \
+                           .description = desc, .precision_class = KDA_CLASS_FP32,            \
+                           .input_dtype = KDA_BACKEND_DTYPE_F32,                              \
+                           .output_dtype = KDA_BACKEND_DTYPE_F32, .open = openfn,             \
+                           .close = simd_close, .supports = simd_supports,                    \
+                           .forward = simd_forward, .last_error = simd_last_error}
 
 SIMD_TABLE(kda_backend_simd, "simd",
            "float32 KDA, vectorised over value columns (isa=auto|avx512|avx2|scalar threads=N)",
