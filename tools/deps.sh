@@ -13,6 +13,13 @@ missing() {
   command -v xmllint >/dev/null 2>&1 || echo xmllint  # JUnit schema check (make check)
 }
 m=$(missing)
+if [ -n "$m" ] && [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then
+  # Parallel makes (make -j check runs the sanitizer build beside the plain one) would race
+  # for apt's lock: take ours first, then look again (the other one may have installed them).
+  exec 9>"${TMPDIR:-/tmp}/kda-deps.lock"
+  flock 9
+  m=$(missing)
+fi
 if [ -n "$m" ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "deps.sh: missing $(echo $m | tr '\n' ' '); installing Debian packages" >&2
