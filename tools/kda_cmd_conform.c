@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
+#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,10 +24,23 @@ static const char help_text[] =
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
     "Every backend call runs in a child process with a time limit.\n"
     "\n"
-    "What to score (default: every built-in backend):\n"
-    "  -b, --backend NAME        a built-in backend (ref-f64, ref-f32); repeatable\n"
-    "  -p, --plugin LIB.so       a backend plugin (exports kda_backend_entry); repeatable\n"
-    "      --params STRING       parameters passed to the plugins' open\n"
+    "What to score (default: every built-in backend but mpfr):\n"
+    "  -b, --backend SPEC        a backend, SPEC = NAME[:PARAMS] or PATH[:PARAMS]: a built-in\n"
+    "                            (ref-f64 ref-f32 simd simd-avx512 simd-avx2 simd-scalar mpfr),\n"
+    "                            a plugin PATH (holds a '/' or ends in .so), or a plugin NAME\n"
+    "                            found as libkda_NAME.so or NAME.so on KDA_PLUGIN_PATH\n"
+    "                            (':'-separated directories); PARAMS go to that backend's open,\n"
+    "                            e.g. -b simd:isa=avx2,threads=1; repeatable\n"
+    "  -p, --plugin SPEC         the same, but SPEC must name a plugin (e.g. ./libx.so:device=0)\n"
+    "      --params STRING       deprecated: PARAMS for every backend given without its own\n"
+    "  -k GLOB                   score only the cases whose id matches GLOB (fnmatch);\n"
+    "                            flag:GLOB matches the manifest's golden.flags; !GLOB excludes;\n"
+    "                            repeatable (any positive pattern selects, any '!' one drops)\n"
+    "      --list-cases          list the selected cases (id, N, T, H, HV, K, V, family, flags)\n"
+    "                            and exit\n"
+    "      --list-backends       list the backends (-b/-p, default: every built-in): name,\n"
+    "                            class, dtypes, source, ISA or device picked, and whether it runs\n"
+    "                            on this machine (and why not); exit 0\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
     "                            directory holding CASE_ID.npz for each case\n"
     "      --class NAME          precision class to score in: fp64 fp32 tf32 bf16 fp16\n"
@@ -61,6 +75,8 @@ typedef struct conform_args {
   const char *plugins[MAX_ITEMS];
   int n_plugins;
   const char *params, *candidate, *export_dir, *waivers, *baseline, *record_baseline;
+  const char *filters[MAX_ITEMS]; /* -k patterns */
+  int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
   int32_t cls;
   int quiet, bench;
@@ -119,9 +135,21 @@ static int collect(const char *path, path_list *l) {
   return rc;
 }
 
+/* A -b or -p SPEC resolves (SPEC.md §7.8); -p must name a plugin.  0, or the exit status. */
+static int check_spec(const char *spec, int plugin_only) {
+  kda_backend_ref r;
+  char err[KDA_ERRLEN];
+  if (kda_backend_resolve(spec, &r, err, sizeof err) != KDA_OK) return kda_tool_usage(SUB, "%s", err);
+  if (plugin_only && r.builtin)
+    return kda_tool_usage(SUB, "-p '%s' names the built-in backend '%s' (use -b)", spec,
+                          r.builtin->name);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
-         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH };
+         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
+         O_LISTCASES = 400, O_LISTBACKENDS };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -134,6 +162,8 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"jsonl", required_argument, NULL, O_JSONL}, {"summary", required_argument, NULL, O_SUMMARY},
       {"junit", required_argument, NULL, O_JUNIT}, {"max-lines", required_argument, NULL, O_MAXLINES},
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
+      {"list-cases", no_argument, NULL, O_LISTCASES},
+      {"list-backends", no_argument, NULL, O_LISTBACKENDS},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -143,17 +173,24 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   int c;
   char *end;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":b:p:c:t:o:qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:p:c:t:o:qhk:", longopts, NULL)) != -1) {
     switch (c) {
       case 'b':
         if (a->n_backends == MAX_ITEMS) return kda_tool_usage(SUB, "too many --backend");
-        if (!kda_backend_find(optarg)) return kda_tool_usage(SUB, "unknown backend '%s'", optarg);
+        if (check_spec(optarg, 0)) return KDA_EXIT_USAGE;
         a->backends[a->n_backends++] = optarg;
         break;
       case 'p':
         if (a->n_plugins == MAX_ITEMS) return kda_tool_usage(SUB, "too many --plugin");
+        if (check_spec(optarg, 1)) return KDA_EXIT_USAGE;
         a->plugins[a->n_plugins++] = optarg;
         break;
+      case 'k':
+        if (a->n_filters == MAX_ITEMS) return kda_tool_usage(SUB, "too many -k");
+        a->filters[a->n_filters++] = optarg;
+        break;
+      case O_LISTCASES: a->list_cases = 1; break;
+      case O_LISTBACKENDS: a->list_backends = 1; break;
       case O_PARAMS: a->params = optarg; break;
       case 'c': a->candidate = optarg; break;
       case O_CLASS:
@@ -198,6 +235,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
 typedef struct target {
   const kda_backend *b;
   kda_plugin *plugin;
+  const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
 } target;
 
 typedef struct run_state {
@@ -207,6 +245,7 @@ typedef struct run_state {
   FILE *jsonl;
   double score_s, truth_s;
   uint64_t bytes;
+  int64_t selected; /* cases the -k filter let through */
 } run_state;
 
 static kda_case_report *next_report(run_state *s) {
@@ -246,6 +285,9 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   int st = kda_case_load(path, &c, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
   if (!c.id) c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
+    return kda_case_free(&c), 0; /* -k: not selected */
+  s->selected++;
   kda_truth t;
   double t0 = now_s();
   st = kda_truth_compute(&c, path, &t, err, sizeof err);
@@ -254,8 +296,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case(tg[i].b, tg[i].plugin ? (a->params ? a->params : "") : "", &c, &t,
-                               &a->opts, r, err, sizeof err);
+    else st = kda_conform_case(tg[i].b, tg[i].params ? tg[i].params : "", &c, &t, &a->opts, r,
+                               err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
   if (st == KDA_OK && a->candidate) {
@@ -325,28 +367,152 @@ static int default_paths(path_list *l) {
   return collect("golden/example", l);
 }
 
+/* The PARAMS of a spec (a pointer into it), or the deprecated --params when it has none. */
+static const char *spec_params(const char *spec, const char *fallback) {
+  const char *colon = strchr(spec, ':');
+  return colon ? colon + 1 : fallback ? fallback : "";
+}
+
 static int load_targets(conform_args *a, target *tg, int *nt) {
   char err[KDA_ERRLEN];
   *nt = 0;
   if (!a->n_backends && !a->n_plugins && !a->candidate)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++) tg[(*nt)++].b = kda_backend_builtin(i);
-  for (int i = 0; i < a->n_backends; i++) tg[(*nt)++].b = kda_backend_find(a->backends[i]);
-  for (int i = 0; i < a->n_plugins; i++) {
-    if (kda_plugin_load(a->plugins[i], &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
+    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
+      if (kda_backend_builtin_is_default(i))
+        tg[*nt].params = a->params, tg[(*nt)++].b = kda_backend_builtin(i);
+  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
+    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
+    kda_backend_ref ref;
+    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    tg[*nt].params = spec_params(spec, a->params);
+    tg[*nt].b = ref.builtin;
+    if (!ref.builtin &&
+        kda_plugin_load(ref.path, &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
       return kda_tool_fail(SUB, "%s", err);
     (*nt)++;
   }
   return 0;
 }
 
+/* ---- The backend path (SPEC.md §7.8): the up-front parameter check, --list-backends. */
+
+/* Opens every built-in target once, in-process, before the run: a parameter it rejects
+ * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
+ * failures (e.g. KDA_EUNSUPPORTED on this machine) are left to the cases, which report them.
+ * Plugins are not opened here: the runner isolates every call into a plugin, and their
+ * parameter errors are reported by the cases. */
+static int probe_targets(const target *tg, int nt) {
+  for (int i = 0; i < nt; i++) {
+    if (tg[i].plugin) continue;
+    void *h = NULL;
+    char err[KDA_ERRLEN] = "";
+    int32_t st = tg[i].b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
+    if (st == KDA_OK) tg[i].b->close(h);
+    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", tg[i].b->name, err);
+  }
+  return 0;
+}
+
+/* What an open handle of b says about itself (v2 describe), or "-". */
+static void describe_handle(const kda_backend *b, void *h, char *out, size_t cap) {
+  snprintf(out, cap, "-");
+  if (!KDA_BACKEND_HAS(b, describe) || !b->describe) return;
+  kda_backend_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (b->describe(h, &info) != KDA_OK) return;
+  info.device[sizeof info.device - 1] = info.isa[sizeof info.isa - 1] = 0; /* hostile tables */
+  int w = snprintf(out, cap, "%s%s%s", info.device, info.device[0] && info.isa[0] ? ", " : "",
+                   info.isa);
+  if (w >= 0 && (size_t)w < cap && info.threads > 0)
+    w += snprintf(out + w, cap - (size_t)w, ", %d thread%s", (int)info.threads,
+                  info.threads == 1 ? "" : "s");
+  if (w >= 0 && (size_t)w < cap && info.peak_flops > 0)
+    snprintf(out + w, cap - (size_t)w, ", peak %.0f GFLOP/s", info.peak_flops / 1e9);
+}
+
+/* One row of --list-backends: opens b with params and asks it about a tiny problem. */
+static void list_backend(const kda_backend *b, const char *params, const char *source,
+                         const char *def) {
+  char avail[KDA_ERRLEN + 32] = "yes", picked[400] = "-", why[KDA_ERRLEN] = "";
+  void *h = NULL;
+  int32_t st = b->open(params, &h, why, sizeof why);
+  if (st != KDA_OK) {
+    snprintf(avail, sizeof avail, "no: open: %s", why[0] ? why : kda_strstatus(st));
+  } else {
+    kda_problem p;
+    kda_problem_init(&p, 4, 1, 1, 16, 16);
+    describe_handle(b, h, picked, sizeof picked);
+    if (b->supports(h, &p, why, sizeof why) != KDA_OK)
+      snprintf(avail, sizeof avail, "no: %s", why[0] ? why : "does not support a tiny problem");
+    b->close(h);
+  }
+  static const char *const dt[] = {"f64", "f32"};
+  printf("%-14s %-5s %3s->%-3s %-8s %-4s %s\n", b->name, kda_class_name(b->precision_class),
+         dt[b->input_dtype], dt[b->output_dtype], def, avail[0] == 'y' ? "yes" : "no", picked);
+  printf("    %s%s%s\n", source, b->description ? ": " : "", b->description ? b->description : "");
+  if (avail[0] != 'y') printf("    not available: %s\n", avail + 4);
+}
+
+static int list_backends(const conform_args *a) {
+  char err[KDA_ERRLEN], source[4200];
+  printf("%-14s %-5s %-8s %-8s %-4s %s\n", "name", "class", "dtypes", "default", "runs",
+         "ISA/device picked");
+  if (!a->n_backends && !a->n_plugins)
+    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
+      list_backend(kda_backend_builtin(i), a->params ? a->params : "", "built-in",
+                   kda_backend_builtin_is_default(i) ? "yes" : "no");
+  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
+    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
+    kda_backend_ref ref;
+    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    const char *params = spec_params(spec, a->params);
+    if (ref.builtin) {
+      list_backend(ref.builtin, params, "built-in", "-");
+      continue;
+    }
+    kda_plugin *pl;
+    const kda_backend *b;
+    if (kda_plugin_load(ref.path, &pl, &b, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    snprintf(source, sizeof source, "plugin %s", ref.path);
+    list_backend(b, params, source, "-");
+    kda_plugin_unload(pl);
+  }
+  return KDA_EXIT_OK;
+}
+
+/* --list-cases: one line per selected case. */
+static int list_cases(const conform_args *a, const path_list *cases) {
+  printf("%-28s %6s %7s %4s %4s %5s %5s %-9s %s\n", "id", "N", "T", "H", "HV", "K", "V", "family",
+         "flags");
+  for (int i = 0; i < cases->n; i++) {
+    char err[KDA_ERRLEN], idbuf[256], flags[1024];
+    kda_case c;
+    if (kda_case_load(cases->v[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    const char *id = c.id ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    if (kda_case_filter_match(a->filters, a->n_filters, id, c.manifest_json))
+      printf("%-28s %6lld %7lld %4lld %4lld %5lld %5lld %-9s %s\n", id, (long long)c.p.N,
+             (long long)c.p.T, (long long)c.p.H, (long long)c.p.HV, (long long)c.p.K,
+             (long long)c.p.V, kda_family_name(c.p.family),
+             kda_case_flags(c.manifest_json, flags, sizeof flags));
+    kda_case_free(&c);
+  }
+  return KDA_EXIT_OK;
+}
+
 int kda_cmd_conform(int argc, char **argv) {
   conform_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
+  if (a.list_backends) return list_backends(&a);
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);
   if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases);
   if (rc == 0 && cases.n == 0) rc = kda_tool_fail(SUB, "no case files found");
+  if (rc == 0 && a.list_cases) {
+    rc = list_cases(&a, &cases);
+    goto done;
+  }
   if (rc == 0 && a.export_dir) {
     rc = export_prompts(a.export_dir, &cases);
     goto done;
@@ -363,6 +529,7 @@ int kda_cmd_conform(int argc, char **argv) {
   memset(tg, 0, sizeof tg);
   int nt = 0;
   if (rc == 0) rc = load_targets(&a, tg, &nt);
+  if (rc == 0) rc = probe_targets(tg, nt);
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
@@ -381,6 +548,7 @@ int kda_cmd_conform(int argc, char **argv) {
            "%.1f MB/s; truth and magnitudes %.3f s; wall %.3f s for %lld reports\n",
            (unsigned long long)s.bytes, s.score_s, s.score_s > 0 ? s.bytes / s.score_s / 1e6 : 0.0,
            s.truth_s, wall, (long long)s.n);
+  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
   if (rc == 0) {
     kda_report_final(stdout, &s.tally);
     rc = s.tally.failed ? KDA_EXIT_CHECK : KDA_EXIT_OK;
