@@ -36,8 +36,7 @@ static int32_t ref_open(const char *params, void **handle, char *err, uint32_t e
 
 /* What the references run on: one host thread, plain C (for kda bench and --list-backends). */
 static int32_t ref_describe(void *handle, kda_backend_info *info) {
-  snprintf(info->device, sizeof info->device, "CPU");
-  snprintf(info->isa, sizeof info->isa, "C (no vector code)");
+  snprintf(info->device, sizeof info->device, "CPU, plain C (no vector code)");
   info->threads = 1;
   return KDA_OK;
 }
