@@ -360,6 +360,15 @@ START_TEST(test_help) {
   expect_help("ref", ref);
   expect_help("gen", gen);
   expect_help("inspect", inspect);
+  static const char *const conform[] = {"--backend", "-b", "--plugin", "-p", "--params",
+                                        "deprecated", "-k GLOB", "flag:", "--list-cases",
+                                        "--list-backends", "KDA_PLUGIN_PATH", "mpfr", NULL};
+  static const char *const bench[] = {"--backend", "-b", "--stream-mib", "FMA-slot", "--threads",
+                                      "--isa", "--params", "--ref-tokens", NULL};
+  static const char *const ref_spec[] = {"SPEC", "KDA_PLUGIN_PATH", "simd", NULL};
+  expect_help("conform", conform);
+  expect_help("bench", bench);
+  expect_help("ref", ref_spec);
   run_result r = {0, NULL, NULL};
   kda(&r, "--version", NULL);
   expect_ok(&r, "kda --version");
