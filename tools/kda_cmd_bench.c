@@ -260,13 +260,17 @@ static int data_make(const bench_args *a, int64_t N, int64_t T, int decode, benc
 typedef struct host_tensors {
   kda_backend_tensors t;
   void *own[10]; /* copies to free */
+  int fail;      /* an allocation failed */
 } host_tensors;
 
+/* A float64 copy of n floats (NULL for NULL), owned by h. */
 static void *widen(const float *x, size_t n, host_tensors *h, int slot) {
   if (!x) return NULL;
   double *y = malloc((n ? n : 1) * sizeof *y);
   if (y)
     for (size_t i = 0; i < n; i++) y[i] = (double)x[i];
+  else
+    h->fail = 1;
   h->own[slot] = y;
   return y;
 }
@@ -298,12 +302,10 @@ static int host_make(const bench_data *d, const kda_backend *b, host_tensors *h)
   } else {
     t->o = h->own[8] = malloc((vv ? vv : 1) * sizeof(double));
     t->ht = h->own[9] = malloc((st ? st : 1) * sizeof(double));
+    if (!t->o || !t->ht) h->fail = 1;
   }
   t->cu_seqlens = d->cu;
-  for (int i = 0; i < 10; i++)
-    if (i >= 8 ? b->output_dtype == KDA_BACKEND_DTYPE_F64 && !h->own[i]
-               : b->input_dtype == KDA_BACKEND_DTYPE_F64 && !h->own[i] && i != 5 && i != 6 && i != 7)
-      return host_free(h), -1;
+  if (h->fail) return host_free(h), -1;
   return 0;
 }
 
