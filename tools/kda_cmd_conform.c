@@ -2,7 +2,6 @@
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
-#include <fnmatch.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +11,7 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_conform_list.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -413,104 +413,22 @@ static int probe_targets(const target *tg, int nt) {
   return 0;
 }
 
-/* What an open handle of b says about itself (v2 describe), or "-". */
-static void describe_handle(const kda_backend *b, void *h, char *out, size_t cap) {
-  snprintf(out, cap, "-");
-  if (!KDA_BACKEND_HAS(b, describe) || !b->describe) return;
-  kda_backend_info info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  if (b->describe(h, &info) != KDA_OK) return;
-  info.device[sizeof info.device - 1] = info.isa[sizeof info.isa - 1] = 0; /* hostile tables */
-  int w = snprintf(out, cap, "%s%s%s", info.device, info.device[0] && info.isa[0] ? ", " : "",
-                   info.isa);
-  if (w >= 0 && (size_t)w < cap && info.threads > 0)
-    w += snprintf(out + w, cap - (size_t)w, ", %d thread%s", (int)info.threads,
-                  info.threads == 1 ? "" : "s");
-  if (w >= 0 && (size_t)w < cap && info.peak_flops > 0)
-    snprintf(out + w, cap - (size_t)w, ", peak %.0f GFLOP/s", info.peak_flops / 1e9);
-}
-
-/* One row of --list-backends: opens b with params and asks it about a tiny problem. */
-static void list_backend(const kda_backend *b, const char *params, const char *source,
-                         const char *def) {
-  char avail[KDA_ERRLEN + 32] = "yes", picked[400] = "-", why[KDA_ERRLEN] = "";
-  void *h = NULL;
-  int32_t st = b->open(params, &h, why, sizeof why);
-  if (st != KDA_OK) {
-    snprintf(avail, sizeof avail, "no: open: %s", why[0] ? why : kda_strstatus(st));
-  } else {
-    kda_problem p;
-    kda_problem_init(&p, 4, 1, 1, 16, 16);
-    describe_handle(b, h, picked, sizeof picked);
-    if (b->supports(h, &p, why, sizeof why) != KDA_OK)
-      snprintf(avail, sizeof avail, "no: %s", why[0] ? why : "does not support a tiny problem");
-    b->close(h);
-  }
-  static const char *const dt[] = {"f64", "f32"};
-  printf("%-14s %-5s %3s->%-3s %-8s %-4s %s\n", b->name, kda_class_name(b->precision_class),
-         dt[b->input_dtype], dt[b->output_dtype], def, avail[0] == 'y' ? "yes" : "no", picked);
-  printf("    %s%s%s\n", source, b->description ? ": " : "", b->description ? b->description : "");
-  if (avail[0] != 'y') printf("    not available: %s\n", avail + 4);
-}
-
-static int list_backends(const conform_args *a) {
-  char err[KDA_ERRLEN], source[4200];
-  printf("%-14s %-5s %-8s %-8s %-4s %s\n", "name", "class", "dtypes", "default", "runs",
-         "ISA/device picked");
-  if (!a->n_backends && !a->n_plugins)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
-      list_backend(kda_backend_builtin(i), a->params ? a->params : "", "built-in",
-                   kda_backend_builtin_is_default(i) ? "yes" : "no");
-  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
-    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
-    kda_backend_ref ref;
-    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    const char *params = spec_params(spec, a->params);
-    if (ref.builtin) {
-      list_backend(ref.builtin, params, "built-in", "-");
-      continue;
-    }
-    kda_plugin *pl;
-    const kda_backend *b;
-    if (kda_plugin_load(ref.path, &pl, &b, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    snprintf(source, sizeof source, "plugin %s", ref.path);
-    list_backend(b, params, source, "-");
-    kda_plugin_unload(pl);
-  }
-  return KDA_EXIT_OK;
-}
-
-/* --list-cases: one line per selected case. */
-static int list_cases(const conform_args *a, const path_list *cases) {
-  printf("%-28s %6s %7s %4s %4s %5s %5s %-9s %s\n", "id", "N", "T", "H", "HV", "K", "V", "family",
-         "flags");
-  for (int i = 0; i < cases->n; i++) {
-    char err[KDA_ERRLEN], idbuf[256], flags[1024];
-    kda_case c;
-    if (kda_case_load(cases->v[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    const char *id = c.id ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
-    if (kda_case_filter_match(a->filters, a->n_filters, id, c.manifest_json))
-      printf("%-28s %6lld %7lld %4lld %4lld %5lld %5lld %-9s %s\n", id, (long long)c.p.N,
-             (long long)c.p.T, (long long)c.p.H, (long long)c.p.HV, (long long)c.p.K,
-             (long long)c.p.V, kda_family_name(c.p.family),
-             kda_case_flags(c.manifest_json, flags, sizeof flags));
-    kda_case_free(&c);
-  }
-  return KDA_EXIT_OK;
-}
-
 int kda_cmd_conform(int argc, char **argv) {
   conform_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
-  if (a.list_backends) return list_backends(&a);
+  if (a.list_backends) {
+    const char *specs[2 * MAX_ITEMS];
+    for (int i = 0; i < a.n_backends + a.n_plugins; i++)
+      specs[i] = i < a.n_backends ? a.backends[i] : a.plugins[i - a.n_backends];
+    return kda_conform_list_backends(specs, a.n_backends + a.n_plugins, a.params);
+  }
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);
   if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases);
   if (rc == 0 && cases.n == 0) rc = kda_tool_fail(SUB, "no case files found");
   if (rc == 0 && a.list_cases) {
-    rc = list_cases(&a, &cases);
+    rc = kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
     goto done;
   }
   if (rc == 0 && a.export_dir) {
