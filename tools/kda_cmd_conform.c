@@ -394,7 +394,7 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
   return 0;
 }
 
-/* ---- The backend path (SPEC.md §7.8): the up-front parameter check, --list-backends. */
+/* ---- The backend path (SPEC.md §7.8): the up-front parameter check. */
 
 /* Opens every built-in target once, in-process, before the run: a parameter it rejects
  * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
@@ -460,13 +460,13 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
   if (s.jsonl) fclose(s.jsonl);
+  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
   if (rc == 0) rc = write_reports(&a, &s);
   if (rc == 0 && a.bench)
     printf("bench: candidate scoring %llu bytes (truth + candidate, as float64) in %.3f s: "
            "%.1f MB/s; truth and magnitudes %.3f s; wall %.3f s for %lld reports\n",
            (unsigned long long)s.bytes, s.score_s, s.score_s > 0 ? s.bytes / s.score_s / 1e6 : 0.0,
            s.truth_s, wall, (long long)s.n);
-  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
   if (rc == 0) {
     kda_report_final(stdout, &s.tally);
     rc = s.tally.failed ? KDA_EXIT_CHECK : KDA_EXIT_OK;
