@@ -523,8 +523,8 @@ static int default_targets(const bench_args *a, target *tg, int *nt) {
     memset(t, 0, sizeof *t);
     t->b = kda_backend_find("simd");
     t->simd_default = 1;
-    snprintf(t->params, sizeof t->params, "isa=%s threads=%lld %s", kda_simd_isa_name(isa),
-             (long long)a->threads[i], a->params);
+    snprintf(t->params, sizeof t->params, "isa=%s threads=%lld%s%s", kda_simd_isa_name(isa),
+             (long long)a->threads[i], a->params[0] ? " " : "", a->params);
     int rc = target_open(t);
     if (rc) return rc;
   }
