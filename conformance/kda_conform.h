@@ -25,6 +25,9 @@ extern "C" {
 int32_t kda_backend_builtin_count(void);
 const kda_backend *kda_backend_builtin(int32_t i);   /* NULL when i is out of range */
 const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or NULL */
+/* 1 when built-in i is in the set `kda conform` scores when no backend is named (every
+ * built-in but the slow mpfr), else 0. */
+int kda_backend_builtin_is_default(int32_t i);
 /* Checks a table: version, size, required slots, name, class and dtypes.  Returns KDA_OK or
  * KDA_EINVAL (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
@@ -33,7 +36,9 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
  * A spec is "NAME[:PARAMS]" for a built-in, or "PATH[:PARAMS]" for a plugin, where PATH
  * contains a '/' or ends in ".so"; a NAME that is not a built-in is looked up as
  * libkda_NAME.so, then NAME.so, in the directories of KDA_PLUGIN_PATH (':'-separated).
- * PARAMS is the string passed to the backend's open ("" when absent). */
+ * PARAMS is the string passed to the backend's open ("" when absent).  The spec splits at
+ * its first ':' (a PATH cannot contain one); "x.so" means "./x.so"; a path must name a
+ * readable file; a searched NAME is [A-Za-z0-9._-]+. */
 typedef struct kda_backend_ref {
   const kda_backend *builtin; /* the built-in table, or NULL for a plugin */
   char path[4096];            /* the plugin's path ("" for a built-in) */
@@ -42,6 +47,15 @@ typedef struct kda_backend_ref {
 } kda_backend_ref;
 /* Returns KDA_OK, KDA_ENOTFOUND (no such built-in or plugin) or KDA_EINVAL (too long). */
 int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen);
+
+/* ---- Case filter (SPEC.md §7.8): which cases a run scores.  Each pattern is an fnmatch GLOB
+ * on the case id, or "flag:GLOB" on the names in the manifest's golden.flags; a leading '!'
+ * negates it.  A case is selected when no positive pattern is given or one matches, and no
+ * negative pattern matches.  manifest_json may be NULL (no flags).  Returns 1 or 0. */
+int kda_case_filter_match(const char *const *patterns, int32_t n, const char *case_id,
+                          const char *manifest_json);
+/* The manifest's golden.flags joined with ',' into buf ("" when none).  Returns buf. */
+char *kda_case_flags(const char *manifest_json, char *buf, size_t cap);
 
 /* A loaded plugin (dlopen).  kda_plugin_load resolves kda_backend_entry, calls it with
  * KDA_BACKEND_ABI_VERSION and validates the table.  Returns KDA_OK, KDA_EIO (dlopen failed),

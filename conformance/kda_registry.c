@@ -14,26 +14,39 @@ extern const kda_backend kda_backend_ref_f64;
 extern const kda_backend kda_backend_ref_f32;
 extern const kda_backend kda_backend_simd, kda_backend_simd_avx512, kda_backend_simd_avx2,
     kda_backend_simd_scalar; /* backends/simd/kda_simd.c */
+extern const kda_backend kda_backend_mpfr; /* backends/mpfr/kda_backend_mpfr.c */
 
-static const kda_backend *const builtins[] = {
-    &kda_backend_ref_f64,     &kda_backend_ref_f32,  &kda_backend_simd,
-    &kda_backend_simd_avx512, &kda_backend_simd_avx2, &kda_backend_simd_scalar};
+/* The built-ins, and whether `kda conform` scores each when no backend is named: the MPFR
+ * reference is a backend like any other but far too slow for the default run. */
+static const struct builtin_row {
+  const kda_backend *b;
+  int is_default;
+} builtins[] = {
+    {&kda_backend_ref_f64, 1},      {&kda_backend_ref_f32, 1},  {&kda_backend_simd, 1},
+    {&kda_backend_simd_avx512, 1}, {&kda_backend_simd_avx2, 1}, {&kda_backend_simd_scalar, 1},
+    {&kda_backend_mpfr, 0},
+};
 
 int32_t kda_backend_builtin_count(void) {
   return (int32_t)(sizeof builtins / sizeof builtins[0]);
 }
 
 const kda_backend *kda_backend_builtin(int32_t i) {
-  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i] : NULL;
+  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i].b : NULL;
+}
+
+int kda_backend_builtin_is_default(int32_t i) {
+  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i].is_default : 0;
 }
 
 const kda_backend *kda_backend_find(const char *name) {
   for (int32_t i = 0; name && i < kda_backend_builtin_count(); i++)
-    if (strcmp(builtins[i]->name, name) == 0) return builtins[i];
+    if (strcmp(builtins[i].b->name, name) == 0) return builtins[i].b;
   return NULL;
 }
 
-/* A plugin named NAME on KDA_PLUGIN_PATH: DIR/libkda_NAME.so, then DIR/NAME.so. */
+/* A plugin named NAME on KDA_PLUGIN_PATH: DIR/libkda_NAME.so, then DIR/NAME.so, in order;
+ * empty entries are skipped (not the current directory: only a path names one there). */
 static int plugin_search(const char *name, char *path, size_t cap) {
   const char *sp = getenv("KDA_PLUGIN_PATH");
   while (sp && *sp) {
@@ -46,30 +59,58 @@ static int plugin_search(const char *name, char *path, size_t cap) {
     }
     sp = colon ? colon + 1 : NULL;
   }
+  path[0] = 0;
   return 0;
 }
 
+/* A name searched for on KDA_PLUGIN_PATH: the characters of a backend name only, so that a
+ * spec can never reach outside the search directories. */
+static int search_name_ok(const char *s) {
+  for (; *s; s++)
+    if (!((*s >= 'a' && *s <= 'z') || (*s >= 'A' && *s <= 'Z') || (*s >= '0' && *s <= '9') ||
+          *s == '.' || *s == '_' || *s == '-'))
+      return 0;
+  return 1;
+}
+
+/* SPEC.md §7.8: the spec splits at its first ':' (a plugin path cannot hold one, as in
+ * $PATH); the head is a built-in, a path, or a name on KDA_PLUGIN_PATH. */
 int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
   if (!spec || !spec[0]) return snprintf(err, errlen, "empty backend name"), KDA_EINVAL;
   if (strlen(spec) >= sizeof out->spec)
-    return snprintf(err, errlen, "backend spec is too long"), KDA_EINVAL;
+    return snprintf(err, errlen, "backend spec '%.40s...' is too long (at most %zu bytes)", spec,
+                    sizeof out->spec - 1),
+           KDA_EINVAL;
   snprintf(out->spec, sizeof out->spec, "%s", spec);
-  char head[4096];
   const char *colon = strchr(spec, ':');
   size_t n = colon ? (size_t)(colon - spec) : strlen(spec);
-  if (n == 0 || n >= sizeof head)
-    return snprintf(err, errlen, "'%.200s': bad backend name", spec), KDA_EINVAL;
-  memcpy(head, spec, n);
+  if (n == 0) return snprintf(err, errlen, "'%.200s': no backend name before ':'", spec), KDA_EINVAL;
+  char head[1024];
+  memcpy(head, spec, n); /* n < sizeof out->spec == sizeof head; params fit likewise */
   head[n] = 0;
   snprintf(out->params, sizeof out->params, "%s", colon ? colon + 1 : "");
   int is_path = strchr(head, '/') || (n > 3 && strcmp(head + n - 3, ".so") == 0);
-  if (!is_path && (out->builtin = kda_backend_find(head))) return KDA_OK;
-  if (is_path) return snprintf(out->path, sizeof out->path, "%s", head), KDA_OK;
-  if (plugin_search(head, out->path, sizeof out->path)) return KDA_OK;
-  snprintf(err, errlen, "unknown backend '%.200s' (not a built-in; no plugin on KDA_PLUGIN_PATH)",
-           head);
-  return KDA_ENOTFOUND;
+  if (!is_path) {
+    if ((out->builtin = kda_backend_find(head))) return KDA_OK;
+    if (!search_name_ok(head))
+      return snprintf(err, errlen, "'%.200s': a backend name is [A-Za-z0-9._-]+", head),
+             KDA_EINVAL;
+    if (plugin_search(head, out->path, sizeof out->path)) return KDA_OK;
+    snprintf(err, errlen,
+             "unknown backend '%.200s' (not a built-in; no libkda_%.200s.so or %.200s.so on "
+             "KDA_PLUGIN_PATH)", head, head, head);
+    return KDA_ENOTFOUND;
+  }
+  /* "x.so" without a '/' is the file in the current directory, never a library that
+   * dlopen would look for on the system's search path. */
+  snprintf(out->path, sizeof out->path, "%s%s", strchr(head, '/') ? "" : "./", head);
+  if (access(out->path, R_OK) != 0) {
+    snprintf(err, errlen, "plugin '%.200s': no such readable file", out->path);
+    out->path[0] = 0;
+    return KDA_ENOTFOUND;
+  }
+  return KDA_OK;
 }
 
 static int valid_name(const char *s) {

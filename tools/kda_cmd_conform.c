@@ -11,6 +11,7 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_conform_list.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -23,10 +24,23 @@ static const char help_text[] =
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
     "Every backend call runs in a child process with a time limit.\n"
     "\n"
-    "What to score (default: every built-in backend):\n"
-    "  -b, --backend NAME        a built-in backend (ref-f64, ref-f32); repeatable\n"
-    "  -p, --plugin LIB.so       a backend plugin (exports kda_backend_entry); repeatable\n"
-    "      --params STRING       parameters passed to the plugins' open\n"
+    "What to score (default: every built-in backend but mpfr):\n"
+    "  -b, --backend SPEC        a backend, SPEC = NAME[:PARAMS] or PATH[:PARAMS]: a built-in\n"
+    "                            (ref-f64 ref-f32 simd simd-avx512 simd-avx2 simd-scalar mpfr),\n"
+    "                            a plugin PATH (holds a '/' or ends in .so), or a plugin NAME\n"
+    "                            found as libkda_NAME.so or NAME.so on KDA_PLUGIN_PATH\n"
+    "                            (':'-separated directories); PARAMS go to that backend's open,\n"
+    "                            e.g. -b simd:isa=avx2,threads=1; repeatable\n"
+    "  -p, --plugin SPEC         the same, but SPEC must name a plugin (e.g. ./libx.so:device=0)\n"
+    "      --params STRING       deprecated: PARAMS for every backend given without its own\n"
+    "  -k GLOB                   score only the cases whose id matches GLOB (fnmatch);\n"
+    "                            flag:GLOB matches the manifest's golden.flags; !GLOB excludes;\n"
+    "                            repeatable (any positive pattern selects, any '!' one drops)\n"
+    "      --list-cases          list the selected cases (id, N, T, H, HV, K, V, family, flags)\n"
+    "                            and exit\n"
+    "      --list-backends       list the backends (-b/-p, default: every built-in): name,\n"
+    "                            class, dtypes, source, ISA or device picked, and whether it runs\n"
+    "                            on this machine (and why not); exit 0\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
     "                            directory holding CASE_ID.npz for each case\n"
     "      --class NAME          precision class to score in: fp64 fp32 tf32 bf16 fp16\n"
@@ -61,6 +75,8 @@ typedef struct conform_args {
   const char *plugins[MAX_ITEMS];
   int n_plugins;
   const char *params, *candidate, *export_dir, *waivers, *baseline, *record_baseline;
+  const char *filters[MAX_ITEMS]; /* -k patterns */
+  int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
   int32_t cls;
   int quiet, bench;
@@ -119,9 +135,21 @@ static int collect(const char *path, path_list *l) {
   return rc;
 }
 
+/* A -b or -p SPEC resolves (SPEC.md §7.8); -p must name a plugin.  0, or the exit status. */
+static int check_spec(const char *spec, int plugin_only) {
+  kda_backend_ref r;
+  char err[KDA_ERRLEN];
+  if (kda_backend_resolve(spec, &r, err, sizeof err) != KDA_OK) return kda_tool_usage(SUB, "%s", err);
+  if (plugin_only && r.builtin)
+    return kda_tool_usage(SUB, "-p '%s' names the built-in backend '%s' (use -b)", spec,
+                          r.builtin->name);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
-         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH };
+         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
+         O_LISTCASES = 400, O_LISTBACKENDS };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -134,6 +162,8 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"jsonl", required_argument, NULL, O_JSONL}, {"summary", required_argument, NULL, O_SUMMARY},
       {"junit", required_argument, NULL, O_JUNIT}, {"max-lines", required_argument, NULL, O_MAXLINES},
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
+      {"list-cases", no_argument, NULL, O_LISTCASES},
+      {"list-backends", no_argument, NULL, O_LISTBACKENDS},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -143,17 +173,24 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   int c;
   char *end;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":b:p:c:t:o:qh", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":b:p:c:t:o:qhk:", longopts, NULL)) != -1) {
     switch (c) {
       case 'b':
         if (a->n_backends == MAX_ITEMS) return kda_tool_usage(SUB, "too many --backend");
-        if (!kda_backend_find(optarg)) return kda_tool_usage(SUB, "unknown backend '%s'", optarg);
+        if (check_spec(optarg, 0)) return KDA_EXIT_USAGE;
         a->backends[a->n_backends++] = optarg;
         break;
       case 'p':
         if (a->n_plugins == MAX_ITEMS) return kda_tool_usage(SUB, "too many --plugin");
+        if (check_spec(optarg, 1)) return KDA_EXIT_USAGE;
         a->plugins[a->n_plugins++] = optarg;
         break;
+      case 'k':
+        if (a->n_filters == MAX_ITEMS) return kda_tool_usage(SUB, "too many -k");
+        a->filters[a->n_filters++] = optarg;
+        break;
+      case O_LISTCASES: a->list_cases = 1; break;
+      case O_LISTBACKENDS: a->list_backends = 1; break;
       case O_PARAMS: a->params = optarg; break;
       case 'c': a->candidate = optarg; break;
       case O_CLASS:
@@ -198,6 +235,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
 typedef struct target {
   const kda_backend *b;
   kda_plugin *plugin;
+  const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
 } target;
 
 typedef struct run_state {
@@ -207,6 +245,7 @@ typedef struct run_state {
   FILE *jsonl;
   double score_s, truth_s;
   uint64_t bytes;
+  int64_t selected; /* cases the -k filter let through */
 } run_state;
 
 static kda_case_report *next_report(run_state *s) {
@@ -246,6 +285,9 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   int st = kda_case_load(path, &c, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
   if (!c.id) c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
+    return kda_case_free(&c), 0; /* -k: not selected */
+  s->selected++;
   kda_truth t;
   double t0 = now_s();
   st = kda_truth_compute(&c, path, &t, err, sizeof err);
@@ -254,8 +296,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case(tg[i].b, tg[i].plugin ? (a->params ? a->params : "") : "", &c, &t,
-                               &a->opts, r, err, sizeof err);
+    else st = kda_conform_case(tg[i].b, tg[i].params ? tg[i].params : "", &c, &t, &a->opts, r,
+                               err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
   if (st == KDA_OK && a->candidate) {
@@ -325,16 +367,48 @@ static int default_paths(path_list *l) {
   return collect("golden/example", l);
 }
 
+/* The PARAMS of a spec (a pointer into it), or the deprecated --params when it has none. */
+static const char *spec_params(const char *spec, const char *fallback) {
+  const char *colon = strchr(spec, ':');
+  return colon ? colon + 1 : fallback ? fallback : "";
+}
+
 static int load_targets(conform_args *a, target *tg, int *nt) {
   char err[KDA_ERRLEN];
   *nt = 0;
   if (!a->n_backends && !a->n_plugins && !a->candidate)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++) tg[(*nt)++].b = kda_backend_builtin(i);
-  for (int i = 0; i < a->n_backends; i++) tg[(*nt)++].b = kda_backend_find(a->backends[i]);
-  for (int i = 0; i < a->n_plugins; i++) {
-    if (kda_plugin_load(a->plugins[i], &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
+    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
+      if (kda_backend_builtin_is_default(i))
+        tg[*nt].params = a->params, tg[(*nt)++].b = kda_backend_builtin(i);
+  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
+    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
+    kda_backend_ref ref;
+    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    tg[*nt].params = spec_params(spec, a->params);
+    tg[*nt].b = ref.builtin;
+    if (!ref.builtin &&
+        kda_plugin_load(ref.path, &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
       return kda_tool_fail(SUB, "%s", err);
     (*nt)++;
+  }
+  return 0;
+}
+
+/* ---- The backend path (SPEC.md §7.8): the up-front parameter check. */
+
+/* Opens every built-in target once, in-process, before the run: a parameter it rejects
+ * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
+ * failures (e.g. KDA_EUNSUPPORTED on this machine) are left to the cases, which report them.
+ * Plugins are not opened here: the runner isolates every call into a plugin, and their
+ * parameter errors are reported by the cases. */
+static int probe_targets(const target *tg, int nt) {
+  for (int i = 0; i < nt; i++) {
+    if (tg[i].plugin) continue;
+    void *h = NULL;
+    char err[KDA_ERRLEN] = "";
+    int32_t st = tg[i].b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
+    if (st == KDA_OK) tg[i].b->close(h);
+    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", tg[i].b->name, err);
   }
   return 0;
 }
@@ -343,10 +417,20 @@ int kda_cmd_conform(int argc, char **argv) {
   conform_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
+  if (a.list_backends) {
+    const char *specs[2 * MAX_ITEMS];
+    for (int i = 0; i < a.n_backends + a.n_plugins; i++)
+      specs[i] = i < a.n_backends ? a.backends[i] : a.plugins[i - a.n_backends];
+    return kda_conform_list_backends(specs, a.n_backends + a.n_plugins, a.params);
+  }
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);
   if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases);
   if (rc == 0 && cases.n == 0) rc = kda_tool_fail(SUB, "no case files found");
+  if (rc == 0 && a.list_cases) {
+    rc = kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
+    goto done;
+  }
   if (rc == 0 && a.export_dir) {
     rc = export_prompts(a.export_dir, &cases);
     goto done;
@@ -363,6 +447,7 @@ int kda_cmd_conform(int argc, char **argv) {
   memset(tg, 0, sizeof tg);
   int nt = 0;
   if (rc == 0) rc = load_targets(&a, tg, &nt);
+  if (rc == 0) rc = probe_targets(tg, nt);
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
@@ -375,6 +460,7 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
   if (s.jsonl) fclose(s.jsonl);
+  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
   if (rc == 0) rc = write_reports(&a, &s);
   if (rc == 0 && a.bench)
     printf("bench: candidate scoring %llu bytes (truth + candidate, as float64) in %.3f s: "

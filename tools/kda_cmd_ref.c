@@ -1,5 +1,9 @@
-/* kda_cmd_ref.c: `kda ref`, run a reference on a case file and write a result file.
+/* kda_cmd_ref.c: `kda ref`, run a backend on a case file and write a result file.
  * SPDX-License-Identifier: MIT
+ *
+ * The backend is named as in every subcommand (SPEC.md §7.8, kda_backend_resolve): a
+ * built-in (ref-f64 by default, ref-f32, mpfr, simd...) or a plugin, with its parameters.  It
+ * is called in-process through its table, as the runner calls it with --no-isolate.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -7,237 +11,90 @@
 #include <string.h>
 
 #include "kda_case.h"
+#include "kda_conform.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_tool.h"
 
-#if defined(__has_include)
-#if __has_include("kda_mpfr.h")
-#include "kda_mpfr.h"
-#define KDA_TOOL_HAVE_MPFR 1
-#endif
-#endif
-#ifndef KDA_TOOL_HAVE_MPFR
-#define KDA_TOOL_HAVE_MPFR 0
-#endif
-
 #define SUB "ref"
 
 static const char help_text[] =
-    "Usage: kda ref [--backend NAME] [--dtype f64|f32] INPUT.npz -o OUTPUT.npz\n"
+    "Usage: kda ref [--backend SPEC] [--dtype f64|f32] INPUT.npz -o OUTPUT.npz\n"
     "\n"
-    "Runs a reference implementation on the case file INPUT.npz and writes its outputs\n"
-    "(o, and ht / hc when the problem asks for them) to the result file OUTPUT.npz.\n"
-    "The result file is written atomically: on any error no output file is left behind\n"
-    "and an existing OUTPUT.npz is not touched.\n"
+    "Runs a backend (by default the float64 reference) on the case file INPUT.npz and writes\n"
+    "its outputs (o, and ht / hc when the problem asks for them) to the result file\n"
+    "OUTPUT.npz.  The result file is written atomically: on any error no output file is left\n"
+    "behind and an existing OUTPUT.npz is not touched.\n"
     "\n"
     "Options:\n"
-    "  -b, --backend NAME   the reference to run (default ref-f64):\n"
+    "  -b, --backend SPEC   the backend to run (default ref-f64), named as in kda conform:\n"
+    "                       NAME[:PARAMS] or PATH[:PARAMS] (a plugin; NAME is also looked up\n"
+    "                       on KDA_PLUGIN_PATH; see kda conform --help), e.g.\n"
     "                         ref-f64  the plain float64 reference (SPEC.md section 9)\n"
-    "                         ref-f32  its float32 twin; the case's inputs must be exact\n"
-    "                                  in float32, otherwise kda ref refuses (exit 2)\n"
+    "                         ref-f32  its float32 twin\n"
     "                         mpfr     the MPFR reference: every output the correctly\n"
     "                                  rounded float64 of the exact result, certified\n"
-    "                                  by Ziv's strategy (SPEC.md section 8)"
-#if !KDA_TOOL_HAVE_MPFR
-    "; not built in\n"
-#else
-    "\n"
-#endif
+    "                                  by Ziv's strategy (SPEC.md section 8);\n"
+    "                                  params prec=N prec_max=N proof=0|1\n"
+    "                         simd     the vectorised float32 backend (isa=, threads=)\n"
+    "                       A backend with float32 inputs (ref-f32, simd) needs the case's\n"
+    "                       inputs exact in float32, otherwise kda ref refuses (exit 2)\n"
     "  -d, --dtype TYPE     element type of the outputs in OUTPUT.npz, f64 or f32\n"
-    "                       (default f64 for ref-f64 and mpfr, f32 for ref-f32)\n"
+    "                       (default: the backend's output type: f64 for ref-f64 and mpfr,\n"
+    "                       f32 for ref-f32)\n"
     "  -o, --output FILE    the result file to write (required)\n"
     "  -h, --help           print this help and exit\n"
     "\n"
     "Exit status:\n"
     "  0  the result file was written\n"
-    "  2  usage error, I/O error or bad input (one line on standard error)\n";
-
-enum { BACKEND_F64, BACKEND_F32, BACKEND_MPFR };
-static const char *const backend_names[] = {"ref-f64", "ref-f32", "mpfr"};
+    "  2  usage error, I/O error, bad input, a parameter the backend rejects, or a backend\n"
+    "     that fails or does not support the case (one line on standard error)\n";
 
 typedef struct ref_args {
-  int backend;
+  kda_backend_ref backend;
   int32_t dtype; /* KDA_DTYPE_F64 / F32, or -1 for the backend's default */
   const char *input;
   const char *output;
 } ref_args;
 
-/* The outputs of one run, float64 whatever the backend computed in. */
-typedef struct ref_out {
-  double *o, *ht, *hc;
-} ref_out;
+/* ---- Backends with float32 inputs: the case's inputs must be exact in float32. */
 
-static void ref_out_free(ref_out *r) {
-  free(r->o);
-  free(r->ht);
-  free(r->hc);
-  memset(r, 0, sizeof *r);
-}
-
-/* calloc of n elements (at least one, so that an empty output, T = 0, is still a buffer);
- * *fail is set when the allocation fails. */
-static void *alloc_n(uint64_t n, size_t size, int *fail) {
-  if (n == 0) n = 1;
-  void *p = (n > SIZE_MAX / size) ? NULL : calloc((size_t)n, size);
-  if (!p) *fail = 1;
-  return p;
-}
-
-static int ref_out_alloc(const kda_case_sizes *s, ref_out *r, char *err, size_t errlen) {
-  int fail = 0;
-  r->o = alloc_n(s->o, sizeof(double), &fail);
-  r->ht = alloc_n(s->ht, sizeof(double), &fail);
-  r->hc = alloc_n(s->hc, sizeof(double), &fail);
-  if (!fail) return KDA_OK;
-  ref_out_free(r);
-  snprintf(err, errlen, "out of memory for the outputs");
-  return KDA_ENOMEM;
-}
-
-/* The case's inputs with freshly allocated float64 outputs r (for ref-f64 and mpfr). */
-static int f64_tensors(const kda_case *c, const kda_case_sizes *s, ref_out *r,
-                       kda_tensors_f64 *t, char *err, size_t errlen) {
-  int st = ref_out_alloc(s, r, err, errlen);
-  if (st != KDA_OK) return st;
-  kda_case_tensors(c, t);
-  t->o = r->o;
-  t->ht = r->ht;
-  t->hc = r->hc;
-  return KDA_OK;
-}
-
-static int run_f64(const kda_case *c, const kda_case_sizes *s, ref_out *r, char *err,
-                   size_t errlen) {
-  kda_tensors_f64 t;
-  int st = f64_tensors(c, s, r, &t, err, errlen);
-  if (st != KDA_OK) return st;
-  return kda_ref_forward_f64(&c->p, &t, err, errlen);
-}
-
-/* ---- ref-f32: the inputs are converted to float, which must be exact. */
-
-/* A float copy of n values of member name; refuses a value that float cannot hold exactly. */
-static int to_f32(const char *path, const char *name, const double *x, uint64_t n, float **out,
-                  int32_t prec, char *err, size_t errlen) {
-  *out = NULL;
-  if (!x) return KDA_OK;
-  int fail = 0;
-  float *y = alloc_n(n, sizeof(float), &fail);
-  if (fail) {
-    snprintf(err, errlen, "%s: out of memory converting member '%s' to float32", path, name);
-    return KDA_ENOMEM;
-  }
-  for (uint64_t i = 0; i < n; i++) {
-    y[i] = (float)x[i];
-    if ((double)y[i] != x[i] && x[i] == x[i]) {
+/* Refuses a value of member name that float cannot hold exactly. */
+static int check_f32(const char *path, const char *name, const double *x, uint64_t n,
+                     int32_t prec, const char *backend, char *err, size_t errlen) {
+  for (uint64_t i = 0; x && i < n; i++) {
+    float y = (float)x[i];
+    if ((double)y != x[i] && x[i] == x[i]) {
       snprintf(err, errlen,
-               "%s: member '%s' element %llu (%.17g) is not exact in float32; backend ref-f32 "
+               "%s: member '%s' element %llu (%.17g) is not exact in float32; backend %s "
                "needs inputs exact in float32 (input precision %s)",
-               path, name, (unsigned long long)i, x[i],
+               path, name, (unsigned long long)i, x[i], backend,
                kda_prec_name(prec) ? kda_prec_name(prec) : "?");
-      free(y);
       return KDA_EINVAL;
     }
   }
-  *out = y;
   return KDA_OK;
 }
 
-typedef struct f32_inputs {
-  float *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
-} f32_inputs;
-
-static void f32_inputs_free(f32_inputs *in) {
-  free(in->q);
-  free(in->k);
-  free(in->v);
-  free(in->g);
-  free(in->beta);
-  free(in->A_log);
-  free(in->dt_bias);
-  free(in->h0);
-}
-
-static int f32_inputs_make(const kda_case *c, const kda_case_sizes *s, const char *path,
-                           f32_inputs *in, char *err, size_t errlen) {
+static int check_f32_inputs(const kda_case *c, const kda_case_sizes *s, const char *path,
+                            const char *backend, char *err, size_t errlen) {
   const struct {
     const char *name;
     const double *x;
     uint64_t n;
-    float **y;
   } m[] = {
-      {"q", c->q, s->q, &in->q},           {"k", c->k, s->k, &in->k},
-      {"v", c->v, s->v, &in->v},           {"g", c->g, s->g, &in->g},
-      {"beta", c->beta, s->beta, &in->beta}, {"A_log", c->A_log, s->A_log, &in->A_log},
-      {"dt_bias", c->dt_bias, s->dt_bias, &in->dt_bias}, {"h0", c->h0, s->h0, &in->h0},
+      {"q", c->q, s->q},       {"k", c->k, s->k},          {"v", c->v, s->v},
+      {"g", c->g, s->g},       {"beta", c->beta, s->beta}, {"A_log", c->A_log, s->A_log},
+      {"dt_bias", c->dt_bias, s->dt_bias}, {"h0", c->h0, s->h0},
   };
-  memset(in, 0, sizeof *in);
   for (size_t i = 0; i < sizeof m / sizeof m[0]; i++) {
-    int st = to_f32(path, m[i].name, m[i].x, m[i].n, m[i].y, c->input_precision, err, errlen);
-    if (st != KDA_OK) {
-      f32_inputs_free(in);
-      return st;
-    }
+    int st = check_f32(path, m[i].name, m[i].x, m[i].n, c->input_precision, backend, err, errlen);
+    if (st != KDA_OK) return st;
   }
   return KDA_OK;
 }
 
-/* Widens n floats into doubles (exact). */
-static void widen(const float *x, double *y, uint64_t n) {
-  for (uint64_t i = 0; i < n; i++) y[i] = (double)x[i];
-}
-
-static int run_f32(const kda_case *c, const kda_case_sizes *s, const char *path, ref_out *r,
-                   char *err, size_t errlen) {
-  f32_inputs in;
-  int st = f32_inputs_make(c, s, path, &in, err, errlen);
-  if (st != KDA_OK) return st;
-  int fail = 0;
-  float *o = alloc_n(s->o, sizeof(float), &fail);
-  float *ht = alloc_n(s->ht, sizeof(float), &fail);
-  float *hc = alloc_n(s->hc, sizeof(float), &fail);
-  if (fail) {
-    snprintf(err, errlen, "out of memory for the float32 outputs");
-    st = KDA_ENOMEM;
-  } else {
-    kda_tensors_f32 t = {in.q, in.k, in.v, in.g, in.beta, in.A_log, in.dt_bias, in.h0,
-                         c->cu_seqlens, c->checkpoints, o, ht, hc};
-    st = kda_ref_forward_f32(&c->p, &t, err, errlen);
-  }
-  if (st == KDA_OK) st = ref_out_alloc(s, r, err, errlen);
-  if (st == KDA_OK) {
-    widen(o, r->o, s->o);
-    widen(ht, r->ht, s->ht);
-    widen(hc, r->hc, s->hc);
-  }
-  free(o);
-  free(ht);
-  free(hc);
-  f32_inputs_free(&in);
-  return st;
-}
-
-#if KDA_TOOL_HAVE_MPFR
-static int run_mpfr(const kda_case *c, const kda_case_sizes *s, ref_out *r, char *err,
-                    size_t errlen) {
-  kda_tensors_f64 t;
-  int st = f64_tensors(c, s, r, &t, err, errlen);
-  if (st != KDA_OK) return st;
-  return kda_mpfr_forward(&c->p, &t, NULL, NULL, err, errlen);
-}
-#endif
-
 /* ---- Arguments. */
-
-static int parse_backend(const char *s, int *out) {
-  for (int i = 0; i < 3; i++)
-    if (strcmp(s, backend_names[i]) == 0) {
-      *out = i;
-      return 0;
-    }
-  return -1;
-}
 
 /* Returns -1 to go on, or the exit status (0 after --help). */
 static int parse_args(int argc, char **argv, ref_args *a) {
@@ -245,7 +102,7 @@ static int parse_args(int argc, char **argv, ref_args *a) {
       {"backend", required_argument, NULL, 'b'}, {"dtype", required_argument, NULL, 'd'},
       {"output", required_argument, NULL, 'o'},  {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  a->backend = BACKEND_F64;
+  const char *spec = "ref-f64";
   a->dtype = -1;
   a->input = a->output = NULL;
   opterr = 0;
@@ -253,10 +110,7 @@ static int parse_args(int argc, char **argv, ref_args *a) {
   int c;
   while ((c = getopt_long(argc, argv, ":b:d:o:h", longopts, NULL)) != -1) {
     switch (c) {
-    case 'b':
-      if (parse_backend(optarg, &a->backend) != 0)
-        return kda_tool_usage(SUB, "unknown backend '%s' (ref-f64, ref-f32 or mpfr)", optarg);
-      break;
+    case 'b': spec = optarg; break;
     case 'd':
       if (strcmp(optarg, "f64") == 0) a->dtype = KDA_DTYPE_F64;
       else if (strcmp(optarg, "f32") == 0) a->dtype = KDA_DTYPE_F32;
@@ -267,25 +121,29 @@ static int parse_args(int argc, char **argv, ref_args *a) {
     default: return kda_tool_bad_option(SUB, c, argv);
     }
   }
+  char err[KDA_ERRLEN];
+  if (kda_backend_resolve(spec, &a->backend, err, sizeof err) != KDA_OK)
+    return kda_tool_usage(SUB, "%s", err);
   if (optind >= argc) return kda_tool_usage(SUB, "missing INPUT.npz");
   if (argc - optind > 1) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind + 1]);
   a->input = argv[optind];
   if (!a->output) return kda_tool_usage(SUB, "missing -o OUTPUT.npz");
-  if (a->backend == BACKEND_MPFR && !KDA_TOOL_HAVE_MPFR)
-    return kda_tool_usage(SUB, "backend 'mpfr' is not built into this kda");
-  if (a->dtype < 0) a->dtype = a->backend == BACKEND_F32 ? KDA_DTYPE_F32 : KDA_DTYPE_F64;
   return -1;
 }
 
-static int run_backend(const ref_args *a, const kda_case *c, const kda_case_sizes *s,
-                       ref_out *r, char *err, size_t errlen) {
-  switch (a->backend) {
-  case BACKEND_F32: return run_f32(c, s, a->input, r, err, errlen);
-#if KDA_TOOL_HAVE_MPFR
-  case BACKEND_MPFR: return run_mpfr(c, s, r, err, errlen);
-#endif
-  default: return run_f64(c, s, r, err, errlen);
-  }
+/* Loads the plugin (if any) and opens the backend once, so that a parameter it rejects is
+ * reported as such before the input is read.  Returns -1 to go on, or the exit status. */
+static int open_backend(const ref_args *a, kda_plugin **pl, const kda_backend **b) {
+  char err[KDA_ERRLEN] = "";
+  *pl = NULL;
+  *b = a->backend.builtin;
+  if (!*b && kda_plugin_load(a->backend.path, pl, b, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  void *h = NULL;
+  int32_t st = (*b)->open(a->backend.params, &h, err, sizeof err);
+  if (st != KDA_OK) return kda_tool_fail(SUB, "backend '%s': %s", (*b)->name, err);
+  (*b)->close(h);
+  return -1;
 }
 
 /* A backend's message does not always name the file: prefix the input's path when it is
@@ -295,25 +153,52 @@ static int fail_with(const char *path, const char *err) {
   return kda_tool_fail(SUB, "%s: %s", path, err);
 }
 
+/* Runs b on the case, in-process: outputs into out (float64, widened exactly). */
+static int run_backend(const ref_args *a, const kda_backend *b, const kda_case *c,
+                       kda_outputs *out, char *err, size_t errlen) {
+  kda_case_sizes s;
+  int st = kda_case_sizes_get(&c->p, &s, err, errlen);
+  if (st == KDA_OK && b->input_dtype == KDA_BACKEND_DTYPE_F32)
+    st = check_f32_inputs(c, &s, a->input, b->name, err, errlen);
+  if (st == KDA_OK) st = kda_outputs_alloc(&c->p, out, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_tensors_f64 in;
+  kda_case_tensors(c, &in);
+  kda_call_opts opts = {0, 0, 0}; /* in-process, no time limit */
+  kda_call_result r;
+  st = kda_call_forward(b, a->backend.params, &c->p, &in, out, &opts, &r, err, errlen);
+  if (st != KDA_OK) return st;
+  if (r.outcome == KDA_CALL_OK) return KDA_OK;
+  snprintf(err, errlen, "backend '%s': %s%.400s", b->name,
+           r.outcome == KDA_CALL_UNSUPPORTED ? "does not support this case: " : "", r.msg);
+  return r.status != KDA_OK ? r.status : KDA_EINVAL;
+}
+
 int kda_cmd_ref(int argc, char **argv) {
-  ref_args a;
+  static ref_args a; /* kda_backend_ref is large */
   int st = parse_args(argc, argv, &a);
   if (st >= 0) return st;
+  kda_plugin *pl;
+  const kda_backend *b;
+  if ((st = open_backend(&a, &pl, &b)) >= 0) return st;
   char err[KDA_ERRLEN] = "";
   kda_case c;
   memset(&c, 0, sizeof c);
-  if (kda_case_load(a.input, &c, err, sizeof err) != KDA_OK) return fail_with(a.input, err);
-  kda_case_sizes s;
-  ref_out r = {NULL, NULL, NULL};
-  st = kda_case_sizes_get(&c.p, &s, err, sizeof err);
-  if (st == KDA_OK) st = run_backend(&a, &c, &s, &r, err, sizeof err);
+  if (kda_case_load(a.input, &c, err, sizeof err) != KDA_OK) {
+    kda_plugin_unload(pl);
+    return fail_with(a.input, err);
+  }
+  int32_t dtype = a.dtype >= 0 ? a.dtype
+                : b->output_dtype == KDA_BACKEND_DTYPE_F32 ? KDA_DTYPE_F32 : KDA_DTYPE_F64;
+  kda_outputs out;
+  memset(&out, 0, sizeof out);
+  st = run_backend(&a, b, &c, &out, err, sizeof err);
   if (st == KDA_OK)
-    st = kda_result_save(a.output, &c, backend_names[a.backend], a.dtype, r.o,
-                         c.p.want_final_state ? r.ht : NULL, c.p.n_checkpoints > 0 ? r.hc : NULL,
-                         err, sizeof err);
+    st = kda_result_save(a.output, &c, b->name, dtype, out.o, out.ht, out.hc, err, sizeof err);
   int status = KDA_EXIT_OK;
   if (st != KDA_OK) status = fail_with(st == KDA_EIO ? a.output : a.input, err);
-  ref_out_free(&r);
+  kda_outputs_free(&out);
   kda_case_free(&c);
+  kda_plugin_unload(pl);
   return status;
 }

@@ -52,7 +52,7 @@ cat > "$tmp/waivers.json" <<'W'
 {"waivers": [{"case": "t17-gdn", "backend": "mutant*", "reason": "exercise Waived", "link": "SPEC.md#76"}]}
 W
 "$kda" conform --timeout 2 --waivers "$tmp/waivers.json" --junit "$tmp/junit.xml" \
-  -b ref-f32 -p "$plugins/kda_plugin_mutants.so" --params mutant=transposed_state \
+  -b ref-f32 -p "$plugins/kda_plugin_mutants.so:mutant=transposed_state" \
   -p "$plugins/kda_plugin_crash.so" -p "$plugins/kda_plugin_hang.so" \
   golden/L1/t15-log-prob.npz golden/L1/t17-gdn.npz > "$tmp/out.txt" 2>&1
 rc=$?

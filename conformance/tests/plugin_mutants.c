@@ -29,21 +29,33 @@ typedef struct mhandle {
   char err[256];
 } mhandle;
 
+/* params: "mutant=NAME" words (the last one wins); any other word is rejected, as every
+ * backend must reject a parameter it does not know (SPEC.md §7.8). */
 static int32_t m_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  const char *eq = strstr(params, "mutant=");
-  const char *name = eq ? eq + 7 : "none";
-  for (int m = 0; m < M_COUNT; m++) {
-    size_t n = strlen(mutant_names[m]);
-    if (strncmp(name, mutant_names[m], n) == 0 && (name[n] == 0 || name[n] == ' ')) {
-      mhandle *h = calloc(1, sizeof *h);
-      if (!h) return KDA_ENOMEM;
-      h->mutant = m;
-      *handle = h;
-      return KDA_OK;
+  int mutant = M_NONE;
+  for (const char *s = params; *s;) {
+    s += strspn(s, " ,");
+    size_t n = strcspn(s, " ,");
+    if (!n) break;
+    int found = -1;
+    for (int m = 0; n > 7 && strncmp(s, "mutant=", 7) == 0 && m < M_COUNT; m++)
+      if (strlen(mutant_names[m]) == n - 7 && strncmp(s + 7, mutant_names[m], n - 7) == 0)
+        found = m;
+    if (found < 0) {
+      if (errlen)
+        snprintf(err, errlen, "%s '%.*s' (mutant=NAME)",
+                 strncmp(s, "mutant=", 7) == 0 ? "unknown mutant in" : "unknown parameter",
+                 (int)(n > 64 ? 64 : n), s);
+      return KDA_EINVAL;
     }
+    mutant = found;
+    s += n;
   }
-  if (errlen) snprintf(err, errlen, "unknown mutant in '%s'", params);
-  return KDA_EINVAL;
+  mhandle *h = calloc(1, sizeof *h);
+  if (!h) return KDA_ENOMEM;
+  h->mutant = mutant;
+  *handle = h;
+  return KDA_OK;
 }
 
 static void m_close(void *h) { free(h); }

@@ -360,6 +360,15 @@ START_TEST(test_help) {
   expect_help("ref", ref);
   expect_help("gen", gen);
   expect_help("inspect", inspect);
+  static const char *const conform[] = {"--backend", "-b", "--plugin", "-p", "--params",
+                                        "deprecated", "-k GLOB", "flag:", "--list-cases",
+                                        "--list-backends", "KDA_PLUGIN_PATH", "mpfr", NULL};
+  static const char *const bench[] = {"--backend", "-b", "--stream-mib", "FMA-slot", "--threads",
+                                      "--isa", "--params", "--ref-tokens", NULL};
+  static const char *const ref_spec[] = {"SPEC", "KDA_PLUGIN_PATH", "simd", NULL};
+  expect_help("conform", conform);
+  expect_help("bench", bench);
+  expect_help("ref", ref_spec);
   run_result r = {0, NULL, NULL};
   kda(&r, "--version", NULL);
   expect_ok(&r, "kda --version");
@@ -406,6 +415,27 @@ START_TEST(test_usage_errors) {
       {{"bench", "--params", "group=9", NULL}, "kda bench: ", "bad parameter 'group=9'"},
       {{"bench", "--isa", "sse9", NULL}, "kda bench: ", "unknown --isa 'sse9'"},
       {{"bench", "-T", "0", NULL}, "kda bench: ", "bad --tokens"},
+      {{"bench", "-b", "nope", NULL}, "kda bench: ", "unknown backend 'nope'"},
+      {{"bench", "-b", "simd:bogus=1", NULL}, "kda bench: ", "backend 'simd': unknown parameter 'bogus'"},
+      {{"bench", "-b", "ref-f32:x", NULL}, "kda bench: ", "backend 'ref-f32': unknown parameter 'x'"},
+      {{"bench", "-b", "simd", "--threads", "1", NULL}, "kda bench: ", "-b simd:isa=avx2,threads=1"},
+      {{"bench", "-b", "/nonexistent/libx.so:device=0", NULL}, "kda bench: ", "/nonexistent/libx.so"},
+      {{"ref", "-b", "ref-f64:x=1", "in.npz", "-o", "x.npz", NULL}, "kda ref: ",
+       "backend 'ref-f64': unknown parameter 'x'"},
+      {{"ref", "-b", "mpfr:prec=9", "in.npz", "-o", "x.npz", NULL}, "kda ref: ",
+       "backend 'mpfr': bad parameter 'prec=9'"},
+      {{"conform", "-b", "simd:bogus=1", "golden/L1/t17-gdn.npz", NULL}, "kda conform: ",
+       "backend 'simd': unknown parameter 'bogus'"},
+      {{"conform", "-b", "simd", "--params", "bogus=1", "golden/L1/t17-gdn.npz", NULL},
+       "kda conform: ", "backend 'simd': unknown parameter 'bogus'"},
+      {{"conform", "-b", "mpfr:proof=2", "golden/L1/t17-gdn.npz", NULL}, "kda conform: ",
+       "backend 'mpfr': bad parameter 'proof=2'"},
+      {{"conform", "-p", "ref-f64", "golden/L1/t17-gdn.npz", NULL}, "kda conform: ",
+       "names the built-in backend 'ref-f64'"},
+      {{"conform", "-b", "nope", "golden/L1/t17-gdn.npz", NULL}, "kda conform: ",
+       "unknown backend 'nope'"},
+      {{"conform", "-b", "ref-f32", "-k", "nomatch*", "golden/L1/t17-gdn.npz", "golden/L0/l0-gdn-vk.npz", NULL},
+       "kda conform: ", "no case matches the -k patterns"},
   };
   run_result r = {0, NULL, NULL};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -434,6 +464,146 @@ START_TEST(test_bench_runs) {
   for (int i = 0; want[i]; i++)
     ck_assert_msg(strstr(r.out, want[i]) != NULL, "kda bench output lacks '%s':\n%s", want[i],
                   r.out);
+  run_free(&r);
+}
+END_TEST
+
+/* The directory of the test plugins built next to $KDA_BIN (make builds them in each build
+ * tree, the ASan one included). */
+static const char *plugin_path(const char *name) {
+  static char bufs[4][1024];
+  static int next;
+  char *b = bufs[next++ % 4];
+  const char *bin = kda_bin(), *slash = strrchr(bin, '/');
+  snprintf(b, sizeof bufs[0], "%.*s/conformance/tests/%s", slash ? (int)(slash - bin) : 1,
+           slash ? bin : ".", name);
+  return b;
+}
+
+/* One row of the bench table: the GFLOP/s and % of peak of the first line that starts with
+ * shape and holds label; returns 0 when found. */
+static int bench_row(const char *out, const char *shape, const char *label, double *gflops,
+                     double *pct) {
+  for (const char *l = out; l && *l; l = strchr(l, '\n') ? strchr(l, '\n') + 1 : NULL) {
+    const char *e = strchr(l, '\n');
+    size_t n = e ? (size_t)(e - l) : strlen(l);
+    char line[512];
+    snprintf(line, sizeof line, "%.*s", (int)(n < sizeof line ? n : sizeof line - 1), l);
+    if (strncmp(line, shape, strlen(shape)) != 0 || !strstr(line, label)) continue;
+    /* shape (2 words) label threads reps median min max tokens/s GFLOP/s of-peak */
+    if (sscanf(line, "%*s %*s %*s %*s %*d %*f %*f %*f %*f %lf %lf%%", gflops, pct) == 2) return 0;
+  }
+  return -1;
+}
+
+/* kda bench -b through the backend path: built-ins with parameters, a float64 plugin, a
+ * plugin with resident buffers; the FMA peak printed is the one its ratios use. */
+START_TEST(test_bench_backends) {
+  run_result r = {0, NULL, NULL};
+  char resident[1100], mutant[1100];
+  snprintf(resident, sizeof resident, "%s", plugin_path("kda_plugin_resident.so"));
+  snprintf(mutant, sizeof mutant, "%s:mutant=none", plugin_path("kda_plugin_mutants.so"));
+  kda(&r, "bench", "-T", "24", "--heads", "2", "-K", "8", "--value", "16", "-N", "2",
+      "--stream-mib", "2", "-b", "ref-f32", "-b", "simd:threads=1", "-b", mutant, "-b", resident,
+      NULL);
+  expect_ok(&r, "kda bench -b");
+  static const char *const want[] = {
+      "FMA-slot equivalents (an FMA = 2 FLOP", "backend simd(", "simd:threads=1",
+      "backend mutant: mutant:mutant=none; timed on host buffers",
+      "backend resident(none): resident; timed on resident buffers",
+      "its peak 1000.00 GFLOP/s", "memory bandwidth (STREAM, this run, 1 thread",
+      "ratios prefill T=24: ref-f32/ref-f32", "mutant/ref-f32", "% of memory bandwidth", NULL};
+  for (int i = 0; want[i]; i++)
+    ck_assert_msg(strstr(r.out, want[i]) != NULL, "kda bench -b output lacks '%s':\n%s", want[i],
+                  r.out);
+  /* The printed peak is the figure of the ratios: a 1-thread row's % is GFLOP/s / peak. */
+  double peak = 0, gf = 0, pct = 0;
+  const char *pk = strstr(r.out, "FMA peak, one core, ");
+  if (pk) {
+    ck_assert_int_eq(sscanf(strchr(pk, ':') + 1, "%lf GFLOP/s", &peak), 1);
+    ck_assert_int_eq(bench_row(r.out, "prefill T=24", "simd(", &gf, &pct), 0);
+    ck_assert_msg(fabs(100 * gf / peak - pct) <= 0.051 + 0.001 * pct,
+                  "simd row: %g GFLOP/s, %g%% of a printed peak of %g GFLOP/s", gf, pct, peak);
+    /* The resident plugin's own peak (describe) replaces the CPU's. */
+    ck_assert_int_eq(bench_row(r.out, "prefill T=24", "resident(", &gf, &pct), 0);
+    ck_assert_msg(fabs(100 * gf / 1000 - pct) <= 0.051 + 0.001 * pct, "resident: %g, %g%%", gf, pct);
+  }
+  /* A resident-buffer failure is an error, exit 2. */
+  snprintf(resident, sizeof resident, "%s:fail=buffers", plugin_path("kda_plugin_resident.so"));
+  kda(&r, "bench", "-T", "4", "--heads", "1", "-K", "4", "--value", "4", "-N", "0", "-b",
+      resident, NULL);
+  ck_assert_msg(r.status == 2 && strstr(r.err, "buffers_create refused"), "status %d: %s",
+                r.status, r.err);
+  run_free(&r);
+}
+END_TEST
+
+/* kda conform: specs with parameters, a plugin found on KDA_PLUGIN_PATH, the case filter,
+ * --list-cases and --list-backends, mpfr as a backend. */
+START_TEST(test_conform_backend_path) {
+  run_result r = {0, NULL, NULL};
+  kda(&r, "conform", "-q", "--no-prefix", "-b", "ref-f32", "-b", "simd:isa=scalar,threads=1",
+      "-k", "t17-*", "-k", "!t17-x", "golden/L1", NULL);
+  expect_ok(&r, "conform -k");
+  ck_assert_str_eq(r.out, "2 passed, 0 failed\n"); /* -q: only the final line */
+  char dir[1100];
+  snprintf(dir, sizeof dir, "%s", plugin_path(""));
+  setenv("KDA_PLUGIN_PATH", dir, 1);
+  kda(&r, "conform", "-q", "--no-prefix", "-b", "kda_plugin_mutants:mutant=transposed_state",
+      "golden/L1/t17-gdn.npz", NULL);
+  ck_assert_msg(r.status == 1 && strstr(r.out, "FAIL"), "mutant on the search path: %d %s",
+                r.status, r.out);
+  /* A plugin's parameters are its own to reject (per case: plugins are not opened up front). */
+  kda(&r, "conform", "-q", "--no-prefix", "-p", "kda_plugin_mutants:bogus=1",
+      "golden/L1/t17-gdn.npz", NULL);
+  ck_assert_msg(r.status == 1 && strstr(r.out, "unknown parameter 'bogus=1'"), "%d %s", r.status,
+                r.out);
+  unsetenv("KDA_PLUGIN_PATH");
+  kda(&r, "conform", "-b", "kda_plugin_mutants", "golden/L1/t17-gdn.npz", NULL);
+  expect_error(&r, "plugin off the search path", "kda conform: ", "KDA_PLUGIN_PATH", NULL);
+  kda(&r, "conform", "--list-cases", "-k", "flag:FAMILY_GDN", "golden/L1", NULL);
+  expect_ok(&r, "--list-cases");
+  ck_assert_msg(strstr(r.out, "t17-gdn ") && strstr(r.out, "FAMILY_GDN") &&
+                !strstr(r.out, "t15-log-prob"), "--list-cases:\n%s", r.out);
+  kda(&r, "conform", "--list-backends", NULL);
+  expect_ok(&r, "--list-backends");
+  static const char *const names[] = {"ref-f64 ", "ref-f32 ", "simd ", "simd-avx512 ",
+                                      "simd-avx2 ", "simd-scalar ", "mpfr ", NULL};
+  for (int i = 0; names[i]; i++)
+    ck_assert_msg(strstr(r.out, names[i]), "--list-backends lacks %s:\n%s", names[i], r.out);
+  ck_assert_msg(strstr(r.out, "\nmpfr           fp64  f64->f64 no "), "mpfr is not off the "
+                "default set:\n%s", r.out);
+  kda(&r, "conform", "--list-backends", "-b", "simd:threads=3", "-b", "ref-f64:x", NULL);
+  expect_ok(&r, "--list-backends -b");
+  ck_assert_msg(strstr(r.out, "3 threads") && strstr(r.out, "not available: open: unknown "
+                "parameter 'x'"), "--list-backends -b:\n%s", r.out);
+  kda(&r, "conform", "-q", "--no-prefix", "-b", "mpfr:prec=64", "golden/L0/l0-reflection.npz",
+      NULL);
+  expect_ok(&r, "conform -b mpfr");
+  ck_assert_str_eq(r.out, "1 passed, 0 failed\n");
+  run_free(&r);
+}
+END_TEST
+
+/* kda ref runs any backend through the same path: simd and a plugin on the hand case. */
+START_TEST(test_ref_any_backend) {
+  const char *in = tpath("hand.npz"), *out = tpath("o.npz");
+  tcase c = hand_case();
+  write_case(in, &c);
+  char spec[1100];
+  snprintf(spec, sizeof spec, "%s:mutant=none", plugin_path("kda_plugin_mutants.so"));
+  const char *const specs[] = {"simd:threads=1", "simd-scalar", spec};
+  const int32_t dts[] = {KDA_DTYPE_F32, KDA_DTYPE_F32, KDA_DTYPE_F64};
+  run_result r = {0, NULL, NULL};
+  for (int i = 0; i < 3; i++) {
+    kda(&r, "ref", "-b", specs[i], in, "-o", out, NULL);
+    expect_ok(&r, specs[i]);
+    double *o = load_member(out, "o", dts[i], 6), *ht = load_member(out, "ht", dts[i], 4);
+    expect_values(o, hand_o, 6, specs[i]);
+    expect_values(ht, hand_ht, 4, specs[i]);
+    free(o);
+    free(ht);
+  }
   run_free(&r);
 }
 END_TEST
@@ -937,6 +1107,9 @@ static Suite *tools_suite(void) {
   tcase_add_loop_test(tc, test_bad_inputs, 0, (int)(sizeof bad_classes / sizeof bad_classes[0]));
   tcase_add_test(tc, test_missing_input);
   tcase_add_test(tc, test_bench_runs);
+  tcase_add_test(tc, test_bench_backends);
+  tcase_add_test(tc, test_conform_backend_path);
+  tcase_add_test(tc, test_ref_any_backend);
   tcase_add_test(tc, test_output_dir_missing);
   tcase_add_test(tc, test_gen_bad_description);
   suite_add_tcase(s, tc);

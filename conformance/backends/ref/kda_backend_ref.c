@@ -16,9 +16,13 @@ typedef struct ref_handle {
   char err[KDA_ERRLEN];
 } ref_handle;
 
+/* The references take no parameters (SPEC.md §7.8): the first word is named in the error. */
 static int32_t ref_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  if (params && params[0]) {
-    if (errlen) snprintf(err, errlen, "the reference backends take no parameters ('%s')", params);
+  const char *w = params ? params + strspn(params, " ,") : "";
+  if (*w) {
+    size_t n = strcspn(w, " ,=");
+    if (errlen) snprintf(err, errlen, "unknown parameter '%.*s' (the references take none)",
+                         (int)(n > 64 ? 64 : n), w);
     return KDA_EINVAL;
   }
   ref_handle *h = calloc(1, sizeof *h);
@@ -27,6 +31,13 @@ static int32_t ref_open(const char *params, void **handle, char *err, uint32_t e
     return KDA_ENOMEM;
   }
   *handle = h;
+  return KDA_OK;
+}
+
+/* What the references run on: one host thread, plain C (for kda bench and --list-backends). */
+static int32_t ref_describe(void *handle, kda_backend_info *info) {
+  snprintf(info->device, sizeof info->device, "CPU, plain C (no vector code)");
+  info->threads = 1;
   return KDA_OK;
 }
 
@@ -61,7 +72,7 @@ static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_bac
                            .name = nm, .description = desc, .precision_class = cls,         \
                            .input_dtype = dt, .output_dtype = dt, .open = ref_open,         \
                            .close = ref_close, .supports = ref_supports, .forward = fwd,    \
-                           .last_error = ref_last_error}
+                           .last_error = ref_last_error, .describe = ref_describe}
 
 REF_TABLE(kda_backend_ref_f64, "ref-f64", "the plain float64 reference (SPEC.md section 9)",
           KDA_CLASS_FP64, KDA_BACKEND_DTYPE_F64, ref_forward_f64);

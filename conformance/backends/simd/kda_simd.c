@@ -131,9 +131,13 @@ static int parse_word(simd_handle *h, const char *w, size_t n, char *err, uint32
     if (!errno && end != buf + 6 && !*end && g >= 0 && g <= HEAD_GROUP)
       return h->group = (int32_t)g, KDA_OK;
   }
+  /* SPEC.md §7.8: an unknown key is an error of its own, never ignored. */
+  int known = strncmp(buf, "isa=", 4) == 0 || strncmp(buf, "threads=", 8) == 0 ||
+              strncmp(buf, "group=", 6) == 0;
   if (errlen)
-    snprintf(err, errlen, "simd: bad parameter '%s' (isa=auto|avx512|avx2|scalar, threads=0..%d, "
-             "group=0..%d)", buf, MAX_THREADS, HEAD_GROUP);
+    snprintf(err, errlen, "%s parameter '%.*s' (isa=auto|avx512|avx2|scalar, threads=0..%d, "
+             "group=0..%d)", known ? "bad" : "unknown", known ? (int)n : (int)strcspn(buf, "="),
+             buf, MAX_THREADS, HEAD_GROUP);
   return KDA_EINVAL;
 }
 
@@ -171,6 +175,17 @@ static int32_t simd_open_scalar(const char *params, void **handle, char *err, ui
 }
 
 static void simd_close(void *handle) { free(handle); }
+
+/* The ISA and thread count open picked (isa=auto resolved), for --list-backends and bench. */
+static int32_t simd_describe(void *handle, kda_backend_info *info) {
+  const simd_handle *h = handle;
+  const char *why;
+  snprintf(info->device, sizeof info->device, "CPU");
+  snprintf(info->isa, sizeof info->isa, "%s%s", kda_simd_isa_name(h->isa),
+           kda_simd_isa_available(h->isa, &why) ? "" : " (not available here)");
+  info->threads = h->threads;
+  return KDA_OK;
+}
 
 static const char *simd_last_error(void *handle) {
   return handle ? ((simd_handle *)handle)->err : "";
@@ -653,7 +668,8 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
                            .input_dtype = KDA_BACKEND_DTYPE_F32,                              \
                            .output_dtype = KDA_BACKEND_DTYPE_F32, .open = openfn,             \
                            .close = simd_close, .supports = simd_supports,                    \
-                           .forward = simd_forward, .last_error = simd_last_error}
+                           .forward = simd_forward, .last_error = simd_last_error,        \
+                           .describe = simd_describe}
 
 SIMD_TABLE(kda_backend_simd, "simd",
            "float32 KDA, vectorised over value columns (isa=auto|avx512|avx2|scalar threads=N)",

@@ -1,0 +1,15 @@
+/* kda_conform_list.h: the listings of `kda conform` (tools/kda_conform_list.c).
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef KDA_CONFORM_LIST_H
+#define KDA_CONFORM_LIST_H
+
+/* --list-backends: one entry per spec (every built-in when n_specs is 0); params is the
+ * deprecated --params (may be NULL).  Prints on stdout; returns an exit status. */
+int kda_conform_list_backends(const char *const *specs, int n_specs, const char *params);
+
+/* --list-cases: the cases of paths that the -k filters select.  Returns an exit status. */
+int kda_conform_list_cases(const char *const *filters, int n_filters, char *const *paths,
+                           int n_paths);
+
+#endif
