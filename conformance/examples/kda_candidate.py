@@ -28,9 +28,11 @@ def forward(P, a):
     """A plain float64 KDA (SPEC.md section 3).  Replace with your kernel."""
     H, HV, K, V = P["H"], P["HV"], P["K"], P["V"]
     cu = a["cu_seqlens"] if "cu_seqlens" in a else np.array([0, P["T"]])
-    o = np.zeros((P["T"], HV, V)); ht = np.zeros((len(cu) - 1, HV, K, V))
+    vk = P["state_layout"] == "vk"          # SPEC.md section 2.4: h0, ht, hc stored [.., V, K]
+    st = (HV, V, K) if vk else (HV, K, V)
     ck = list(a["checkpoints"]) if "checkpoints" in a else []
-    hc = np.zeros((len(ck), HV, K, V)); G = HV // H; vk = P["state_layout"] == "vk"
+    o = np.zeros((P["T"], HV, V)); ht = np.zeros((len(cu) - 1,) + st)
+    hc = np.zeros((len(ck),) + st); G = HV // H
     for n in range(len(cu) - 1):
         for hv in range(HV):
             h = hv // G if P["head_map"] == "div" else hv % H
@@ -65,10 +67,12 @@ def main(src, dst):
         if man["problem"]["want_final_state"]: out["ht"] = ht.astype("<f4")
         if man["problem"]["n_checkpoints"] > 0: out["hc"] = hc.astype("<f4")
         res = {"schema": "kda-result/1", "case_id": man["id"], "backend": "numpy-example"}
-        with zipfile.ZipFile(os.path.join(dst, name), "w") as zf:   # what np.savez does,
+        path = os.path.join(dst, name); tmp = path + ".tmp"   # atomic: whole file or none
+        with zipfile.ZipFile(tmp, "w") as zf:                     # what np.savez does,
             zf.writestr("manifest.json", json.dumps(res))             # plus a raw manifest
             for m, x in out.items():
                 buf = io.BytesIO(); np.lib.format.write_array(buf, x); zf.writestr(m + ".npy", buf.getvalue())
+        os.replace(tmp, path)
 
 if __name__ == "__main__":
     main(sys.argv[1], sys.argv[2])
