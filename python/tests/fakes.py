@@ -176,3 +176,44 @@ def fused_recurrent_kda_fwd(q, k, v, g, beta, scale, initial_state, inplace_fina
         for i, s in enumerate(st):
             initial_state[int(ssm_state_indices[n, i])] = s
     return o.reshape(B, T, HV, V).astype(np.float32), initial_state
+
+
+def random_inputs(p, seed=0, lens=None, checkpoints=()):
+    """Inputs of problem p (shapes of SPEC.md §2.3) with values in each mode's range, stored
+    as <f4 like a case file; lens: sequence lengths (sum T), checkpoints: token indices."""
+    r = np.random.default_rng(seed)
+    f4 = lambda *s: r.standard_normal(s).astype("<f4")  # noqa: E731
+    a = {"q": f4(p.T, p.H, p.K), "k": f4(p.T, p.H, p.K), "v": f4(p.T, p.HV, p.V)}
+    gw = p.gate_width
+    if gw:
+        a["g"] = (-r.uniform(0.01, 0.5, (p.T, p.HV, gw)) if p.gate == "log"
+                  else r.standard_normal((p.T, p.HV, gw))).astype("<f4")
+        if p.gate != "log":
+            a["dt_bias"] = f4(p.HV, gw)
+            if p.has_A_log:
+                a["A_log"] = (0.3 * r.standard_normal(p.HV)).astype("<f4")
+    a["beta"] = (r.uniform(0.05, 0.95, (p.T, p.HV)) if p.beta == "prob"
+                 else r.standard_normal((p.T, p.HV))).astype("<f4")
+    lens = [p.T] if lens is None else list(lens)
+    assert len(lens) == p.N and sum(lens) == p.T
+    a["cu_seqlens"] = np.concatenate([[0], np.cumsum(lens)]).astype(np.int64)
+    if p.has_initial_state:
+        a["h0"] = (0.2 * r.standard_normal(p.state_shape(p.N))).astype("<f4")
+    if p.n_checkpoints:
+        assert len(checkpoints) == p.n_checkpoints
+        a["checkpoints"] = np.array(checkpoints, np.int64)
+    if p.l2 == "off":                      # keep unnormalised runs bounded
+        a["q"] *= 0.3
+        a["k"] /= np.sqrt(p.K) * 1.5
+    return a
+
+
+def close(out, ref, tol=2e-5):
+    """max |out - ref| / (1 + max |ref|) over o, ht, hc, member by member."""
+    for m in ("o", "ht", "hc"):
+        if m in out and out[m] is not None:
+            want = ref[m]
+            got = np.asarray(out[m], np.float64)
+            assert got.shape == want.shape, (m, got.shape, want.shape)
+            err = np.abs(got - want).max(initial=0.0) / (1 + np.abs(want).max(initial=0.0))
+            assert err < tol, f"{m}: relative error {err:.3g}"
