@@ -163,3 +163,12 @@ fuzz:
 	  -o $(BUILD)/fuzz/fuzz_npy
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy
+
+# The Python package kda-conform (python/): pip install into $(BUILD)/python-site, then its
+# pytest suite on the CPU with numpy kernels, scoring through this kda.  Skipped (saying
+# why) without pytest, unless KDA_REQUIRE_PYTEST=1 (as in CI).
+.PHONY: check-python
+check-python: $(KDA)
+	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh
+
+check: check-python

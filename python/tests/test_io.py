@@ -126,3 +126,11 @@ def test_not_a_zip(tmp_path):
     path.write_bytes(b"PK\x03\x04 truncated")
     with pytest.raises(kc.CaseError, match="not a readable"):
         kc.read_case(str(path))
+
+
+def test_the_installed_package_is_tested():
+    """make check-python tests what `pip install ./python` installed, not the source tree."""
+    site = os.environ.get("KDA_EXPECT_SITE")
+    if not site:
+        pytest.skip("not run by make check-python")
+    assert os.path.realpath(kc.__file__).startswith(os.path.realpath(site) + os.sep)
