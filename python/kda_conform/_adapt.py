@@ -10,7 +10,7 @@ before the inputs are rounded to the kernel's dtype (documented in docs/scoring.
 """
 from __future__ import annotations
 
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, List, Mapping, Optional, Tuple
 
 import numpy as np
 
@@ -161,4 +161,4 @@ def first_two(ret: Any) -> Tuple[Any, Any]:
 
 __all__ = ["Tensors", "mod_to_div", "unpermute", "qk", "g_full", "dt_bias_full",
            "checkpoint_segments", "transpose_state", "decline", "first_two", "head_of",
-           "torch_module", "FLA_L2_EPS", "Dict"]
+           "torch_module", "FLA_L2_EPS"]

@@ -129,3 +129,22 @@ def test_l1_through_the_runner(kda, knows_not_supported):
     assert all(r.ok for r in res if r.case not in declined), kc.summary(res)
     if knows_not_supported:
         assert all(r.verdict == "NotSupported" for r in res if r.case in declined)
+
+
+def test_torch_tensors_on_the_cpu():
+    """The torch path of the adapter (skipped where torch is not installed, as in CI)."""
+    torch = pytest.importorskip("torch")
+
+    def torch_chunk_kda(q, k, v, g, beta, **kw):
+        assert q.dtype == torch.bfloat16 and q.device.type == "cpu"
+        assert kw.get("cu_seqlens") is None or kw["cu_seqlens"].dtype == torch.int64
+        n = lambda x: x if not torch.is_tensor(x) else (  # noqa: E731
+            x.numpy() if x.dtype in (torch.float32, torch.int64) else x.double().numpy())
+        o, ht = fakes.chunk_kda(n(q), n(k), n(v), n(g), n(beta),
+                               **{m: n(x) for m, x in kw.items()})
+        return torch.from_numpy(o).to(torch.bfloat16), None if ht is None else torch.from_numpy(ht)
+    p = P(N=3, has_initial_state=True, gate="softplus", has_A_log=True, n_checkpoints=2,
+          head_map="mod", l2="fla")
+    a = fakes.random_inputs(p, seed=7, lens=[5, 0, 7], checkpoints=[1, 8])
+    out = fla.adapter(torch_chunk_kda, kernel="chunk", dtype="bfloat16", device="cpu")(p, a)
+    fakes.close(out, kc.reference(p, a), tol=3e-2)

@@ -1,6 +1,5 @@
 # test_run.py: kda_conform.run: the kernel interface, declines, errors, stale results, filters.
 # SPDX-License-Identifier: MIT
-import os
 
 import numpy as np
 import pytest
