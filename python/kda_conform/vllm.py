@@ -148,3 +148,92 @@ def adapter(fn: Callable, **kw: Any) -> Adapter:
     precompute=False, layout="kv", accepted=True)`; accepted=False passes
     num_accepted_tokens=None (for wrappers that do not forward it)."""
     return Adapter(fn, **kw)
+
+
+# --- fused_sigmoid_gating_delta_rule_update: the GDN decode step with its gate in the kernel ---
+
+def sigmoid_gating_plan(p: Problem) -> Dict[str, Any]:
+    """For vLLM/SGLang's `fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias,
+    softplus_beta, softplus_threshold, q, k, v, b, initial_state_source,
+    initial_state_indices, scale, use_qk_l2norm_in_kernel, cu_seqlens)`: a GDN kernel that
+    computes g = -exp(A_log) * softplus(a + dt_bias) per head and beta = sigmoid(b), reads
+    and writes back pool slot `initial_state_indices[n]` ([slots, HV, K, V])."""
+    if p.family != "gdn":
+        A.decline(f"fused_sigmoid_gating_delta_rule_update is a GDN kernel (one gate per head "
+                  f"with its softplus): family={p.family} cannot be expressed")
+    if p.gate != "softplus" or not p.has_A_log:
+        A.decline(f"the kernel computes -exp(A_log)*softplus(a+dt_bias): gate={p.gate} "
+                  f"(has_A_log={p.has_A_log}) cannot be expressed")
+    if p.beta != "logit":
+        A.decline(f"the kernel computes beta = sigmoid(b): beta={p.beta} cannot be expressed")
+    # Its own L2 is x / (||x|| + 1e-6), neither convention of SPEC.md §4.3: always outside.
+    return {"kwargs": {"scale": p.scale, "use_qk_l2norm_in_kernel": False},
+            "l2_outside": p.l2 != "off", "perm": A.mod_to_div(p),
+            "transpose": p.state_layout == "vk", "chained": p.n_checkpoints > 0}
+
+
+class SigmoidGatingAdapter:
+    """A kda_conform kernel calling `fused_sigmoid_gating_delta_rule_update`: one call with
+    a pool slot per sequence (reversed order, two spare slots that must stay bit-identical),
+    chained calls for checkpoints."""
+
+    def __init__(self, fn: Callable, *, dtype: Any = "float32", device: str = "cuda",
+                 array: str = "torch", softplus_threshold: float = 20.0):
+        self.fn, self.t = fn, A.Tensors(array, dtype, device)
+        self.threshold = float(softplus_threshold)
+
+    def __call__(self, p: Problem, a: Mapping[str, np.ndarray]) -> Dict[str, Any]:
+        pl, t = sigmoid_gating_plan(p), self.t
+        perm = pl["perm"]
+        q, k, _ = A.qk(p, a, in_kernel=False)
+        v, beta = np.asarray(a["v"], np.float64), np.asarray(a["beta"], np.float64)
+        g = np.asarray(a["g"], np.float64)[:, :, 0]
+        A_log = np.asarray(a["A_log"], np.float64)
+        dt_bias = np.asarray(a["dt_bias"], np.float64)[:, 0]
+        state = (p.HV, p.K, p.V)
+        h0 = np.asarray(a["h0"], np.float64) if p.has_initial_state else np.zeros((p.N,) + state)
+        if p.has_initial_state and pl["transpose"]:
+            h0 = A.transpose_state(h0)
+        if perm is not None:
+            v, g, beta, h0 = v[:, perm], g[:, perm], beta[:, perm], h0[:, perm]
+            A_log, dt_bias = A_log[perm], dt_bias[perm]
+        x = {"q": t.x(q)[None], "k": t.x(k)[None], "v": t.x(v)[None], "a": t.x(g)[None],
+             "b": t.x(beta)[None]}
+        gate = {"A_log": t.state(A_log), "dt_bias": t.state(dt_bias)}
+        o, ht = self._call(p, x, gate, h0, seqlens(p, a), pl["kwargs"])
+        fix = A.transpose_state if pl["transpose"] else (lambda s: s)
+        out = {"o": A.unpermute(o.reshape(p.T, p.HV, p.V), perm, 1)}
+        if p.want_final_state:
+            out["ht"] = fix(A.unpermute(ht, perm, 1))
+        if pl["chained"]:
+            hc = np.zeros((p.n_checkpoints,) + state)
+            for n, segs in A.checkpoint_segments(p, a):
+                s = h0[n:n + 1]
+                for start, end, c in segs:
+                    part = {m: y[:, start:end] for m, y in x.items()}
+                    _, s = self._call(p, part, gate, s, np.array([0, end - start]),
+                                      pl["kwargs"])
+                    hc[c] = s[0]
+            out["hc"] = fix(A.unpermute(hc, perm, 1))
+        return out
+
+    def _call(self, p: Problem, x: Dict[str, Any], gate: Dict[str, Any], h0: np.ndarray,
+              cu: np.ndarray, kw: Dict[str, Any]):
+        """One call over len(cu)-1 sequences; returns o and each sequence's final state."""
+        t, n = self.t, len(cu) - 1
+        idx = np.arange(n, 0, -1)                       # slots n..1; 0 and n+1 spare
+        pool = np.full((n + 2,) + h0.shape[1:], SPARE_VALUE)
+        pool[idx] = h0
+        pool_t = t.state(pool)
+        o = self.fn(gate["A_log"], x["a"], gate["dt_bias"], 1.0, self.threshold, x["q"],
+                    x["k"], x["v"], x["b"], pool_t, t.index(idx), cu_seqlens=t.index(cu), **kw)
+        after = t.np(pool_t)
+        if not np.array_equal(after[[0, n + 1]], pool[[0, n + 1]].astype(np.float32)):
+            raise RuntimeError("the kernel wrote a state-pool slot no index named (0, n+1)")
+        return t.np(A.first_two(o)[0]), after[idx]
+
+
+def sigmoid_gating_adapter(fn: Callable, **kw: Any) -> SigmoidGatingAdapter:
+    """`SigmoidGatingAdapter(fn, dtype="float32", device="cuda", array="torch",
+    softplus_threshold=20.0)` for fused_sigmoid_gating_delta_rule_update."""
+    return SigmoidGatingAdapter(fn, **kw)

@@ -217,3 +217,34 @@ def close(out, ref, tol=2e-5):
             assert got.shape == want.shape, (m, got.shape, want.shape)
             err = np.abs(got - want).max(initial=0.0) / (1 + np.abs(want).max(initial=0.0))
             assert err < tol, f"{m}: relative error {err:.3g}"
+
+
+def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, softplus_threshold,
+                                           q, k, v, b, initial_state_source,
+                                           initial_state_indices, scale=None,
+                                           use_qk_l2norm_in_kernel=False, cu_seqlens=None):
+    """vLLM/SGLang's GDN decode step: gate and sigmoid(b) in the kernel, pool [slots,HV,K,V]
+    read from and written back to initial_state_indices[n] (< 0: zero state, no write)."""
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    assert A_log.shape == (HV,) and dt_bias.shape == (HV,) and a.shape == (B, T, HV)
+    CALLS.append(dict(T=T, threshold=softplus_threshold, l2=use_qk_l2norm_in_kernel))
+    f = lambda x: np.asarray(x, np.float64).reshape((B * T,) + x.shape[2:])  # noqa: E731
+    q, k, v, a, b = f(q), f(k), f(v), f(a), f(b)
+    x = (a + np.asarray(dt_bias, np.float64)[None]) * softplus_beta
+    sp = np.where(x <= softplus_threshold, np.log1p(np.exp(np.minimum(x, 50))) / softplus_beta,
+                  x / softplus_beta)
+    g = -np.exp(np.asarray(A_log, np.float64))[None] * sp
+    gk = np.broadcast_to(g[:, :, None], (B * T, HV, K))
+    if use_qk_l2norm_in_kernel:
+        q = q / (np.sqrt((q * q).sum(-1, keepdims=True)) + 1e-6)
+        k = k / (np.sqrt((k * k).sum(-1, keepdims=True)) + 1e-6)
+    o = np.zeros((B * T, HV, V))
+    for n, (lo, hi) in enumerate(_bounds(B, T, cu_seqlens)):
+        i = int(initial_state_indices[n])
+        S = np.zeros((HV, K, V)) if i < 0 else np.asarray(initial_state_source[i], np.float64)
+        o[lo:hi], st = _recur(q[lo:hi], k[lo:hi], v[lo:hi], gk[lo:hi], _sig(b[lo:hi]), S,
+                              scale, H, False)
+        if i >= 0:
+            initial_state_source[i] = st[-1] if st else S
+    return o.reshape(B, T, HV, V).astype(np.float32)

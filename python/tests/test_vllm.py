@@ -95,3 +95,41 @@ def test_l1_through_the_runner(kda):
     declined = {r.case for r in res if "declined" in r.reason or r.skipped}
     assert declined == {"t127-linear", "drift-linear"}
     assert all(r.ok for r in res if r.case not in declined), kc.summary(res)
+
+
+GDN = dict(family="gdn", gate="softplus", has_A_log=True, beta="logit")
+
+
+@pytest.mark.parametrize("kw,reason", [(dict(GDN, family="kda"), "family=kda"),
+                                       (dict(GDN, gate="lower_bound"), "gate=lower_bound"),
+                                       (dict(GDN, has_A_log=False, gate="log"), "gate=log"),
+                                       (dict(GDN, beta="prob"), "beta=prob")])
+def test_sigmoid_gating_declines(kw, reason):
+    with pytest.raises(kc.NotSupported, match=reason):
+        vllm.sigmoid_gating_plan(P(**kw))
+
+
+SG_MODES = [dict(GDN), dict(GDN, l2="fla", has_initial_state=True, state_layout="vk"),
+            dict(GDN, N=3, l2="ggml", head_map="mod", has_initial_state=True, n_checkpoints=3),
+            dict(GDN, N=3, n_checkpoints=2, want_final_state=False, state_layout="vk")]
+
+
+@pytest.mark.parametrize("i", range(len(SG_MODES)))
+def test_sigmoid_gating_numbers(i):
+    p = P(**SG_MODES[i])
+    a = fakes.random_inputs(p, seed=30 + i, lens=[5, 0, 7] if p.N == 3 else None,
+                            checkpoints=[1, 4, 8][:p.n_checkpoints])
+    fakes.CALLS.clear()
+    out = vllm.sigmoid_gating_adapter(fakes.fused_sigmoid_gating_delta_rule_update,
+                                      array="numpy", dtype="float64")(p, a)
+    fakes.close(out, kc.reference(p, a))
+    assert not any(c["l2"] for c in fakes.CALLS)       # its L2 is neither convention
+    assert len(fakes.CALLS) == 1 + (p.n_checkpoints if p.N == 3 else 0)
+
+
+def test_sigmoid_gating_l1(kda):
+    fn = vllm.sigmoid_gating_adapter(fakes.fused_sigmoid_gating_delta_rule_update,
+                                     array="numpy", dtype="float64")
+    res = kc.check(fn, cls="fp32", cases=["flag:FAMILY_GDN", "*gdn*"])
+    ran = [r for r in res if not ("declined" in r.reason or r.skipped)]
+    assert ran and all(r.ok for r in ran), kc.summary(res)
