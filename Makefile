@@ -124,10 +124,13 @@ golden: $(KDA)
 	$(KDA) golden --write golden
 
 # kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
-# kind validates against conformance/tests/junit.xsd.
+# kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
+# baselines, exit 5, summary.json).
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/ci_semantics.sh
 
 check: check-unit check-numpy check-golden check-conform check-install check-asan
 	@echo "make check: all suites passed"
