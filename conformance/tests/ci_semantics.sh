@@ -31,6 +31,12 @@ run() {
     fail "kda conform $*: exit $got, expected $want: $(tail -2 "$tmp/out.txt") $(cat "$tmp/err.txt")"
 }
 
+# 0. The help names the options and statuses.
+"$kda" conform --help > "$tmp/help.txt" || fail "kda conform --help"
+for w in --strict --fail-on-regression --baseline --waivers "  5  nothing ran" KDA_GOLDEN; do
+  grep -q -e "$w" "$tmp/help.txt" || fail "kda conform --help does not mention '$w'"
+done
+
 # 1. Waivers.
 bad_waiver() { # JSON PHRASE
   printf '%s\n' "$1" > "$tmp/w.json"

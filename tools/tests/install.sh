@@ -3,7 +3,7 @@
 # run outside the source tree, finds them (SPEC.md §12.3), run by make check.
 # SPDX-License-Identifier: MIT
 #  1. DESTDIR staging: the installed kda finds the staged set through KDA_GOLDEN (conform
-#     scores GOLDEN/L1, golden --verify checks its SHA256SUMS); a KDA_GOLDEN naming nothing is
+#     scores GOLDEN/L1, golden --verify checks its SHA256SUMS and L0); a KDA_GOLDEN naming nothing is
 #     exit 2 with one line on stderr.
 #  2. PREFIX=$tmp (a copy of the build, so only the lookup object is rebuilt): with no
 #     KDA_GOLDEN and no ./golden, the installed kda finds the compiled-in share/kda/golden.
@@ -28,8 +28,9 @@ mkdir "$tmp/elsewhere" && cd "$tmp/elsewhere" || exit 2
 KDA_GOLDEN=$share "$kda" conform --export-prompts prompts >out.txt 2>err.txt ||
   fail "installed kda with KDA_GOLDEN: $(cat err.txt)"
 [ "$(ls prompts | wc -l)" = "$n_l1" ] || fail "installed kda did not score the staged L1 set"
-(cd "$share" && sha256sum -c --quiet SHA256SUMS) >/dev/null 2>&1 ||
-  fail "the installed golden set does not match its SHA256SUMS"
+KDA_GOLDEN=$share "$kda" golden --verify --level L0 >out.txt 2>err.txt ||
+  fail "kda golden --verify of the installed set: $(cat err.txt)"
+grep -q "verify $share: .*identical" out.txt || fail "golden --verify did not check $share"
 KDA_GOLDEN=$tmp/nowhere "$kda" conform -b ref-f64 >out.txt 2>err.txt
 rc=$?
 [ $rc = 2 ] && [ "$(wc -l < err.txt)" = 1 ] && grep -q "KDA_GOLDEN" err.txt ||
@@ -46,4 +47,7 @@ cd "$tmp/elsewhere" && rm -rf prompts || exit 2
 env -u KDA_GOLDEN "$tmp/prefix/bin/kda" conform --export-prompts prompts >out.txt 2>err.txt ||
   fail "installed kda without KDA_GOLDEN: $(cat err.txt)"
 [ "$(ls prompts | wc -l)" = "$n_l1" ] || fail "installed kda did not find share/kda/golden/L1"
+env -u KDA_GOLDEN "$tmp/prefix/bin/kda" golden --verify --level L0 >out.txt 2>err.txt &&
+  grep -q "verify $tmp/prefix/share/kda/golden: .*identical" out.txt ||
+  fail "installed kda golden --verify without KDA_GOLDEN: $(cat out.txt err.txt)"
 echo "install: PREFIX install; the installed kda finds its compiled-in share/kda/golden"
