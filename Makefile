@@ -157,7 +157,8 @@ install: all
 	ln -sf libkda.so.0 $(DESTDIR)$(PREFIX)/lib/libkda.so
 	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kda/
 	install -m 755 $(KDA) $(DESTDIR)$(PREFIX)/bin/kda
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' tools/kda.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+	  tools/kda.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kda.pc
 	cd golden && for f in SHA256SUMS $$(awk '{print $$2}' SHA256SUMS); do \
 	  install -D -m 644 "$$f" "$(DESTDIR)$(DATADIR)/golden/$$f" || exit 1; done

@@ -452,10 +452,16 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   in->strict = a->strict;
 }
 
-/* The lines before the final one that explain a status other than plain pass/fail. */
+/* The lines before the final one: cases the baseline lacks (SPEC.md §7.6), and why a status
+ * is other than plain pass/fail. */
 static void explain_status(const conform_args *a, const run_state *s, int64_t unused,
                            int32_t status) {
   const kda_tally *t = &s->tally;
+  int64_t absent = 0;
+  for (int64_t i = 0; i < s->n; i++) absent += s->reports[i].baseline_state == KDA_BASELINE_ABSENT;
+  if (absent)
+    printf("note: %lld reports have no entry in the baseline %s (not compared)\n",
+           (long long)absent, a->baseline);
   if (status == KDA_RUN_NOTHING)
     printf("nothing ran: %s (exit status %d)\n",
            s->n ? "every case was NotSupported" : "no case files", KDA_RUN_NOTHING);

@@ -91,6 +91,8 @@ grep -q '"schema": "kda-baseline/2"' "$tmp/two.json" || fail "two backends: not 
 run 0 -b ref-f32 -b ref-f64 --strict --baseline "$tmp/two.json" "$c15" "$c17"
 [ "$(grep -c 'not in the baseline' "$tmp/out.txt")" = 2 ] ||
   fail "the case absent from the baseline is not reported for both backends: $(cat "$tmp/out.txt")"
+grep -q "^note: 2 reports have no entry in the baseline" "$tmp/out.txt" ||
+  fail "no note counting the cases absent from the baseline"
 echo "ci_semantics: baselines bound to backend and class; regressions gate with --strict and --fail-on-regression"
 
 # 3. Nothing ran.

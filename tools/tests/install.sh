@@ -50,4 +50,6 @@ env -u KDA_GOLDEN "$tmp/prefix/bin/kda" conform --export-prompts prompts >out.tx
 env -u KDA_GOLDEN "$tmp/prefix/bin/kda" golden --verify --level L0 >out.txt 2>err.txt &&
   grep -q "verify $tmp/prefix/share/kda/golden: .*identical" out.txt ||
   fail "installed kda golden --verify without KDA_GOLDEN: $(cat out.txt err.txt)"
+gd=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --variable=goldendir kda)
+[ "$gd" = "$tmp/prefix/share/kda/golden" ] || fail "kda.pc goldendir is '$gd'"
 echo "install: PREFIX install; the installed kda finds its compiled-in share/kda/golden"
