@@ -100,7 +100,9 @@ void kda_waivers_free(kda_waivers *w) {
   free(w);
 }
 
-int64_t kda_waivers_count(const kda_waivers *w) { return w ? (int64_t)json_array_size(w->list) : 0; }
+int64_t kda_waivers_count(const kda_waivers *w) {
+  return w ? (int64_t)json_array_size(w->list) : 0;
+}
 
 static const char *wkey(const kda_waivers *w, int64_t i, const char *key) {
   return json_string_value(json_object_get(json_array_get(w->list, (size_t)i), key));
@@ -228,7 +230,8 @@ static int baseline_check(const char *path, json_t *root, char *err, size_t errl
     if ((st = only_keys(path, "top level", root, v1, err, errlen)) != KDA_OK) return st;
     if (!json_is_string(json_object_get(root, "backend")))
       return snprintf(err, errlen, "%s: no \"backend\" name", path), KDA_EFORMAT;
-    if ((st = class_check(path, "top level", json_object_get(root, "class"), err, errlen))) return st;
+    st = class_check(path, "top level", json_object_get(root, "class"), err, errlen);
+    if (st != KDA_OK) return st;
     return cases_check(path, "top level", json_object_get(root, "cases"), err, errlen);
   }
   if (strcmp(schema, "kda-baseline/2") != 0)

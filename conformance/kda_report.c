@@ -85,10 +85,10 @@ static json_t *report_json(const kda_case_report *r) {
                         jnum(r->seconds));
   if (!j) return NULL;
   if (r->waiver_no)
-    json_object_set_new(j, "waiver", json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1,
-                                               "reason", r->waiver, "link",
-                                               r->waiver_link[0] ? json_string(r->waiver_link)
-                                                                 : json_null()));
+    json_object_set_new(j, "waiver",
+                        json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1, "reason",
+                                  r->waiver, "link",
+                                  r->waiver_link[0] ? json_string(r->waiver_link) : json_null()));
   static const char *const bstate[] = {NULL, "compared", "absent"};
   if (r->baseline_state > 0 && r->baseline_state <= KDA_BASELINE_ABSENT)
     json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));

@@ -430,11 +430,12 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
                          const char *default_dir, const kda_waivers *w, run_summary *u) {
   kda_run_info *in = &u->info;
   memset(in, 0, sizeof *in);
-  for (int i = 0; i < nt; i++)
-    u->targets[i] = (kda_run_target_info){tg[i].b->name, kda_class_name(a->cls >= 0 ? a->cls
-                                          : tg[i].b->precision_class),
-                                          tg[i].plugin ? (a->params ? a->params : "") : "",
-                                          tg[i].plugin ? a->plugins[i - (nt - a->n_plugins)] : NULL};
+  for (int i = 0; i < nt; i++) { /* plugins are the last n_plugins targets */
+    int32_t cls = a->cls >= 0 ? a->cls : tg[i].b->precision_class;
+    const char *plugin = tg[i].plugin ? a->plugins[i - (nt - a->n_plugins)] : NULL;
+    u->targets[i] = (kda_run_target_info){tg[i].b->name, kda_class_name(cls),
+                                          plugin ? (a->params ? a->params : "") : "", plugin};
+  }
   if (a->candidate)
     u->targets[nt] = (kda_run_target_info){"candidate", kda_class_name(a->cls >= 0 ? a->cls
                                            : KDA_CLASS_FP32), NULL, NULL};

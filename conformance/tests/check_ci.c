@@ -173,7 +173,8 @@ START_TEST(test_baseline_backend_and_class) {
   ck_assert_int_eq(kda_baseline_get(b, "a", "d", &o, &ht, &hc), 0);
   kda_baseline_free(b);
   temp_file(path, "{\"schema\":\"kda-baseline/2\",\"backends\":{\"a\":{\"class\":\"fp32\","
-                  "\"cases\":{\"c\":{\"o\":1}}},\"b\":{\"class\":\"bf16\",\"cases\":{\"c\":{\"o\":2}}}}}");
+                  "\"cases\":{\"c\":{\"o\":1}}},\"b\":{\"class\":\"bf16\","
+                  "\"cases\":{\"c\":{\"o\":2}}}}}");
   ck_assert_int_eq(kda_baseline_load(path, &b, err, sizeof err), KDA_OK);
   unlink(path);
   ck_assert_int_eq(kda_baseline_check(b, "a", KDA_CLASS_FP32, err, sizeof err), KDA_OK);
@@ -263,7 +264,8 @@ START_TEST(test_json_numbers_and_summary) {
   json_t *g = json_object_get(json_object_get(j, "case_set"), "golden");
   ck_assert_str_eq(json_string_value(json_object_get(g, "sha256sums")), "00ff");
   ck_assert_int_eq(json_array_size(json_object_get(j, "failing")), 3); /* strict */
-  ck_assert_int_eq(json_integer_value(json_object_get(json_object_get(j, "baseline"), "absent")), 1);
+  json_t *bl = json_object_get(j, "baseline");
+  ck_assert_int_eq(json_integer_value(json_object_get(bl, "absent")), 1);
   json_decref(j);
   info.strict = 0;
   f = open_memstream(&buf, &len);
@@ -292,8 +294,10 @@ START_TEST(test_junit_warning_and_waiver) {
   ck_assert_ptr_nonnull(strstr(w, "<system-out>QualityWarning: regression"));
   const char *s = strstr(buf, "<property name=\"waiver\" value=\"known &lt;bug&gt;\"/>");
   ck_assert_msg(s != NULL, "%s", buf);
-  ck_assert_ptr_nonnull(strstr(s, "<property name=\"waiver_link\" value=\"https://example.org/1\"/>"));
-  ck_assert_ptr_nonnull(strstr(s, "<skipped message=\"waived: known &lt;bug&gt;\" type=\"Waived\">"));
+  ck_assert_ptr_nonnull(
+      strstr(s, "<property name=\"waiver_link\" value=\"https://example.org/1\"/>"));
+  ck_assert_ptr_nonnull(
+      strstr(s, "<skipped message=\"waived: known &lt;bug&gt;\" type=\"Waived\">"));
   free(buf);
   for (int i = 0; i < 3; i++) kda_case_report_free(&rs[i]);
 }
