@@ -48,6 +48,7 @@ static const char help_text[] =
     "      --fail-on-regression  a regression above the baseline factor is a Fail\n"
     "      --strict              QualityWarning, Waived and unused waivers fail the run (CI)\n"
     "      --record-baseline FILE  write the worst errors of this run as a baseline\n"
+    "                            (kda-baseline/2, a map by backend, when several were scored)\n"
     "Reports:\n"
     "  -o, --out DIR             write results.jsonl, summary.json and junit.xml into DIR\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
