@@ -7,7 +7,7 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
-#   make install PREFIX=/usr/local DESTDIR=
+#   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
@@ -15,6 +15,7 @@
 VERSION   := 0.1.0
 BUILD     ?= build
 PREFIX    ?= /usr/local
+DATADIR   ?= $(PREFIX)/share/kda
 DESTDIR   ?=
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
@@ -44,6 +45,13 @@ ISA_CFLAGS :=
 $(BUILD)/conformance/backends/simd/kda_simd_avx2.o: ISA_CFLAGS := -mavx2 -mfma
 $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -mavx2 -mfma
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+# The installed kda finds its golden sets in $(DATADIR)/golden (tools/kda_tool_golden.c); the
+# stamp recompiles that one object when PREFIX or DATADIR changes.
+$(BUILD)/tools/kda_tool_golden.o: ALL_CFLAGS += -DKDA_DATADIR=\"$(DATADIR)\"
+$(BUILD)/tools/kda_tool_golden.o: $(BUILD)/.datadir
+$(BUILD)/.datadir: FORCE
+	@mkdir -p $(BUILD); echo '$(DATADIR)' | cmp -s - $@ || echo '$(DATADIR)' > $@
+FORCE:
 
 # Library: every .c directly under the library modules (tests and backends live in folders).
 LIB_SRC   := $(wildcard ref/*.c) $(wildcard vectors/*.c) $(wildcard conformance/*.c)
@@ -66,7 +74,7 @@ LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
+.PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -116,12 +124,15 @@ golden: $(KDA)
 	$(KDA) golden --write golden
 
 # kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
-# kind validates against conformance/tests/junit.xsd.
+# kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
+# baselines, exit 5, summary.json).
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/ci_semantics.sh
 
-check: check-unit check-numpy check-golden check-conform check-asan
+check: check-unit check-numpy check-golden check-conform check-install check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
@@ -146,8 +157,16 @@ install: all
 	ln -sf libkda.so.0 $(DESTDIR)$(PREFIX)/lib/libkda.so
 	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kda/
 	install -m 755 $(KDA) $(DESTDIR)$(PREFIX)/bin/kda
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' tools/kda.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+	  tools/kda.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kda.pc
+	cd golden && for f in SHA256SUMS $$(awk '{print $$2}' SHA256SUMS); do \
+	  install -D -m 644 "$$f" "$(DESTDIR)$(DATADIR)/golden/$$f" || exit 1; done
+
+# make install into a staging directory, then the installed kda run from elsewhere finds its
+# golden sets through KDA_GOLDEN and through the compiled-in $(DATADIR) (tools/tests/install.sh).
+check-install: all
+	@MAKE="$(MAKE)" BUILD=$(BUILD) sh tools/tests/install.sh
 
 clean:
 	rm -rf $(BUILD)

@@ -206,23 +206,38 @@ const char *kda_verdict_name(int32_t v); /* "Pass", "Fail", ... */
 /* 1 for the verdicts that make the run fail (Fail, Crash, Timeout). */
 int kda_verdict_is_failure(int32_t v);
 
-/* Waivers: a JSON file {"waivers":[{"case":GLOB,"backend":GLOB,"flag":NAME,"reason":TEXT,
- * "link":URL}, ...]}; a waiver matches when every key it gives matches. */
+/* Waivers (SPEC.md §7.6, conformance/kda_ci.c): a JSON file {"waivers":[{"case":GLOB,
+ * "backend":GLOB,"flag":NAME,"reason":TEXT,"link":URL}, ...]} (optional "schema":
+ * "kda-waivers/1"); a waiver matches when every key it gives matches.  The loader rejects
+ * unknown keys, non-string or empty values, a missing reason and a waiver that selects nothing,
+ * naming the file and the waiver's index (KDA_EFORMAT). */
 typedef struct kda_waivers kda_waivers;
 int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen);
 void kda_waivers_free(kda_waivers *w);
-/* The reason and link of the first matching waiver, or NULL. */
-const char *kda_waivers_match(const kda_waivers *w, const char *case_id, const char *backend,
-                              const char *manifest_json, const char **link);
+int64_t kda_waivers_count(const kda_waivers *w); /* 0 for NULL */
+/* Index of the first waiver matching the case, or -1. */
+int64_t kda_waivers_find(const kda_waivers *w, const char *case_id, const char *backend,
+                         const char *manifest_json);
+const char *kda_waivers_reason(const kda_waivers *w, int64_t i);
+const char *kda_waivers_link(const kda_waivers *w, int64_t i); /* NULL when none */
+/* "waiver I case=... backend=... flag=..." for messages. */
+void kda_waivers_describe(const kda_waivers *w, int64_t i, char *buf, size_t cap);
 
-/* Baselines: {"schema":"kda-baseline/1","backend":NAME,"class":NAME,"cases":{ID:{"o":x,
- * "ht":y,"hc":z}}}, the worst errors in class units recorded for one backend. */
+/* Baselines (SPEC.md §7.6): the worst errors in class units, either of one backend
+ * {"schema":"kda-baseline/1","backend":NAME,"class":NAME,"cases":{ID:{"o":x,"ht":y,"hc":z}}}
+ * or of several {"schema":"kda-baseline/2","backends":{NAME:{"class":NAME,"cases":{...}}}}.
+ * Values are numbers >= 0 or null; anything else is KDA_EFORMAT naming the file. */
 typedef struct kda_baseline kda_baseline;
 int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen);
 void kda_baseline_free(kda_baseline *b);
-/* Looks up a case; returns 1 and fills the three values (NaN when absent), else 0. */
-int kda_baseline_get(const kda_baseline *b, const char *case_id, double *o, double *ht,
-                     double *hc);
+/* Whether b may score backend in class cls: KDA_OK; KDA_EINVAL when a kda-baseline/1 file
+ * names another backend or the class differs (a usage error: its errors are in other units);
+ * KDA_ENOTFOUND when a kda-baseline/2 map has no entry for backend. */
+int kda_baseline_check(const kda_baseline *b, const char *backend, int32_t cls, char *err,
+                       size_t errlen);
+/* Looks up a case of backend; returns 1 and fills the three values (NaN when absent), else 0. */
+int kda_baseline_get(const kda_baseline *b, const char *backend, const char *case_id, double *o,
+                     double *ht, double *hc);
 
 typedef struct kda_conform_opts {
   kda_call_opts call;
@@ -231,6 +246,8 @@ typedef struct kda_conform_opts {
   int32_t prefix;        /* 1: prefix-resume and causality checks */
   int32_t reserved0;
   double baseline_factor;        /* QualityWarning above factor x baseline (default 2) */
+  int32_t fail_on_regression;    /* 1: a regression above the factor is a Fail */
+  int32_t reserved1;
   const kda_waivers *waivers;    /* may be NULL */
   const kda_baseline *baseline;  /* may be NULL */
 } kda_conform_opts;
@@ -252,7 +269,13 @@ typedef struct kda_case_report {
   int32_t repeat_done;
   int32_t repeat_identical;
   uint64_t bytes_scored;    /* truth plus candidate bytes */
+  int32_t waiver_no;        /* 1 + index of the waiver that applied, 0 when none */
+  int32_t baseline_state;   /* KDA_BASELINE_* */
+  char waiver_link[512];    /* link of the waiver that applied, or "" */
 } kda_case_report;
+#define KDA_BASELINE_NONE 0     /* no --baseline, or the case did not pass the caps */
+#define KDA_BASELINE_COMPARED 1 /* compared with the recorded errors */
+#define KDA_BASELINE_ABSENT 2   /* the baseline has no entry for this case and backend */
 
 /* Scores backend b (params may be NULL) on case c with truth t.  Always fills r; returns
  * KDA_OK or a runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
@@ -279,11 +302,44 @@ typedef struct kda_tally {
 void kda_tally_add(kda_tally *t, const kda_case_report *r);
 /* The final plain line "N passed, N failed, N skipped". */
 void kda_report_final(FILE *f, const kda_tally *t);
-int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n);
+
+/* ---- Exit status of a run (SPEC.md §12.2; conformance/kda_ci.c), counts in, status out. */
+#define KDA_RUN_OK 0      /* nothing failed */
+#define KDA_RUN_FAILED 1  /* Fail, Crash or Timeout; with strict also QualityWarning, Waived
+                             or a waiver that waived nothing */
+#define KDA_RUN_NOTHING 5 /* nothing ran: no case, or every report NotSupported (pytest's 5) */
+/* Reports whose verdict is not NotSupported (Waived cases ran: they count). */
+int64_t kda_tally_ran(const kda_tally *t);
+int32_t kda_run_status(const kda_tally *t, int64_t unused_waivers, int32_t strict);
+/* Waivers that waived no report (waiver_no); unused[i] set for each when unused is not NULL
+ * (kda_waivers_count(w) entries).  Returns their number. */
+int64_t kda_waivers_unused(const kda_waivers *w, const kda_case_report *rs, int64_t n,
+                           uint8_t *unused);
+/* What summary.json says about the run besides the reports (SPEC.md §7.9); every pointer may
+ * be NULL. */
+typedef struct kda_run_target_info {
+  const char *name, *class_name, *params, *plugin; /* plugin: its path, NULL for a built-in */
+} kda_run_target_info;
+typedef struct kda_run_info {
+  const kda_run_target_info *targets;
+  int64_t n_targets;
+  const char *const *case_paths; /* the case files and directories given, or the default */
+  int64_t n_case_paths;
+  int64_t n_case_files;
+  const char *golden_dir;        /* the golden set the cases came from, or NULL */
+  const char *golden_sha256sums; /* SHA-256 (hex) of its SHA256SUMS file, or NULL */
+  const kda_waivers *waivers;
+  const char *baseline;          /* --baseline path */
+  int32_t strict;
+  int32_t exit_status;           /* kda_run_status */
+} kda_run_info;
+int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n,
+                            const kda_run_info *info);
 /* JUnit XML (testsuites/testsuite/testcase with failure, error and skipped children);
  * reports are grouped into one testsuite per backend. */
 int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n);
-/* A baseline file from reports of one backend. */
+/* A baseline file from the reports: kda-baseline/1 when they hold one backend, else
+ * kda-baseline/2 with one entry per backend. */
 int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n);
 
 #ifdef __cplusplus

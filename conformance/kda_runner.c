@@ -30,109 +30,7 @@ void kda_conform_opts_init(kda_conform_opts *o) {
   o->baseline_factor = 2.0;
 }
 
-/* ---- Waivers. */
-struct kda_waivers {
-  json_t *list;
-};
-
-int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
-  *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  json_t *list = json_object_get(root, "waivers");
-  if (!json_is_array(list)) {
-    json_decref(root);
-    return snprintf(err, errlen, "%s: no \"waivers\" array", path), KDA_EFORMAT;
-  }
-  kda_waivers *w = calloc(1, sizeof *w);
-  if (!w) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  w->list = root;
-  *out = w;
-  return KDA_OK;
-}
-
-void kda_waivers_free(kda_waivers *w) {
-  if (!w) return;
-  json_decref(w->list);
-  free(w);
-}
-
-/* 1 when the case manifest's golden.flags (or top-level flags) array holds flag. */
-static int has_flag(const char *manifest_json, const char *flag) {
-  if (!manifest_json) return 0;
-  json_t *m = json_loads(manifest_json, 0, NULL);
-  if (!m) return 0;
-  json_t *g = json_object_get(m, "golden");
-  json_t *flags = json_object_get(g ? g : m, "flags");
-  int found = 0;
-  size_t i;
-  json_t *f;
-  json_array_foreach(flags, i, f) if (json_is_string(f) && strcmp(json_string_value(f), flag) == 0)
-      found = 1;
-  json_decref(m);
-  return found;
-}
-
-static int glob_ok(json_t *w, const char *key, const char *value) {
-  const char *pat = json_string_value(json_object_get(w, key));
-  return !pat || fnmatch(pat, value ? value : "", 0) == 0;
-}
-
-const char *kda_waivers_match(const kda_waivers *ws, const char *case_id, const char *backend,
-                              const char *manifest_json, const char **link) {
-  if (!ws) return NULL;
-  size_t i;
-  json_t *w;
-  json_array_foreach(json_object_get(ws->list, "waivers"), i, w) {
-    const char *flag = json_string_value(json_object_get(w, "flag"));
-    if (!glob_ok(w, "case", case_id) || !glob_ok(w, "backend", backend)) continue;
-    if (flag && !has_flag(manifest_json, flag)) continue;
-    if (link) *link = json_string_value(json_object_get(w, "link"));
-    const char *reason = json_string_value(json_object_get(w, "reason"));
-    return reason ? reason : "waived";
-  }
-  return NULL;
-}
-
-/* ---- Baselines. */
-struct kda_baseline {
-  json_t *root;
-};
-
-int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
-  *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  if (!json_is_object(json_object_get(root, "cases"))) {
-    json_decref(root);
-    return snprintf(err, errlen, "%s: no \"cases\" object", path), KDA_EFORMAT;
-  }
-  kda_baseline *b = calloc(1, sizeof *b);
-  if (!b) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  b->root = root;
-  *out = b;
-  return KDA_OK;
-}
-
-void kda_baseline_free(kda_baseline *b) {
-  if (!b) return;
-  json_decref(b->root);
-  free(b);
-}
-
-static double num_or_nan(json_t *x) { return json_is_number(x) ? json_number_value(x) : NAN; }
-
-int kda_baseline_get(const kda_baseline *b, const char *case_id, double *o, double *ht,
-                     double *hc) {
-  json_t *c = b ? json_object_get(json_object_get(b->root, "cases"), case_id) : NULL;
-  if (!c) return 0;
-  *o = num_or_nan(json_object_get(c, "o"));
-  *ht = num_or_nan(json_object_get(c, "ht"));
-  *hc = num_or_nan(json_object_get(c, "hc"));
-  return 1;
-}
+/* Waivers and baselines are read in kda_ci.c. */
 
 /* ---- One case. */
 static void report_init(kda_case_report *r, const kda_case *c, const char *backend,
@@ -198,29 +96,39 @@ static void verdict_from_score(kda_case_report *r) {
   }
 }
 
-/* Regression against a recorded baseline, and systematic growth: QualityWarning. */
+/* The case's entry in the baseline, and whether the worst error regressed beyond the factor
+ * (baselines below 1 unit count as 1, SPEC.md §7.6): 1 with msg filled, else 0. */
+static int baseline_regressed(kda_case_report *r, const kda_conform_opts *o, char *msg,
+                              size_t cap) {
+  const kda_score *s = &r->score;
+  double base[3];
+  if (!o->baseline) return 0;
+  if (!kda_baseline_get(o->baseline, r->backend, r->case_id, &base[0], &base[1], &base[2]))
+    return r->baseline_state = KDA_BASELINE_ABSENT, 0;
+  r->baseline_state = KDA_BASELINE_COMPARED;
+  const double obs[3] = {s->o.worst, s->ht.worst, s->hc.worst};
+  const uint64_t count[3] = {s->o.count, s->ht.count, s->hc.count};
+  static const char *const names[3] = {"o", "ht", "hc"};
+  for (int q = 0; q < 3; q++) {
+    if (isnan(base[q]) || !count[q]) continue;
+    if (obs[q] > o->baseline_factor * fmax(base[q], 1.0))
+      return snprintf(msg, cap, "regression: %s error %.4g > %g x baseline %.4g", names[q],
+                      obs[q], o->baseline_factor, base[q]), 1;
+  }
+  return 0;
+}
+
+/* Regression against a recorded baseline (a Fail with fail_on_regression), and systematic
+ * growth: QualityWarning. */
 static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
   const kda_score *s = &r->score;
-  double bo, bht, bhc;
   if (r->verdict != KDA_VERDICT_PASS) return;
-  if (kda_baseline_get(o->baseline, r->case_id, &bo, &bht, &bhc)) {
-    const double obs[3] = {s->o.worst, s->ht.worst, s->hc.worst};
-    const double base[3] = {bo, bht, bhc};
-    static const char *const names[3] = {"o", "ht", "hc"};
-    for (int q = 0; q < 3; q++) {
-      if (isnan(base[q])) continue;
-      double limit = o->baseline_factor * fmax(base[q], 1.0);
-      if (obs[q] > limit) {
-        char msg[KDA_ERRLEN];
-        snprintf(msg, sizeof msg, "regression: %s error %.4g > %g x baseline %.4g", names[q],
-                 obs[q], o->baseline_factor, base[q]);
-        return set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
-      }
-    }
-  }
+  char msg[KDA_ERRLEN];
+  if (baseline_regressed(r, o, msg, sizeof msg))
+    return set_reason(r, o->fail_on_regression ? KDA_VERDICT_FAIL : KDA_VERDICT_QUALITY_WARNING,
+                      msg);
   if ((s->growth_kind == KDA_GROWTH_SYSTEMATIC || s->growth_kind == KDA_GROWTH_UNSTABLE) &&
       s->win_last > s->caps.o / 8) {
-    char msg[KDA_ERRLEN];
     snprintf(msg, sizeof msg, "error grows %s along the sequence (alpha %.2f, last window %.3g)",
              kda_growth_name(s->growth_kind), s->alpha, s->win_last);
     set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
@@ -229,10 +137,12 @@ static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
 
 static void apply_waiver(kda_case_report *r, const kda_case *c, const kda_conform_opts *o) {
   if (r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_NOT_SUPPORTED) return;
-  const char *link = NULL;
-  const char *why = kda_waivers_match(o->waivers, r->case_id, r->backend, c->manifest_json, &link);
-  if (!why) return;
-  snprintf(r->waiver, sizeof r->waiver, "%s%s%s", why, link ? " " : "", link ? link : "");
+  int64_t i = kda_waivers_find(o->waivers, r->case_id, r->backend, c->manifest_json);
+  if (i < 0) return;
+  const char *link = kda_waivers_link(o->waivers, i);
+  snprintf(r->waiver, sizeof r->waiver, "%s", kda_waivers_reason(o->waivers, i));
+  snprintf(r->waiver_link, sizeof r->waiver_link, "%s", link ? link : "");
+  r->waiver_no = (int32_t)(i + 1);
   size_t n = strlen(r->reason);
   snprintf(r->reason + n, sizeof r->reason - n, "%s(was %s)", n ? " " : "",
            kda_verdict_name(r->verdict));

@@ -26,10 +26,15 @@ static const char usage_text[] =
     "\n"
     "'kda SUBCOMMAND --help' documents the options of each subcommand.\n"
     "\n"
+    "Environment:\n"
+    "  KDA_GOLDEN     the golden sets' directory for 'kda conform' and 'kda golden --verify'\n"
+    "                 (default: ./golden, else the installed share/kda/golden)\n"
+    "\n"
     "Exit status:\n"
     "  0  success\n"
     "  1  a check failed (subcommands that verify results)\n"
-    "  2  usage error, I/O error or bad input (one line on standard error)\n";
+    "  2  usage error, I/O error or bad input (one line on standard error)\n"
+    "  5  kda conform: nothing ran (no case files, or every case NotSupported)\n";
 
 typedef struct subcommand {
   const char *name;

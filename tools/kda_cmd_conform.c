@@ -12,6 +12,7 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_conform_list.h"
+#include "kda_sha256.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -20,7 +21,8 @@
 static const char help_text[] =
     "Usage: kda conform [OPTION]... [CASE.npz|DIR]...\n"
     "\n"
-    "Scores KDA implementations on case files (default: golden/L1, else golden/example)\n"
+    "Scores KDA implementations on case files (default: GOLDEN/L1, else GOLDEN/example, where\n"
+    "GOLDEN is $KDA_GOLDEN, else ./golden, else the installed share/kda/golden)\n"
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
     "Every backend call runs in a child process with a time limit.\n"
     "\n"
@@ -51,10 +53,16 @@ static const char help_text[] =
     "      --repeat              run every case twice and flag bitwise differences\n"
     "      --no-prefix           skip the prefix-resume and causality checks\n"
     "      --no-isolate          call backends in-process (debugging; a crash ends the run)\n"
-    "      --waivers FILE        waivers (JSON, SPEC.md section 7.6)\n"
-    "      --baseline FILE       recorded baseline; QualityWarning above FACTOR x baseline\n"
+    "      --waivers FILE        waivers (JSON, SPEC.md section 7.6); an unknown key, a missing\n"
+    "                            reason or a waiver selecting nothing is an error (exit 2); a\n"
+    "                            waiver that waived nothing is reported after the run\n"
+    "      --baseline FILE       recorded baseline; QualityWarning above FACTOR x baseline; it\n"
+    "                            must name the backend and class scored (exit 2 otherwise)\n"
     "      --baseline-factor X   (default 2)\n"
+    "      --fail-on-regression  a regression above the baseline factor is a Fail\n"
+    "      --strict              QualityWarning, Waived and unused waivers fail the run (CI)\n"
     "      --record-baseline FILE  write the worst errors of this run as a baseline\n"
+    "                            (kda-baseline/2, a map by backend, when several were scored)\n"
     "Reports:\n"
     "  -o, --out DIR             write results.jsonl, summary.json and junit.xml into DIR\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
@@ -66,8 +74,10 @@ static const char help_text[] =
     "The last line is 'N passed, N failed' (', N skipped' when some were skipped).\n"
     "Exit status:\n"
     "  0  nothing failed\n"
-    "  1  a case got Fail, Crash or Timeout\n"
-    "  2  usage error, I/O error or bad input (one line on standard error)\n";
+    "  1  a case got Fail, Crash or Timeout (with --strict also QualityWarning or Waived,\n"
+    "     or a waiver waived nothing)\n"
+    "  2  usage error, I/O error or bad input (one line on standard error)\n"
+    "  5  nothing ran: no case files, or every case NotSupported by every backend\n";
 
 typedef struct conform_args {
   const char *backends[MAX_ITEMS];
@@ -79,7 +89,7 @@ typedef struct conform_args {
   int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
   int32_t cls;
-  int quiet, bench;
+  int quiet, bench, strict;
   int64_t max_lines;
   kda_conform_opts opts;
   char **paths;
@@ -149,7 +159,7 @@ static int check_spec(const char *spec, int plugin_only) {
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
-         O_LISTCASES = 400, O_LISTBACKENDS };
+         O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -164,6 +174,8 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
       {"list-cases", no_argument, NULL, O_LISTCASES},
       {"list-backends", no_argument, NULL, O_LISTBACKENDS},
+      {"strict", no_argument, NULL, O_STRICT},
+      {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -221,11 +233,15 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
+      case O_STRICT: a->strict = 1; break;
+      case O_FAILREG: a->opts.fail_on_regression = 1; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
   }
   a->opts.cls = a->cls;
+  if (a->opts.fail_on_regression && !a->baseline)
+    return kda_tool_usage(SUB, "--fail-on-regression needs --baseline");
   a->paths = argv + optind;
   a->n_paths = argc - optind;
   return 0;
@@ -236,6 +252,7 @@ typedef struct target {
   const kda_backend *b;
   kda_plugin *plugin;
   const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
+  char *path;         /* the plugin's path (owned), NULL for a built-in */
 } target;
 
 typedef struct run_state {
@@ -343,11 +360,11 @@ static FILE *open_out(const char *dir, const char *name, const char *explicit_pa
   return p ? fopen(p, "w") : NULL;
 }
 
-static int write_reports(const conform_args *a, run_state *s) {
+static int write_reports(const conform_args *a, run_state *s, const kda_run_info *info) {
   char buf[4096];
   FILE *f = open_out(a->out_dir, "summary.json", a->summary, buf);
   if ((a->out_dir || a->summary) && !f) return kda_tool_fail(SUB, "cannot write the summary");
-  if (f) kda_report_summary_json(f, &s->tally, s->reports, s->n), fclose(f);
+  if (f) kda_report_summary_json(f, &s->tally, s->reports, s->n, info), fclose(f);
   f = open_out(a->out_dir, "junit.xml", a->junit, buf);
   if ((a->out_dir || a->junit) && !f) return kda_tool_fail(SUB, "cannot write the JUnit report");
   if (f) kda_report_junit(f, s->reports, s->n), fclose(f);
@@ -360,11 +377,141 @@ static int write_reports(const conform_args *a, run_state *s) {
   return 0;
 }
 
-static int default_paths(path_list *l) {
+/* GOLDEN/L1, else GOLDEN/example, GOLDEN found by kda_tool_golden_dir (SPEC.md §12.3); the
+ * directory scored goes into dir. */
+static int default_paths(path_list *l, char *dir, size_t cap) {
+  char g[4096];
+  const char *source;
+  if (kda_tool_golden_dir(g, sizeof g, &source) != 0)
+    return kda_tool_fail(SUB, "%s: no golden set there (from %s); set KDA_GOLDEN or give case "
+                         "files", g, source);
   struct stat st;
-  if (stat("golden/L1", &st) == 0) return collect("golden/L1", l);
-  printf("note: golden/L1 not found; scoring the reduced set golden/example\n");
-  return collect("golden/example", l);
+  snprintf(dir, cap, "%s/L1", g);
+  if (stat(dir, &st) != 0) {
+    printf("note: %s not found; scoring the reduced set %s/example\n", dir, g);
+    snprintf(dir, cap, "%s/example", g);
+  }
+  return collect(dir, l);
+}
+
+/* ---- What a CI job gates on (SPEC.md §7.6, §12.2). */
+
+/* A baseline must be of the backend and class scored: anything else compares errors in
+ * other units.  A kda-baseline/2 map without an entry for a backend is only noted. */
+static int check_baseline(const conform_args *a, const kda_baseline *bl, const target *tg,
+                          int nt) {
+  char err[KDA_ERRLEN], notes[8][KDA_ERRLEN];
+  int n_notes = 0;
+  for (int i = 0; i <= nt; i++) {
+    if (i == nt && !a->candidate) break;
+    const char *name = i < nt ? tg[i].b->name : "candidate";
+    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? tg[i].b->precision_class : KDA_CLASS_FP32);
+    int st = kda_baseline_check(bl, name, cls, err, sizeof err);
+    if (st == KDA_ENOTFOUND && n_notes < 8) snprintf(notes[n_notes++], sizeof notes[0], "%s", err);
+    else if (st != KDA_OK && st != KDA_ENOTFOUND) return kda_tool_fail(SUB, "%s", err);
+  }
+  for (int i = 0; i < n_notes; i++) printf("note: %s; its cases are not compared\n", notes[i]);
+  return 0;
+}
+
+/* Lines for the waivers that waived nothing; returns their number. */
+static int64_t report_unused(const kda_waivers *w, const run_state *s, int strict) {
+  int64_t nw = kda_waivers_count(w);
+  uint8_t *unused = nw ? calloc((size_t)nw, 1) : NULL;
+  int64_t n = kda_waivers_unused(w, s->reports, s->n, unused);
+  for (int64_t i = 0; unused && i < nw; i++) {
+    if (!unused[i]) continue;
+    char d[512];
+    kda_waivers_describe(w, i, d, sizeof d);
+    printf("%s: unused %s: it waived no case (reason: %s)\n", strict ? "error" : "warning", d,
+           kda_waivers_reason(w, i));
+  }
+  free(unused);
+  return n;
+}
+
+/* SHA-256 of DIR/SHA256SUMS or DIR/../SHA256SUMS, the digest of the golden set scored (DIR:
+ * the case path, or the directory of a case file). */
+static int golden_digest(const char *path, char *set, size_t cap, char hex[65]) {
+  static const char *const where[] = {"%s/SHA256SUMS", "%s/../SHA256SUMS"};
+  char dir[4096];
+  struct stat st;
+  snprintf(dir, sizeof dir, "%s", path);
+  if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+  }
+  for (int k = 0; k < 2; k++) {
+    char p[4200];
+    snprintf(p, sizeof p, where[k], dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) continue;
+    kda_sha256 h;
+    kda_sha256_init(&h);
+    unsigned char buf[4096], d[KDA_SHA256_BYTES];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) kda_sha256_update(&h, buf, got);
+    int bad = ferror(f);
+    fclose(f);
+    if (bad) return 0;
+    kda_sha256_final(&h, d);
+    kda_sha256_hex(d, hex);
+    snprintf(set, cap, "%s", dir);
+    return 1;
+  }
+  return 0;
+}
+
+typedef struct run_summary {
+  kda_run_target_info targets[2 * MAX_ITEMS + 5];
+  char golden[4096], hex[65];
+  kda_run_info info;
+} run_summary;
+
+static void summary_info(const conform_args *a, const target *tg, int nt, const path_list *cases,
+                         const char *default_dir, const kda_waivers *w, run_summary *u) {
+  kda_run_info *in = &u->info;
+  memset(in, 0, sizeof *in);
+  for (int i = 0; i < nt; i++) {
+    int32_t cls = a->cls >= 0 ? a->cls : tg[i].b->precision_class;
+    u->targets[i] = (kda_run_target_info){tg[i].b->name, kda_class_name(cls),
+                                          tg[i].params ? tg[i].params : "", tg[i].path};
+  }
+  if (a->candidate)
+    u->targets[nt] = (kda_run_target_info){"candidate", kda_class_name(a->cls >= 0 ? a->cls
+                                           : KDA_CLASS_FP32), NULL, NULL};
+  in->targets = u->targets;
+  in->n_targets = nt + (a->candidate ? 1 : 0);
+  static const char *one[1];
+  one[0] = default_dir;
+  in->case_paths = a->n_paths ? (const char *const *)a->paths : one;
+  in->n_case_paths = a->n_paths ? a->n_paths : 1;
+  in->n_case_files = cases->n;
+  if (golden_digest(in->case_paths[0], u->golden, sizeof u->golden, u->hex))
+    in->golden_dir = u->golden, in->golden_sha256sums = u->hex;
+  in->waivers = w;
+  in->baseline = a->baseline;
+  in->strict = a->strict;
+}
+
+/* The lines before the final one: cases the baseline lacks (SPEC.md §7.6), and why a status
+ * is other than plain pass/fail. */
+static void explain_status(const conform_args *a, const run_state *s, int64_t unused,
+                           int32_t status) {
+  const kda_tally *t = &s->tally;
+  int64_t absent = 0;
+  for (int64_t i = 0; i < s->n; i++) absent += s->reports[i].baseline_state == KDA_BASELINE_ABSENT;
+  if (absent)
+    printf("note: %lld reports have no entry in the baseline %s (not compared)\n",
+           (long long)absent, a->baseline);
+  if (status == KDA_RUN_NOTHING)
+    printf("nothing ran: %s (exit status %d)\n",
+           s->n ? "every case was NotSupported" : "no case files", KDA_RUN_NOTHING);
+  else if (a->strict && status == KDA_RUN_FAILED && !t->failed)
+    printf("strict: %lld QualityWarning, %lld Waived, %lld unused waivers count as failures\n",
+           (long long)t->by_verdict[KDA_VERDICT_QUALITY_WARNING],
+           (long long)t->by_verdict[KDA_VERDICT_WAIVED], (long long)unused);
 }
 
 /* The PARAMS of a spec (a pointer into it), or the deprecated --params when it has none. */
@@ -386,6 +533,7 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
     if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
     tg[*nt].params = spec_params(spec, a->params);
     tg[*nt].b = ref.builtin;
+    if (!ref.builtin && !(tg[*nt].path = strdup(ref.path))) return kda_tool_fail(SUB, "out of memory");
     if (!ref.builtin &&
         kda_plugin_load(ref.path, &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
       return kda_tool_fail(SUB, "%s", err);
@@ -425,8 +573,9 @@ int kda_cmd_conform(int argc, char **argv) {
   }
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);
-  if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases);
-  if (rc == 0 && cases.n == 0) rc = kda_tool_fail(SUB, "no case files found");
+  char default_dir[4200] = "";
+  if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases, default_dir, sizeof default_dir);
+  if (rc == 0 && cases.n == 0 && a.export_dir) rc = kda_tool_fail(SUB, "no case files found");
   if (rc == 0 && a.list_cases) {
     rc = kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
     goto done;
@@ -448,6 +597,7 @@ int kda_cmd_conform(int argc, char **argv) {
   int nt = 0;
   if (rc == 0) rc = load_targets(&a, tg, &nt);
   if (rc == 0) rc = probe_targets(tg, nt);
+  if (rc == 0 && bl) rc = check_baseline(&a, bl, tg, nt);
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
@@ -460,20 +610,33 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
   if (s.jsonl) fclose(s.jsonl);
-  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
-  if (rc == 0) rc = write_reports(&a, &s);
+  if (rc == 0 && s.selected == 0 && a.n_filters > 0)
+    printf("note: no case matches the -k patterns\n"); /* nothing ran: status 5 below */
+  int64_t unused = 0;
+  int32_t status = KDA_RUN_OK;
+  run_summary *u = rc == 0 ? calloc(1, sizeof *u) : NULL;
+  if (rc == 0 && !u) rc = kda_tool_fail(SUB, "out of memory");
+  if (rc == 0) {
+    unused = report_unused(w, &s, a.strict);
+    status = kda_run_status(&s.tally, unused, a.strict);
+    summary_info(&a, tg, nt, &cases, default_dir, w, u);
+    u->info.exit_status = status;
+    rc = write_reports(&a, &s, &u->info);
+  }
+  free(u);
   if (rc == 0 && a.bench)
     printf("bench: candidate scoring %llu bytes (truth + candidate, as float64) in %.3f s: "
            "%.1f MB/s; truth and magnitudes %.3f s; wall %.3f s for %lld reports\n",
            (unsigned long long)s.bytes, s.score_s, s.score_s > 0 ? s.bytes / s.score_s / 1e6 : 0.0,
            s.truth_s, wall, (long long)s.n);
   if (rc == 0) {
+    explain_status(&a, &s, unused, status);
     kda_report_final(stdout, &s.tally);
-    rc = s.tally.failed ? KDA_EXIT_CHECK : KDA_EXIT_OK;
+    rc = status;
   }
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
-  for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin);
+  for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);
 done:

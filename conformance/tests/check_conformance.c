@@ -229,7 +229,8 @@ static void check_junit(const char *xml, int64_t want_tests, int64_t want_fail, 
   const char *allowed_parent[][2] = {{"testsuites", ""},         {"testsuite", "testsuites"},
                                      {"testcase", "testsuite"},  {"failure", "testcase"},
                                      {"error", "testcase"},      {"skipped", "testcase"},
-                                     {"system-out", "testcase"}, {"properties", "testsuite"}};
+                                     {"system-out", "testcase"}, {"properties", "testsuite"},
+                                     {"properties", "testcase"}, {"property", "properties"}};
   char stack[16][32];
   int depth = 0, cases_seen = 0;
   const char *s = strstr(xml, "?>");
