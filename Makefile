@@ -59,7 +59,7 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
              $(wildcard conformance/backends/*/*.h)
-PUB_HEADERS := ref/kda_problem.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
+PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
                vectors/kda_case.h $(wildcard ref/kda_mpfr.h) $(wildcard conformance/kda_backend.h)
 
 LIBA      := $(BUILD)/libkda.a

@@ -20,7 +20,7 @@
  * Data.  Every tensor is a host buffer in SPEC.md §2.3's canonical packed, token-major,
  * C-order layout (h0, ht and hc in the layout the problem's state_layout names).  A backend
  * declares one element type for its float inputs and one for its float outputs
- * (KDA_BACKEND_DTYPE_F64 or _F32) and the runner converts: inputs are rounded to nearest from
+ * (KDA_PRECISION_FP64 or _FP32) and the runner converts: inputs are rounded to nearest from
  * the case's float64 values (exact for a case whose input precision the type holds), outputs
  * are widened exactly.  Index arrays (cu_seqlens, checkpoints) are always int64.
  *
@@ -48,6 +48,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kda_precision.h"
 #include "kda_problem.h"
 
 #ifdef __cplusplus
@@ -57,17 +58,19 @@ extern "C" {
 #define KDA_BACKEND_ABI_VERSION 2
 #define KDA_BACKEND_ENTRY_SYMBOL "kda_backend_entry"
 
-/* ---- Precision classes (SPEC.md §7.2): the accuracy a backend claims and is scored in. */
-#define KDA_CLASS_FP64 0      /* float64 everywhere (u = 2^-53) */
-#define KDA_CLASS_FP32 1      /* float32 inputs, state, arithmetic and outputs (u = 2^-24) */
-#define KDA_CLASS_TF32 2      /* float32 storage, products with 10-bit fractions (u = 2^-11) */
-#define KDA_CLASS_BF16 3      /* bfloat16 inputs and outputs, float32 state (u = 2^-8) */
-#define KDA_CLASS_FP16 4      /* binary16 inputs and outputs, float32 state (u = 2^-11) */
-#define KDA_CLASS_COUNT 5
-
-/* ---- Element types of the float buffers a backend sees. */
-#define KDA_BACKEND_DTYPE_F64 0 /* double */
-#define KDA_BACKEND_DTYPE_F32 1 /* float */
+/* ---- Precisions: KDA_PRECISION_* of kda_precision.h (SPEC.md §7.2, §10.3) name both the
+ * precision class a backend claims and is scored in and the element type of its float
+ * buffers (KDA_PRECISION_FP64: double, KDA_PRECISION_FP32: float).  The KDA_CLASS_* and
+ * KDA_BACKEND_DTYPE_* names below are aliases kept for the source compatibility of plugins
+ * written against 0.1; their values are the ABI's and never change. */
+#define KDA_CLASS_FP64 KDA_PRECISION_FP64
+#define KDA_CLASS_FP32 KDA_PRECISION_FP32
+#define KDA_CLASS_TF32 KDA_PRECISION_TF32
+#define KDA_CLASS_BF16 KDA_PRECISION_BF16
+#define KDA_CLASS_FP16 KDA_PRECISION_FP16
+#define KDA_CLASS_COUNT KDA_PRECISION_COUNT
+#define KDA_BACKEND_DTYPE_F64 KDA_PRECISION_FP64
+#define KDA_BACKEND_DTYPE_F32 KDA_PRECISION_FP32
 
 /* The buffers of one forward call.  Float pointers point at elements of the type named by
  * in_dtype (inputs) and out_dtype (outputs), which equal the backend's declared input_dtype
@@ -77,8 +80,8 @@ extern "C" {
  * ht is NULL when want_final_state is 0; hc is NULL when n_checkpoints is 0. */
 typedef struct kda_backend_tensors {
   uint32_t struct_size; /* sizeof(kda_backend_tensors) of the runner; appended to only */
-  int32_t in_dtype;     /* KDA_BACKEND_DTYPE_* of q k v g beta A_log dt_bias h0 */
-  int32_t out_dtype;    /* KDA_BACKEND_DTYPE_* of o ht hc */
+  int32_t in_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of q k v g beta A_log dt_bias h0 */
+  int32_t out_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of o ht hc */
   int32_t reserved0;    /* zero */
   const void *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
   const int64_t *cu_seqlens;  /* [N + 1] */
@@ -109,9 +112,9 @@ struct kda_backend {
   uint32_t struct_size;    /* sizeof(kda_backend) as the backend was compiled */
   const char *name;        /* short name, [a-z0-9._-]+ ("ref-f32"); shown in reports */
   const char *description; /* one line, may be NULL */
-  int32_t precision_class; /* KDA_CLASS_*: the class its results are scored in */
-  int32_t input_dtype;     /* KDA_BACKEND_DTYPE_* of its float inputs */
-  int32_t output_dtype;    /* KDA_BACKEND_DTYPE_* of its float outputs */
+  int32_t precision_class; /* KDA_PRECISION_*: the class its results are scored in */
+  int32_t input_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of its float inputs */
+  int32_t output_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of its float outputs */
   int32_t reserved0;       /* zero */
 
   /* Creates a handle.  params is a backend-defined string ("" when none is given, never

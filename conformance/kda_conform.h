@@ -56,8 +56,7 @@ void kda_plugin_unload(kda_plugin *p);
 typedef struct kda_caps {
   double o, ht, hc; /* allowed error in class units at the magnitude scale of §7.3 */
 } kda_caps;
-const char *kda_class_name(int32_t cls); /* "fp64" "fp32" "tf32" "bf16" "fp16", or NULL */
-int kda_class_parse(const char *name, int32_t *cls); /* KDA_OK or KDA_EINVAL */
+/* Class names: kda_precision_name / kda_precision_parse of kda_precision.h. */
 double kda_class_unit(int32_t cls);                  /* the unit roundoff u, or 0 */
 double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, or 0 (§7.3) */
 /* The step allowance L(n) = max(1, n / KDA_STEP_ALLOWANCE_N0) of an element n steps into its

@@ -98,12 +98,12 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
            KDA_EINVAL;
   if (!b->open || !b->close || !b->supports || !b->forward || !b->last_error)
     return snprintf(err, errlen, "backend '%s' lacks a required function", b->name), KDA_EINVAL;
-  if (!kda_class_name(b->precision_class))
+  if (!kda_precision_name(b->precision_class))
     return snprintf(err, errlen, "backend '%s' declares unknown precision class %d", b->name,
                     (int)b->precision_class),
            KDA_EINVAL;
-  if ((b->input_dtype != KDA_BACKEND_DTYPE_F64 && b->input_dtype != KDA_BACKEND_DTYPE_F32) ||
-      (b->output_dtype != KDA_BACKEND_DTYPE_F64 && b->output_dtype != KDA_BACKEND_DTYPE_F32))
+  if ((b->input_dtype != KDA_PRECISION_FP64 && b->input_dtype != KDA_PRECISION_FP32) ||
+      (b->output_dtype != KDA_PRECISION_FP64 && b->output_dtype != KDA_PRECISION_FP32))
     return snprintf(err, errlen, "backend '%s' declares an unknown buffer dtype", b->name),
            KDA_EINVAL;
   return KDA_OK;
@@ -157,40 +157,30 @@ void kda_plugin_unload(kda_plugin *p) {
 
 /* ---- Precision classes: unit roundoff and caps (SPEC.md §7.2, §7.4). */
 typedef struct class_row {
-  const char *name;
   double unit; /* unit roundoff u */
   double tiny; /* smallest positive subnormal of the class's output format (§7.3 floor) */
   kda_caps caps;
 } class_row;
 
-static const class_row class_table[KDA_CLASS_COUNT] = {
-    {"fp64", 0x1p-53, 0x1p-1074, {64.0, 64.0, 64.0}},
-    {"fp32", 0x1p-24, 0x1p-149, {64.0, 64.0, 64.0}},
-    {"tf32", 0x1p-11, 0x1p-149, {32.0, 32.0, 32.0}},
-    {"bf16", 0x1p-8, 0x1p-133, {8.0, 4.0, 4.0}},
-    {"fp16", 0x1p-11, 0x1p-24, {16.0, 16.0, 16.0}},
+/* Indexed by KDA_PRECISION_*; the names are kda_precision_name's (SPEC.md §10.3). */
+static const class_row class_table[KDA_PRECISION_COUNT] = {
+    /* fp64 */ {0x1p-53, 0x1p-1074, {64.0, 64.0, 64.0}},
+    /* fp32 */ {0x1p-24, 0x1p-149, {64.0, 64.0, 64.0}},
+    /* tf32 */ {0x1p-11, 0x1p-149, {32.0, 32.0, 32.0}},
+    /* bf16 */ {0x1p-8, 0x1p-133, {8.0, 4.0, 4.0}},
+    /* fp16 */ {0x1p-11, 0x1p-24, {16.0, 16.0, 16.0}},
 };
 
-const char *kda_class_name(int32_t cls) {
-  return (cls >= 0 && cls < KDA_CLASS_COUNT) ? class_table[cls].name : NULL;
-}
-
-int kda_class_parse(const char *name, int32_t *cls) {
-  for (int32_t i = 0; name && i < KDA_CLASS_COUNT; i++)
-    if (strcmp(name, class_table[i].name) == 0) return *cls = i, KDA_OK;
-  return KDA_EINVAL;
-}
-
 double kda_class_unit(int32_t cls) {
-  return kda_class_name(cls) ? class_table[cls].unit : 0.0;
+  return kda_precision_name(cls) ? class_table[cls].unit : 0.0;
 }
 
 double kda_class_tiny(int32_t cls) {
-  return kda_class_name(cls) ? class_table[cls].tiny : 0.0;
+  return kda_precision_name(cls) ? class_table[cls].tiny : 0.0;
 }
 
 int kda_class_caps(int32_t cls, kda_caps *caps) {
-  if (!kda_class_name(cls)) return KDA_EINVAL;
+  if (!kda_precision_name(cls)) return KDA_EINVAL;
   *caps = class_table[cls].caps;
   return KDA_OK;
 }

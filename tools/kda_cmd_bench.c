@@ -183,7 +183,7 @@ static double time_backend(const kda_backend *b, const char *params, bench_data 
   kda_backend_tensors t;
   memset(&t, 0, sizeof t);
   t.struct_size = sizeof t;
-  t.in_dtype = t.out_dtype = KDA_BACKEND_DTYPE_F32;
+  t.in_dtype = t.out_dtype = KDA_PRECISION_FP32;
   t.q = d->q, t.k = d->k, t.v = d->v, t.g = d->g, t.beta = d->beta;
   t.A_log = d->p.has_A_log ? d->A_log : NULL;
   t.dt_bias = d->p.gate_mode != KDA_GATE_LOG ? d->dt_bias : NULL;

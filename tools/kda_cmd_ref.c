@@ -135,7 +135,7 @@ static int to_f32(const char *path, const char *name, const double *x, uint64_t 
                "%s: member '%s' element %llu (%.17g) is not exact in float32; backend ref-f32 "
                "needs inputs exact in float32 (input precision %s)",
                path, name, (unsigned long long)i, x[i],
-               kda_prec_name(prec) ? kda_prec_name(prec) : "?");
+               kda_precision_file_name(prec) ? kda_precision_file_name(prec) : "?");
       free(y);
       return KDA_EINVAL;
     }

@@ -45,7 +45,7 @@ int kda_case_uses_A_log(const kda_problem *p);
  * that the gate parameters A_log and dt_bias are f32 unless the case is f64 (models keep
  * them in f32).  Index members have none (-1). */
 int32_t kda_case_member_prec(int member, int32_t prec);
-/* x rounded to nearest-even in prec (KDA_PREC_*); f64 returns x. */
+/* x rounded to nearest-even in prec (KDA_PRECISION_*); f64 returns x. */
 double kda_case_round(int32_t prec, double x);
 
 /* The manifest text of case c (kda-case/1), with generator_info taken from extra_json (an

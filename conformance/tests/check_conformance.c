@@ -83,7 +83,7 @@ START_TEST(test_registry) {
   ck_assert_ptr_nonnull(f32);
   ck_assert_ptr_null(kda_backend_find("nope"));
   ck_assert_int_eq(kda_backend_validate(f64, err, sizeof err), KDA_OK);
-  ck_assert_int_eq(f32->precision_class, KDA_CLASS_FP32);
+  ck_assert_int_eq(f32->precision_class, KDA_PRECISION_FP32);
   kda_backend bad = *f64;
   bad.abi_version = 99;
   ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EUNSUPPORTED);
@@ -100,9 +100,9 @@ START_TEST(test_registry) {
   const kda_backend *b;
   ck_assert_int_eq(kda_plugin_load("/nonexistent/x.so", &p, &b, err, sizeof err), KDA_EIO);
   int32_t cls;
-  ck_assert_int_eq(kda_class_parse("bf16", &cls), KDA_OK);
+  ck_assert_int_eq(kda_precision_parse("bf16", &cls), KDA_OK);
   ck_assert(kda_class_unit(cls) == 0x1p-8);
-  ck_assert_int_eq(kda_class_parse("fp8", &cls), KDA_EINVAL);
+  ck_assert_int_eq(kda_precision_parse("fp8", &cls), KDA_EINVAL);
 }
 END_TEST
 
@@ -194,7 +194,7 @@ START_TEST(test_candidates) {
   kda_conform_opts o;
   kda_conform_opts_init(&o);
   kda_case_report r;
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s", r.reason);
   kda_case_report_free(&r);
@@ -202,7 +202,7 @@ START_TEST(test_candidates) {
   ck_assert_int_eq(kda_result_save(path, &cases[1], "test", KDA_DTYPE_F64, t->out.o, t->out.ht,
                                    t->out.hc, err, sizeof err), KDA_OK);
   t->out.o[5] -= 1e-3;
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
   ck_assert_int_eq(r.score.lines[0].index, 5);
@@ -216,7 +216,7 @@ START_TEST(test_candidates) {
   free(buf);
   kda_case_report_free(&r);
   unlink(path);
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
   kda_case_report_free(&r);

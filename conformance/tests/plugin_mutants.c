@@ -190,8 +190,8 @@ static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_t
 
 static const kda_backend mutants = {
     KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "mutant",
-    "test-only: float64 KDA with one deliberate mistake (params mutant=NAME)", KDA_CLASS_FP32,
-    KDA_BACKEND_DTYPE_F64, KDA_BACKEND_DTYPE_F64, 0, m_open, m_close, m_supports, m_forward,
+    "test-only: float64 KDA with one deliberate mistake (params mutant=NAME)", KDA_PRECISION_FP32,
+    KDA_PRECISION_FP64, KDA_PRECISION_FP64, 0, m_open, m_close, m_supports, m_forward,
     m_last_error};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
