@@ -1170,10 +1170,13 @@ END_TEST
 
 START_TEST(test_err_bad_problem) {
   char err[KDA_ERRLEN];
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 12; k++) {
     errcase e;
     errcase_init(&e);
     switch (k) {
+    case 9: e.p.struct_size = KDA_PROBLEM_V1_SIZE; break; /* not made by kda_problem_init */
+    case 10: e.p.struct_size = (uint32_t)sizeof e.p + 8; break;
+    case 11: e.p.reserved1 = 1; break;
     case 0: e.p.family = 9; break;
     case 1: e.p.gate_mode = 5; break;
     case 2: e.p.beta_mode = -1; break;
