@@ -51,6 +51,8 @@ LIB_SRC   += $(wildcard conformance/backends/*/*.c)
 # Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
 PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
 PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/tests/kda_plugin_%.so)
+# A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
+PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -125,7 +127,14 @@ check: check-unit check-numpy check-golden check-conform check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
-$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) | $(DEPS_STAMP)
+$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) \
+    conformance/tests/plugin_f64.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+
+# Its quoted includes resolve next to it first: the frozen kda_backend.h and kda_problem.h.
+$(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.c \
+    $(wildcard conformance/tests/abi_v1/*.h) conformance/tests/plugin_f64.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
 

@@ -25,8 +25,11 @@ extern "C" {
 int32_t kda_backend_builtin_count(void);
 const kda_backend *kda_backend_builtin(int32_t i);   /* NULL when i is out of range */
 const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or NULL */
-/* Checks a table: version, size, required slots, name, class and dtypes.  Returns KDA_OK or
- * KDA_EINVAL (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
+/* Checks a table (SPEC.md §7.8): version, struct_size against the version's prefix
+ * (KDA_BACKEND_V1_SIZE or KDA_BACKEND_V2_SIZE), reserved0 zero, required slots, name, class
+ * and dtypes; for version 2 the buffer slots all or none, with synchronize when present.
+ * Reads nothing past the version's prefix.  Returns KDA_OK or KDA_EINVAL with a message
+ * (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
 
 /* ---- One way to name a backend (SPEC.md §7.8), shared by every subcommand.

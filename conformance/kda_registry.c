@@ -81,6 +81,25 @@ static int valid_name(const char *s) {
   return 1;
 }
 
+/* SPEC.md §7.8: the version-2 slots of a table of ABI 2 or later.  The device-buffer slots
+ * come as a set (a runner that creates buffers must be able to run, read and free them),
+ * and a backend whose forward_buffers may return early must say when it has finished. */
+static int validate_v2(const kda_backend *b, char *err, size_t errlen) {
+  const int nbuf = !!b->buffers_create + !!b->forward_buffers + !!b->buffers_read +
+                   !!b->buffers_destroy;
+  if (nbuf != 0 && nbuf != 4)
+    return snprintf(err, errlen,
+                    "backend '%s' has %d of the 4 buffer functions (buffers_create, "
+                    "forward_buffers, buffers_read, buffers_destroy: all or none)",
+                    b->name, nbuf),
+           KDA_EINVAL;
+  if (nbuf == 4 && !b->synchronize)
+    return snprintf(err, errlen, "backend '%s' has buffer functions but no synchronize",
+                    b->name),
+           KDA_EINVAL;
+  return KDA_OK;
+}
+
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
   if (!b) return snprintf(err, errlen, "backend table is NULL"), KDA_EINVAL;
   if (b->abi_version < 1 || b->abi_version > KDA_BACKEND_ABI_VERSION) {
@@ -88,11 +107,17 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
              (unsigned)b->abi_version, KDA_BACKEND_ABI_VERSION);
     return KDA_EUNSUPPORTED;
   }
-  if (b->struct_size < KDA_BACKEND_V1_SIZE) {
-    snprintf(err, errlen, "backend table size %u is smaller than the version-1 table (%u)",
-             (unsigned)b->struct_size, (unsigned)KDA_BACKEND_V1_SIZE);
+  /* The prefix the table's version promises; nothing past it is read (a version-1 table's
+   * memory may end at its last version-1 slot). */
+  const uint32_t need = b->abi_version >= 2 ? KDA_BACKEND_V2_SIZE : KDA_BACKEND_V1_SIZE;
+  if (b->struct_size < need) {
+    snprintf(err, errlen, "backend table size %u is smaller than the version-%u table (%u)",
+             (unsigned)b->struct_size, (unsigned)b->abi_version, (unsigned)need);
     return KDA_EINVAL;
   }
+  if (b->reserved0 != 0)
+    return snprintf(err, errlen, "backend table's reserved0 is %d, not 0", (int)b->reserved0),
+           KDA_EINVAL;
   if (!valid_name(b->name))
     return snprintf(err, errlen, "backend name is missing or not [A-Za-z0-9._-]{1,63}"),
            KDA_EINVAL;
@@ -106,7 +131,7 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
       (b->output_dtype != KDA_PRECISION_FP64 && b->output_dtype != KDA_PRECISION_FP32))
     return snprintf(err, errlen, "backend '%s' declares an unknown buffer dtype", b->name),
            KDA_EINVAL;
-  return KDA_OK;
+  return b->abi_version >= 2 ? validate_v2(b, err, errlen) : KDA_OK;
 }
 
 struct kda_plugin {
