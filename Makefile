@@ -7,12 +7,14 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
+#   make check-symbols   libkda.so exports exactly the functions of the installed headers
 #   make install PREFIX=/usr/local DESTDIR=
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
 
-VERSION   := 0.1.0
+# The version is written once, in ref/kda_version.h (KDA_VERSION_STRING).
+VERSION   := $(shell sed -n 's/^\#define KDA_VERSION_STRING "\([0-9.]*\)".*/\1/p' ref/kda_version.h)
 BUILD     ?= build
 PREFIX    ?= /usr/local
 DESTDIR   ?=
@@ -36,7 +38,7 @@ SANFLAGS  := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-poi
 CFLAGS    ?=
 BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g $(OPT) $(WARN) \
              -ffp-contract=off -fno-fast-math -fPIC $(SANFLAGS) \
-             -Iref -Ivectors -Iconformance -DKDA_VERSION=\"$(VERSION)\"
+             -Iref -Ivectors -Iconformance
 ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS) $(ISA_CFLAGS)
 # ISA flags go to the simd backend's kernel files only (never -march=native); the backend
 # picks a kernel at run time from what the CPU has.
@@ -61,14 +63,17 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
              $(wildcard conformance/backends/*/*.h)
-PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
-               vectors/kda_case.h $(wildcard ref/kda_mpfr.h) $(wildcard conformance/kda_backend.h)
+# The installed headers: the whole public surface of libkda.so (make check-symbols).
+PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
+               vectors/kda_npz.h vectors/kda_prng.h vectors/kda_case.h $(wildcard ref/kda_mpfr.h) \
+               conformance/kda_backend.h conformance/kda_conform.h
 
 LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
+LIBMAP    := $(BUILD)/libkda.map
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
+.PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden check-symbols
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -85,8 +90,21 @@ $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBSO): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libkda.so.0 -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# libkda.so exports what the installed headers declare and nothing else: a version script
+# generated from them (tools/kda_symbols.sh).  libkda.a keeps every symbol for the kda
+# command and the tests.
+SYMBOLS_ENV = CC="$(CC)" CPPFLAGS="$(BASEFLAGS) $(PKG_CFLAGS)"
+$(LIBMAP): $(PUB_HEADERS) tools/kda_symbols.sh | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(SYMBOLS_ENV) sh tools/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+
+$(LIBSO): $(LIB_OBJ) $(LIBMAP)
+	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
+	  $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+
+# Fails on an export no installed header declares, or a declared function not exported.
+check-symbols: $(LIBSO)
+	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
 
 $(KDA): $(TOOL_OBJ) $(LIBA)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
@@ -123,7 +141,7 @@ check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
 
-check: check-unit check-numpy check-golden check-conform check-asan
+check: check-unit check-numpy check-golden check-conform check-symbols check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.

@@ -354,7 +354,7 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   int bad = !o || !members;
   if (!bad) {
     bad |= json_object_set_new(o, "schema", json_string(KDA_CASE_SCHEMA));
-    bad |= json_object_set_new(o, "generator", json_string("kda " KDA_VERSION));
+    bad |= json_object_set_new(o, "generator", json_string(KDA_GENERATOR));
     bad |= json_object_set_new(o, "id", json_string(c->id ? c->id : ""));
     bad |= json_object_set_new(o, "problem", problem_json(&c->p));
     bad |= json_object_set_new(o, "input_precision",
@@ -785,7 +785,7 @@ static int result_manifest(const kda_case *c, const char *backend, const char *h
   int bad = !o;
   if (!bad) {
     bad |= json_object_set_new(o, "schema", json_string(KDA_RESULT_SCHEMA));
-    bad |= json_object_set_new(o, "generator", json_string("kda " KDA_VERSION));
+    bad |= json_object_set_new(o, "generator", json_string(KDA_GENERATOR));
     bad |= json_object_set_new(o, "backend", json_string(backend));
     bad |= json_object_set_new(o, "case_id", json_string(c->id ? c->id : ""));
     bad |= json_object_set_new(o, "problem", problem_json(&c->p));
