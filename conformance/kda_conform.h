@@ -8,6 +8,19 @@
  * precision class (kda_score_outputs); a verdict is formed (kda_conform_case) and reported
  * (kda_report_*).  Library functions never print except into the FILE* they are given, never
  * exit, and return KDA_* statuses with one-line messages.
+ *
+ * Installed (include/kda), so that programs and bindings can drive the runner; libkda.so
+ * exports exactly what is declared here and in the other installed headers (make
+ * check-symbols).  Stability until 1.0 (SPEC.md §7.8):
+ *   - stable: the registry, kda_backend_resolve / kda_backend_validate, kda_plugin_load /
+ *     unload, the class functions (kda_class_*), the KDA_CALL_* and KDA_VERDICT_* values and
+ *     their name functions;
+ *   - UNSTABLE: the layout of every struct below (kda_backend_ref, kda_call_opts,
+ *     kda_call_result, kda_outputs, kda_truth, kda_score, kda_case_report, kda_conform_opts,
+ *     kda_tally, ...) and the functions that take them: fields may be added, resized or
+ *     reordered in any 0.x release, so a program using them is rebuilt against each
+ *     release's headers (it must not be given a struct by a library of another version).
+ *     Use kda_conform_opts_init and the library's allocators rather than filling them by hand.
  */
 #ifndef KDA_CONFORM_H
 #define KDA_CONFORM_H
