@@ -136,10 +136,12 @@ golden: $(KDA)
 	$(KDA) golden --write golden
 
 # kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
-# kind validates against conformance/tests/junit.xsd.
+# kind validates against conformance/tests/junit.xsd; plugins of ABI 1 and 2 pass.
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_abi.sh
 
 check: check-unit check-numpy check-golden check-conform check-symbols check-asan
 	@echo "make check: all suites passed"
