@@ -13,7 +13,8 @@
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
 
-# The version is written once, in ref/kda_version.h (KDA_VERSION_STRING).
+# The version is written once, in ref/kda_version.h (KDA_VERSION_STRING); -DKDA_VERSION passes
+# the same string to code written before kda_version() (prefer kda_version()).
 VERSION   := $(shell sed -n 's/^\#define KDA_VERSION_STRING "\([0-9.]*\)".*/\1/p' ref/kda_version.h)
 BUILD     ?= build
 PREFIX    ?= /usr/local
@@ -38,7 +39,7 @@ SANFLAGS  := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-poi
 CFLAGS    ?=
 BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g $(OPT) $(WARN) \
              -ffp-contract=off -fno-fast-math -fPIC $(SANFLAGS) \
-             -Iref -Ivectors -Iconformance
+             -Iref -Ivectors -Iconformance -DKDA_VERSION=\"$(VERSION)\"
 ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS) $(ISA_CFLAGS)
 # ISA flags go to the simd backend's kernel files only (never -march=native); the backend
 # picks a kernel at run time from what the CPU has.

@@ -72,7 +72,10 @@ void kda_plugin_unload(kda_plugin *p);
 typedef struct kda_caps {
   double o, ht, hc; /* allowed error in class units at the magnitude scale of §7.3 */
 } kda_caps;
-/* Class names: kda_precision_name / kda_precision_parse of kda_precision.h. */
+/* Class names are kda_precision_name / kda_precision_parse of kda_precision.h (SPEC.md §10.3);
+ * the 0.1 names remain as aliases for source compatibility. */
+#define kda_class_name kda_precision_name
+#define kda_class_parse kda_precision_parse
 double kda_class_unit(int32_t cls);                  /* the unit roundoff u, or 0 */
 double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, or 0 (§7.3) */
 /* The step allowance L(n) = max(1, n / KDA_STEP_ALLOWANCE_N0) of an element n steps into its

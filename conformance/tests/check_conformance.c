@@ -107,6 +107,9 @@ START_TEST(test_registry) {
   ck_assert_int_eq(kda_precision_parse("bf16", &cls), KDA_OK);
   ck_assert(kda_class_unit(cls) == 0x1p-8);
   ck_assert_int_eq(kda_precision_parse("fp8", &cls), KDA_EINVAL);
+  ck_assert_str_eq(kda_class_name(KDA_CLASS_BF16), "bf16"); /* the 0.1 names still compile */
+  ck_assert_int_eq(kda_class_parse("fp16", &cls), KDA_OK);
+  ck_assert_int_eq(cls, KDA_PRECISION_FP16);
 }
 END_TEST
 
@@ -123,6 +126,8 @@ START_TEST(test_validate_v2) {
   const kda_backend *f64 = kda_backend_find("ref-f64");
   ck_assert_uint_eq(KDA_BACKEND_V1_SIZE, 8 + 2 * sizeof(void *) + 16 + 5 * sizeof(void *));
   ck_assert_uint_lt(KDA_BACKEND_V1_SIZE, KDA_BACKEND_V2_SIZE);
+  ck_assert_uint_eq(KDA_PROBLEM_V1_SIZE, 7 * 8 + 10 * 4 + 3 * 8); /* the 0.1 kda_problem */
+  ck_assert_uint_eq(sizeof(kda_problem), KDA_PROBLEM_V1_SIZE + 8);
   kda_backend t = *f64;
   t.abi_version = 1, t.struct_size = KDA_BACKEND_V1_SIZE;
   t.buffers_create = noop_create; /* past a v1 table's end: never looked at */
