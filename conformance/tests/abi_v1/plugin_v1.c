@@ -15,6 +15,13 @@
 #include "kda_backend.h"
 #include "../plugin_f64.h"
 
+/* What the frozen headers are: the 0.1 layouts the runner's KDA_BACKEND_V1_SIZE and
+ * KDA_PROBLEM_V1_SIZE must keep matching (check_conformance asserts the runner's side). */
+_Static_assert(KDA_BACKEND_ABI_VERSION == 1, "abi_v1/kda_backend.h is the version-1 header");
+_Static_assert(sizeof(kda_backend) == 8 + 2 * sizeof(void *) + 16 + 5 * sizeof(void *),
+               "the version-1 table");
+_Static_assert(sizeof(kda_problem) == 7 * 8 + 10 * 4 + 3 * 8, "the 0.1 kda_problem");
+
 typedef struct v1handle {
   char err[256];
 } v1handle;
