@@ -39,12 +39,14 @@ extern "C" {
 
 /* A case's input precision is a KDA_PRECISION_* of kda_precision.h with a file spelling
  * (fp64, fp32, bf16, fp16; SPEC.md §10.3).  bf16 inputs are stored as f4 values exactly
- * representable in bfloat16, fp16 inputs as f2.  The KDA_PREC_* names are kept for source
- * compatibility only (their values changed in 0.2.0 to the ABI's: bf16 3, f16 4). */
+ * representable in bfloat16, fp16 inputs as f2.  The KDA_PREC_* and kda_prec_* names are kept
+ * for source compatibility only (the values changed in 0.2.0 to the ABI's: bf16 3, f16 4). */
 #define KDA_PREC_F64 KDA_PRECISION_FP64
 #define KDA_PREC_F32 KDA_PRECISION_FP32
 #define KDA_PREC_BF16 KDA_PRECISION_BF16
 #define KDA_PREC_F16 KDA_PRECISION_FP16
+#define kda_prec_name kda_precision_file_name /* "f64" "f32" "bf16" "f16" */
+#define kda_prec_parse kda_precision_parse
 
 typedef struct kda_case {
   kda_problem p;
