@@ -72,6 +72,8 @@ map)
   echo "};"
   ;;
 check)
+  command -v nm >/dev/null || { echo "check-symbols: nm (binutils) is not installed" >&2; exit 2; }
+  [ -f "$lib" ] || { echo "check-symbols: $lib does not exist" >&2; exit 2; }
   nm -D --defined-only "$lib" | awk 'NF >= 3 { print $3 }' | LC_ALL=C sort -u > "$tmp.exp"
   extra=$(LC_ALL=C comm -13 "$tmp.decl" "$tmp.exp")
   missing=$(LC_ALL=C comm -23 "$tmp.decl" "$tmp.exp")
