@@ -7,7 +7,8 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
-#   make check-symbols   libkda.so exports exactly the functions of the installed headers
+#   make check-symbols   libkda.so exports exactly the functions of the installed headers,
+#                        and each installed header compiles on its own
 #   make install PREFIX=/usr/local DESTDIR=
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
@@ -103,7 +104,8 @@ $(LIBSO): $(LIB_OBJ) $(LIBMAP)
 	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
 	  $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 
-# Fails on an export no installed header declares, or a declared function not exported.
+# Fails on an export no installed header declares, a declared function not exported, or an
+# installed header that does not compile on its own (C11, -pedantic, from one flat directory).
 check-symbols: $(LIBSO)
 	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
 

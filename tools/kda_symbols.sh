@@ -7,7 +7,8 @@
 #   sh tools/kda_symbols.sh map HEADER...         a linker version script exporting exactly
 #                                                 those names (everything else local)
 #   sh tools/kda_symbols.sh check LIB HEADER...   compares LIB's dynamic exports (nm -D) with
-#                                                 the list; exit 1 on any difference
+#                                                 the list, then compiles each header alone
+#                                                 from a flat copy; exit 1 on any failure
 #
 # CC and CPPFLAGS (the build's include and package flags) come from the environment.  The
 # headers are run through the preprocessor (so comments, macros and #if are the compiler's
@@ -23,7 +24,7 @@ lib=
 if [ "$mode" = check ]; then lib=$1; shift; fi
 
 tmp=${TMPDIR:-/tmp}/kda_symbols.$$
-trap 'rm -f "$tmp".c "$tmp".i "$tmp".decl "$tmp".exp' EXIT INT TERM
+trap 'rm -rf "$tmp".c "$tmp".i "$tmp".decl "$tmp".exp "$tmp".d' EXIT INT TERM
 : > "$tmp.c"
 for h in "$@"; do echo "#include \"$h\"" >> "$tmp.c"; done
 # shellcheck disable=SC2086 # CPPFLAGS is a list of flags
@@ -82,7 +83,18 @@ check)
     echo "check-symbols: an installed header declares $s, but $lib does not export it"
   done
   if [ -n "$extra$missing" ]; then exit 1; fi
-  echo "check-symbols: $lib exports exactly the $(wc -l < "$tmp.decl") functions of the installed headers"
+  # Each header compiles on its own from one flat directory, as installed (include/kda).
+  # The tree's own include directories (relative -I) are dropped: only installed files count.
+  mkdir "$tmp.d"
+  cp "$@" "$tmp.d/"
+  flags=$(echo " $CPPFLAGS" | sed 's/ -I[^/ ][^ ]*//g')
+  for h in "$@"; do
+    b=${h##*/}
+    # shellcheck disable=SC2086
+    echo "#include \"$b\"" | ${CC:-cc} $flags -pedantic -Werror -I"$tmp.d" -fsyntax-only -x c - ||
+      { echo "check-symbols: the installed $b does not compile on its own"; exit 1; }
+  done
+  echo "check-symbols: $lib exports exactly the $(wc -l < "$tmp.decl") functions of the installed headers, each of which compiles alone"
   ;;
 *) echo "kda_symbols.sh: unknown mode '$mode' (list, map or check)" >&2; exit 2 ;;
 esac
