@@ -26,13 +26,13 @@
  * adds optional device-resident copies (buffers_create and the slots after it), created
  * from and read back into such host buffers.
  *
- * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0) is
- * the sizeof(kda_problem) of the runner that filled it; the runner passes a problem whose
- * struct_size covers every field it filled, and whose fields past a backend's knowledge are
- * at their defaults (kda_problem_init) unless the backend's ABI version knows them.  A
- * backend of ABI >= 2 may read struct_size and must treat a field at or past it as absent
- * (at its default); a version-1 backend, compiled without struct_size, simply never looks
- * past KDA_PROBLEM_V1_SIZE, and that is correct.  Backends never write the problem.
+ * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
+ * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
+ * field the runner filled.  A backend of ABI >= 2 may read it and treats a field it knows
+ * that lies at or past struct_size as absent (at its kda_problem_init default).  A
+ * version-1 backend, compiled without struct_size, never looks past KDA_PROBLEM_V1_SIZE and
+ * needs nothing there.  A field appended later is set away from its default only for
+ * backends whose ABI version knows it.  Backends never write the problem.
  *
  * Contract (a backend that breaks it is scored Fail or Crash):
  *   - A backend never prints, never reads stdin, never calls exit/abort, never installs signal
