@@ -7,12 +7,16 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
+#   make check-symbols   libkda.so exports exactly the functions of the installed headers,
+#                        and each installed header compiles on its own
 #   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
 
-VERSION   := 0.1.0
+# The version is written once, in ref/kda_version.h (KDA_VERSION_STRING); -DKDA_VERSION passes
+# the same string to code written before kda_version() (prefer kda_version()).
+VERSION   := $(shell sed -n 's/^\#define KDA_VERSION_STRING "\([0-9.]*\)".*/\1/p' ref/kda_version.h)
 BUILD     ?= build
 PREFIX    ?= /usr/local
 DATADIR   ?= $(PREFIX)/share/kda
@@ -59,6 +63,8 @@ LIB_SRC   += $(wildcard conformance/backends/*/*.c)
 # Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
 PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
 PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/tests/kda_plugin_%.so)
+# A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
+PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -67,14 +73,17 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
              $(wildcard conformance/backends/*/*.h)
-PUB_HEADERS := ref/kda_problem.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
-               vectors/kda_case.h $(wildcard ref/kda_mpfr.h) $(wildcard conformance/kda_backend.h)
+# The installed headers: the whole public surface of libkda.so (make check-symbols).
+PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
+               vectors/kda_npz.h vectors/kda_prng.h vectors/kda_case.h $(wildcard ref/kda_mpfr.h) \
+               conformance/kda_backend.h conformance/kda_conform.h
 
 LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
+LIBMAP    := $(BUILD)/libkda.map
 KDA       := $(BUILD)/kda
 
-.PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
+.PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden check-symbols
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -91,8 +100,22 @@ $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBSO): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libkda.so.0 -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# libkda.so exports what the installed headers declare and nothing else: a version script
+# generated from them (tools/kda_symbols.sh).  libkda.a keeps every symbol for the kda
+# command and the tests.
+SYMBOLS_ENV = CC="$(CC)" CPPFLAGS="$(BASEFLAGS) $(PKG_CFLAGS)"
+$(LIBMAP): $(PUB_HEADERS) tools/kda_symbols.sh | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(SYMBOLS_ENV) sh tools/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+
+$(LIBSO): $(LIB_OBJ) $(LIBMAP)
+	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
+	  $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+
+# Fails on an export no installed header declares, a declared function not exported, or an
+# installed header that does not compile on its own (C11, -pedantic, from one flat directory).
+check-symbols: $(LIBSO)
+	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
 
 $(KDA): $(TOOL_OBJ) $(LIBA)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
@@ -125,18 +148,27 @@ golden: $(KDA)
 
 # kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
 # kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
-# baselines, exit 5, summary.json).
+# baselines, exit 5, summary.json); plugins of ABI 1 and 2 pass.
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/ci_semantics.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_abi.sh
 
-check: check-unit check-numpy check-golden check-conform check-install check-asan
+check: check-unit check-numpy check-golden check-conform check-install check-symbols check-asan
 	@echo "make check: all suites passed"
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
-$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) | $(DEPS_STAMP)
+$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) \
+    conformance/tests/plugin_f64.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+
+# Its quoted includes resolve next to it first: the frozen kda_backend.h and kda_problem.h.
+$(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.c \
+    $(wildcard conformance/tests/abi_v1/*.h) conformance/tests/plugin_f64.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
 

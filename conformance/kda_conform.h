@@ -8,6 +8,19 @@
  * precision class (kda_score_outputs); a verdict is formed (kda_conform_case) and reported
  * (kda_report_*).  Library functions never print except into the FILE* they are given, never
  * exit, and return KDA_* statuses with one-line messages.
+ *
+ * Installed (include/kda), so that programs and bindings can drive the runner; libkda.so
+ * exports exactly what is declared here and in the other installed headers (make
+ * check-symbols).  Stability until 1.0 (SPEC.md §7.8):
+ *   - stable: the registry, kda_backend_resolve / kda_backend_validate, kda_plugin_load /
+ *     unload, the class functions (kda_class_*), the KDA_CALL_* and KDA_VERDICT_* values and
+ *     their name functions;
+ *   - UNSTABLE: the layout of every struct below (kda_backend_ref, kda_call_opts,
+ *     kda_call_result, kda_outputs, kda_truth, kda_score, kda_case_report, kda_conform_opts,
+ *     kda_tally, ...) and the functions that take them: fields may be added, resized or
+ *     reordered in any 0.x release, so a program using them is rebuilt against each
+ *     release's headers (it must not be given a struct by a library of another version).
+ *     Use kda_conform_opts_init and the library's allocators rather than filling them by hand.
  */
 #ifndef KDA_CONFORM_H
 #define KDA_CONFORM_H
@@ -28,8 +41,11 @@ const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or
 /* 1 when built-in i is in the set `kda conform` scores when no backend is named (every
  * built-in but the slow mpfr), else 0. */
 int kda_backend_builtin_is_default(int32_t i);
-/* Checks a table: version, size, required slots, name, class and dtypes.  Returns KDA_OK or
- * KDA_EINVAL (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
+/* Checks a table (SPEC.md §7.8): version, struct_size against the version's prefix
+ * (KDA_BACKEND_V1_SIZE or KDA_BACKEND_V2_SIZE), reserved0 zero, required slots, name, class
+ * and dtypes; for version 2 the buffer slots all or none, with synchronize when present.
+ * Reads nothing past the version's prefix.  Returns KDA_OK or KDA_EINVAL with a message
+ * (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
 
 /* ---- One way to name a backend (SPEC.md §7.8), shared by every subcommand.
@@ -70,8 +86,10 @@ void kda_plugin_unload(kda_plugin *p);
 typedef struct kda_caps {
   double o, ht, hc; /* allowed error in class units at the magnitude scale of §7.3 */
 } kda_caps;
-const char *kda_class_name(int32_t cls); /* "fp64" "fp32" "tf32" "bf16" "fp16", or NULL */
-int kda_class_parse(const char *name, int32_t *cls); /* KDA_OK or KDA_EINVAL */
+/* Class names are kda_precision_name / kda_precision_parse of kda_precision.h (SPEC.md §10.3);
+ * the 0.1 names remain as aliases for source compatibility. */
+#define kda_class_name kda_precision_name
+#define kda_class_parse kda_precision_parse
 double kda_class_unit(int32_t cls);                  /* the unit roundoff u, or 0 */
 double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, or 0 (§7.3) */
 /* The step allowance L(n) = max(1, n / KDA_STEP_ALLOWANCE_N0) of an element n steps into its

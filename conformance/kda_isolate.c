@@ -103,7 +103,7 @@ static size_t round64(size_t x) { return (x + 63) & ~(size_t)63; }
 
 static int map_create(call_map *m, const kda_outputs *out, int32_t dtype, int shared) {
   memset(m, 0, sizeof *m);
-  m->esize = dtype == KDA_BACKEND_DTYPE_F64 ? sizeof(double) : sizeof(float);
+  m->esize = dtype == KDA_PRECISION_FP64 ? sizeof(double) : sizeof(float);
   m->n_o = out->n_o;
   m->n_ht = out->n_ht;
   m->n_hc = out->n_hc;
@@ -184,14 +184,14 @@ static int conv_make(const kda_problem *p, const kda_tensors_f64 *in, int32_t dt
   const uint64_t ns[N_IN] = {s.q, s.k, s.v, s.g, s.beta, s.A_log, s.dt_bias, s.h0};
   const double *xs[N_IN];
   in_list(in, xs);
-  size_t es = dtype == KDA_BACKEND_DTYPE_F64 ? sizeof(double) : sizeof(float);
+  size_t es = dtype == KDA_PRECISION_FP64 ? sizeof(double) : sizeof(float);
   for (int a = 0; a < N_IN; a++) {
     if (!xs[a]) continue;
     c->n[a] = ns[a];
     c->x[a] = malloc((size_t)ns[a] * es + 1);
     if (!c->x[a]) return KDA_ENOMEM;
     for (uint64_t i = 0; i < ns[a]; i++) {
-      if (dtype == KDA_BACKEND_DTYPE_F64) ((double *)c->x[a])[i] = xs[a][i];
+      if (dtype == KDA_PRECISION_FP64) ((double *)c->x[a])[i] = xs[a][i];
       else ((float *)c->x[a])[i] = (float)xs[a][i];
     }
   }
@@ -205,7 +205,7 @@ static int conv_intact(const kda_tensors_f64 *in, int32_t dtype, const conv_inpu
   for (int a = 0; a < N_IN; a++) {
     if (!c->x[a]) continue;
     for (uint64_t i = 0; i < c->n[a]; i++) {
-      if (dtype == KDA_BACKEND_DTYPE_F64) {
+      if (dtype == KDA_PRECISION_FP64) {
         if (memcmp(&((double *)c->x[a])[i], &xs[a][i], sizeof(double)) != 0) return 0;
       } else {
         float f = (float)xs[a][i];

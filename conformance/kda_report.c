@@ -38,7 +38,7 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     qtext(a, sizeof a, "o", &s->o, s->caps.o);
     qtext(b, sizeof b, "ht", &s->ht, s->caps.ht);
     qtext(c, sizeof c, "hc", &s->hc, s->caps.hc);
-    fprintf(f, " %s %s  %s  %s  rms %.2g", kda_class_name(s->cls), a, b, c, s->o.rms_ratio);
+    fprintf(f, " %s %s  %s  %s  rms %.2g", kda_precision_name(s->cls), a, b, c, s->o.rms_ratio);
     if (s->growth_kind != KDA_GROWTH_NA)
       fprintf(f, "  growth %s (%.2f)", kda_growth_name(s->growth_kind), s->alpha);
     if (r->prefix_done) fprintf(f, "  prefix %.3g%s", r->prefix_worst, r->causal_ok ? "" : " NONCAUSAL");
@@ -57,7 +57,7 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     where_text(l, w, sizeof w);
     fprintf(f, "    %s  expected %a (%.17g)  observed %a (%.17g)  err %.4g > %g %s units\n", w,
             l->expected, l->expected, l->observed, l->observed, l->err, l->allowed,
-            kda_class_name(s->cls));
+            kda_precision_name(s->cls));
   }
   if (r->verdict != KDA_VERDICT_PASS && s->n_lines > n)
     fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
@@ -94,7 +94,7 @@ static json_t *report_json(const kda_case_report *r) {
     json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));
   if (!r->has_score) return j;
   const kda_score *s = &r->score;
-  json_object_set_new(j, "class", json_string(kda_class_name(s->cls)));
+  json_object_set_new(j, "class", json_string(kda_precision_name(s->cls)));
   json_object_set_new(j, "o", jmetric(&s->o, s->caps.o));
   json_object_set_new(j, "ht", jmetric(&s->ht, s->caps.ht));
   json_object_set_new(j, "hc", jmetric(&s->hc, s->caps.hc));
@@ -374,7 +374,7 @@ static json_t *baseline_cases(const kda_case_report *rs, int64_t n, const char *
 }
 
 static const char *class_text(int32_t cls) {
-  return kda_class_name(cls) ? kda_class_name(cls) : "?";
+  return kda_precision_name(cls) ? kda_precision_name(cls) : "?";
 }
 
 int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n) {

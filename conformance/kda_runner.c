@@ -84,7 +84,7 @@ static void verdict_from_score(kda_case_report *r) {
   char msg[KDA_ERRLEN];
   snprintf(msg, sizeof msg,
            "%s error %.4g %s units > %g allowed (%llu elements over, %llu NaN, %llu Inf)%s",
-           q, m->worst, kda_class_name(s->cls), cap, (unsigned long long)m->n_fail,
+           q, m->worst, kda_precision_name(s->cls), cap, (unsigned long long)m->n_fail,
            (unsigned long long)(s->o.n_nan + s->ht.n_nan + s->hc.n_nan),
            (unsigned long long)(s->o.n_inf + s->ht.n_inf + s->hc.n_inf),
            s->first_fail_token >= 0 ? "" : "");

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "kda_tool.h"
+#include "kda_version.h"
 
 static const char usage_text[] =
     "Usage: kda SUBCOMMAND [OPTION]... [ARGUMENT]...\n"
@@ -71,8 +72,11 @@ int main(int argc, char **argv) {
   const char *name = argv[1];
   if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0)
     return print_and_flush(usage_text);
-  if (strcmp(name, "-V") == 0 || strcmp(name, "--version") == 0)
-    return print_and_flush("kda " KDA_VERSION "\n");
+  if (strcmp(name, "-V") == 0 || strcmp(name, "--version") == 0) {
+    char line[64];
+    snprintf(line, sizeof line, "kda %s\n", kda_version());
+    return print_and_flush(line);
+  }
   for (size_t i = 0; i < sizeof subcommands / sizeof subcommands[0]; i++)
     if (strcmp(name, subcommands[i].name) == 0)
       return run_subcommand(&subcommands[i], argc - 1, argv + 1);

@@ -206,7 +206,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_PARAMS: a->params = optarg; break;
       case 'c': a->candidate = optarg; break;
       case O_CLASS:
-        if (kda_class_parse(optarg, &a->cls) != KDA_OK)
+        if (kda_precision_parse(optarg, &a->cls) != KDA_OK)
           return kda_tool_usage(SUB, "unknown class '%s' (fp64 fp32 tf32 bf16 fp16)", optarg);
         break;
       case O_EXPORT: a->export_dir = optarg; break;
@@ -327,7 +327,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     kda_case_report *r = next_report(s);
     t0 = now_s();
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_candidate(rp, &c, &t, a->cls >= 0 ? a->cls : KDA_CLASS_FP32, &a->opts,
+    else st = kda_conform_candidate(rp, &c, &t, a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
                                     r, err, sizeof err);
     s->score_s += now_s() - t0;
     if (st == KDA_OK) s->bytes += r->bytes_scored;

@@ -19,10 +19,6 @@
 #define KDA_EXIT_CHECK 1
 #define KDA_EXIT_USAGE 2
 
-#ifndef KDA_VERSION
-#define KDA_VERSION "unknown"
-#endif
-
 /* Prints "kda SUB: message" and a newline on stderr (sub may be NULL: "kda: message").
  * The message is flattened to one line (newlines become spaces).  Returns KDA_EXIT_USAGE. */
 int kda_tool_fail(const char *sub, const char *fmt, ...)

@@ -30,24 +30,27 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kda_precision.h"
 #include "kda_problem.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The precision class that a case's inputs are exact in (SPEC.md §10.3). */
-#define KDA_PREC_F64 0
-#define KDA_PREC_F32 1
-#define KDA_PREC_BF16 2 /* stored as f4 values exactly representable in bfloat16 */
-#define KDA_PREC_F16 3  /* stored as f2 */
-
-const char *kda_prec_name(int32_t prec);              /* "f64" "f32" "bf16" "f16", or NULL */
-int kda_prec_parse(const char *name, int32_t *prec);  /* KDA_OK or KDA_EINVAL */
+/* A case's input precision is a KDA_PRECISION_* of kda_precision.h with a file spelling
+ * (fp64, fp32, bf16, fp16; SPEC.md §10.3).  bf16 inputs are stored as f4 values exactly
+ * representable in bfloat16, fp16 inputs as f2.  The KDA_PREC_* and kda_prec_* names are kept
+ * for source compatibility only (the values changed in 0.2.0 to the ABI's: bf16 3, f16 4). */
+#define KDA_PREC_F64 KDA_PRECISION_FP64
+#define KDA_PREC_F32 KDA_PRECISION_FP32
+#define KDA_PREC_BF16 KDA_PRECISION_BF16
+#define KDA_PREC_F16 KDA_PRECISION_FP16
+#define kda_prec_name kda_precision_file_name /* "f64" "f32" "bf16" "f16" */
+#define kda_prec_parse kda_precision_parse
 
 typedef struct kda_case {
   kda_problem p;
-  int32_t input_precision; /* KDA_PREC_*: inputs are exact in this format */
+  int32_t input_precision; /* KDA_PRECISION_*: inputs are exact in this format */
   int32_t reserved0;
   /* Inputs as float64 (NULL when the problem does not use them), owned by the case. */
   double *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
@@ -102,7 +105,7 @@ typedef struct kda_gen_desc {
   uint64_t seed;           /* 0 .. 2^63 - 1 (it is a JSON integer in the manifest) */
   kda_problem p;
   int32_t regime;          /* KDA_REGIME_* */
-  int32_t precision;       /* KDA_PREC_* of the generated inputs */
+  int32_t precision;       /* KDA_PRECISION_* of the generated inputs */
   int64_t *seqlens;        /* [p.N] or NULL (one sequence of p.T tokens) */
   int64_t *checkpoints;    /* [p.n_checkpoints] or NULL */
   char id[128];

@@ -97,7 +97,7 @@ static char *desc_canonical(const kda_gen_desc *d, const char *id) {
                   (int)p->want_final_state);
   if (p->n_checkpoints > 0) sb_list(&b, "checkpoints", d->checkpoints, p->n_checkpoints);
   kda_sbuf_printf(&b, " regime=%s prec=%s", kda_regime_name(d->regime),
-                  kda_prec_name(d->precision));
+                  kda_precision_file_name(d->precision));
   if (id) kda_sbuf_printf(&b, " id=%s", id);
   if (b.oom) {
     free(b.s);
@@ -285,7 +285,8 @@ static int parse_rest(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err, s
   d->seed = (uint64_t)seed;
   if (vals[KEY_REGIME] && kda_regime_parse(vals[KEY_REGIME], &d->regime))
     return bad_value("regime", vals[KEY_REGIME], err, errlen);
-  if (vals[KEY_PREC] && kda_prec_parse(vals[KEY_PREC], &d->precision))
+  if (vals[KEY_PREC] && (kda_precision_parse(vals[KEY_PREC], &d->precision) ||
+                         !kda_precision_file_name(d->precision)))
     return bad_value("prec", vals[KEY_PREC], err, errlen);
   if (vals[KEY_ID]) {
     size_t n = strlen(vals[KEY_ID]);
@@ -302,7 +303,7 @@ static int parse_rest(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err, s
 int kda_gen_parse(const char *text, kda_gen_desc *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   d->regime = KDA_REGIME_RANDN;
-  d->precision = KDA_PREC_F32;
+  d->precision = KDA_PRECISION_FP32;
   if (!text) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   char *buf = strdup(text);
   if (!buf) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
@@ -506,7 +507,7 @@ static int gen_manifest(const kda_gen_desc *d, kda_case *c, char *err, size_t er
 static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
   if (!kda_regime_name(d->regime))
     return kda_fail(KDA_EINVAL, err, errlen, "description: invalid regime %d", (int)d->regime);
-  if (!kda_prec_name(d->precision))
+  if (!kda_precision_file_name(d->precision))
     return kda_fail(KDA_EINVAL, err, errlen, "description: invalid precision %d",
                     (int)d->precision);
   if (d->seed > (uint64_t)INT64_MAX)

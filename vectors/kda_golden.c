@@ -74,7 +74,7 @@ typedef struct gmember {
 #define GM_MAX 13
 
 static int32_t prec_dtype(int32_t prec) {
-  return prec == KDA_PREC_F64 ? KDA_DTYPE_F64 : prec == KDA_PREC_F16 ? KDA_DTYPE_F16
+  return prec == KDA_PRECISION_FP64 ? KDA_DTYPE_F64 : prec == KDA_PRECISION_FP16 ? KDA_DTYPE_F16
                                                                        : KDA_DTYPE_F32;
 }
 
@@ -237,7 +237,7 @@ static json_t *golden_json(const kda_catalog_entry *e, const kda_case *c,
                    "level", kda_level_name(e->level), "comment", e->comment, "flags",
                    flags_json(kda_catalog_flags(e, c)), "seed",
                    (json_int_t)kda_catalog_seed(e), "design", e->design, "input_precision",
-                   kda_prec_name(c->input_precision), "outputs", outs, "certification",
+                   kda_precision_file_name(c->input_precision), "outputs", outs, "certification",
                    cert_json(r), "members_sha256", sums);
 }
 

@@ -23,6 +23,7 @@
 #include <zip.h>
 
 #include "kda_golden_internal.h"
+#include "kda_case_internal.h" /* KDA_GENERATOR */
 #include "kda_mpfr.h"
 #include "kda_sha256.h"
 
@@ -342,7 +343,7 @@ static json_t *level_json(int32_t level, const kda_golden_info *infos, int64_t n
                    KDA_GOLDEN_SET_SCHEMA, "algorithm",
                    "KDA (Kimi Delta Attention) forward pass, SPEC.md", "level",
                    kda_level_name(level), "level_description", level_text[level], "generator",
-                   "kda " KDA_VERSION, "versions", versions_json(), "certification", cert,
+                   KDA_GENERATOR, "versions", versions_json(), "certification", cert,
                    "flags", flags_defs(), "ref_f64_budget", budget_json(infos, n, level),
                    "number_of_cases", (json_int_t)count, "cases");
 }

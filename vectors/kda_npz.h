@@ -31,7 +31,8 @@
 extern "C" {
 #endif
 
-/* Element types of .npy members, all little-endian, C order. */
+/* Storage element types of .npy members, all little-endian, C order.  Not precisions (those
+ * are KDA_PRECISION_* of kda_precision.h, SPEC.md §10.3): a bf16 case is stored as '<f4'. */
 #define KDA_DTYPE_F64 0 /* '<f8' */
 #define KDA_DTYPE_F32 1 /* '<f4' */
 #define KDA_DTYPE_F16 2 /* '<f2' */

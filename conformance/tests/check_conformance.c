@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include "kda_case.h"
@@ -83,7 +84,7 @@ START_TEST(test_registry) {
   ck_assert_ptr_nonnull(f32);
   ck_assert_ptr_null(kda_backend_find("nope"));
   ck_assert_int_eq(kda_backend_validate(f64, err, sizeof err), KDA_OK);
-  ck_assert_int_eq(f32->precision_class, KDA_CLASS_FP32);
+  ck_assert_int_eq(f32->precision_class, KDA_PRECISION_FP32);
   kda_backend bad = *f64;
   bad.abi_version = 99;
   ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EUNSUPPORTED);
@@ -96,13 +97,171 @@ START_TEST(test_registry) {
   bad = *f64;
   bad.precision_class = 17;
   ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EINVAL);
+  bad = *f64;
+  bad.reserved0 = 1;
+  ck_assert_int_eq(kda_backend_validate(&bad, err, sizeof err), KDA_EINVAL);
   kda_plugin *p;
   const kda_backend *b;
   ck_assert_int_eq(kda_plugin_load("/nonexistent/x.so", &p, &b, err, sizeof err), KDA_EIO);
   int32_t cls;
-  ck_assert_int_eq(kda_class_parse("bf16", &cls), KDA_OK);
+  ck_assert_int_eq(kda_precision_parse("bf16", &cls), KDA_OK);
   ck_assert(kda_class_unit(cls) == 0x1p-8);
-  ck_assert_int_eq(kda_class_parse("fp8", &cls), KDA_EINVAL);
+  ck_assert_int_eq(kda_precision_parse("fp8", &cls), KDA_EINVAL);
+  ck_assert_str_eq(kda_class_name(KDA_CLASS_BF16), "bf16"); /* the 0.1 names still compile */
+  ck_assert_int_eq(kda_class_parse("fp16", &cls), KDA_OK);
+  ck_assert_int_eq(cls, KDA_PRECISION_FP16);
+}
+END_TEST
+
+static int noop_sync(void *h) { return KDA_OK; }
+static int32_t noop_create(void *h, const kda_problem *p, const kda_backend_tensors *t,
+                           void **buf) {
+  return KDA_EUNSUPPORTED;
+}
+
+/* SPEC.md §7.8's table rules: sizes per version, buffer slots all or none, synchronize with
+ * them; every rejection says why. */
+START_TEST(test_validate_v2) {
+  char err[KDA_ERRLEN];
+  const kda_backend *f64 = kda_backend_find("ref-f64");
+  ck_assert_uint_eq(KDA_BACKEND_V1_SIZE, 8 + 2 * sizeof(void *) + 16 + 5 * sizeof(void *));
+  ck_assert_uint_lt(KDA_BACKEND_V1_SIZE, KDA_BACKEND_V2_SIZE);
+  ck_assert_uint_eq(KDA_PROBLEM_V1_SIZE, 7 * 8 + 10 * 4 + 3 * 8); /* the 0.1 kda_problem */
+  ck_assert_uint_eq(sizeof(kda_problem), KDA_PROBLEM_V1_SIZE + 8);
+  kda_backend t = *f64;
+  t.abi_version = 1, t.struct_size = KDA_BACKEND_V1_SIZE;
+  t.buffers_create = noop_create; /* past a v1 table's end: never looked at */
+  ck_assert_msg(kda_backend_validate(&t, err, sizeof err) == KDA_OK, "%s", err);
+  t.struct_size = KDA_BACKEND_V1_SIZE - 1;
+  ck_assert_int_eq(kda_backend_validate(&t, err, sizeof err), KDA_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "smaller than the version-1 table"));
+  t = *f64;
+  t.struct_size = KDA_BACKEND_V1_SIZE; /* ABI 2 with a version-1 size */
+  ck_assert_int_eq(kda_backend_validate(&t, err, sizeof err), KDA_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "smaller than the version-2 table"));
+  t.struct_size = KDA_BACKEND_V2_SIZE + 64; /* a later, longer table: its prefix is read */
+  ck_assert_msg(kda_backend_validate(&t, err, sizeof err) == KDA_OK, "%s", err);
+  t = *f64;
+  t.buffers_create = noop_create;
+  ck_assert_int_eq(kda_backend_validate(&t, err, sizeof err), KDA_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "1 of the 4 buffer functions"));
+  const kda_backend *v2 = NULL;
+  kda_plugin *pl = load("v2", &v2);
+  ck_assert_msg(kda_backend_validate(v2, err, sizeof err) == KDA_OK, "%s", err);
+  t = *v2;
+  t.synchronize = NULL;
+  ck_assert_int_eq(kda_backend_validate(&t, err, sizeof err), KDA_EINVAL);
+  ck_assert_ptr_nonnull(strstr(err, "no synchronize"));
+  t = *v2;
+  t.buffers_read = NULL;
+  ck_assert_int_eq(kda_backend_validate(&t, err, sizeof err), KDA_EINVAL);
+  t = *v2;
+  t.describe = NULL, t.synchronize = noop_sync; /* describe is optional */
+  ck_assert_msg(kda_backend_validate(&t, err, sizeof err) == KDA_OK, "%s", err);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* A version-1 table whose memory ends at its last version-1 slot (a guard page follows):
+ * validating it and scoring it read nothing past KDA_BACKEND_V1_SIZE. */
+START_TEST(test_v1_table_at_page_end) {
+  const long pg = sysconf(_SC_PAGESIZE);
+  char *mem = mmap(NULL, (size_t)pg * 2, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+                   -1, 0);
+  ck_assert(mem != MAP_FAILED);
+  ck_assert_int_eq(mprotect(mem + pg, (size_t)pg, PROT_NONE), 0);
+  kda_backend *t = (kda_backend *)(void *)(mem + pg - KDA_BACKEND_V1_SIZE);
+  memcpy(t, kda_backend_find("ref-f64"), KDA_BACKEND_V1_SIZE);
+  t->abi_version = 1, t->struct_size = KDA_BACKEND_V1_SIZE;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_backend_validate(t, err, sizeof err) == KDA_OK, "%s", err);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  kda_case_report r;
+  ck_assert_msg(run_one(t, "", 0, &o, &r) == KDA_VERDICT_PASS, "%s", r.reason);
+  kda_case_report_free(&r);
+  munmap(mem, (size_t)pg * 2);
+}
+END_TEST
+
+/* A plugin built against the version-1 headers (conformance/tests/abi_v1) loads, is never
+ * asked for a version-2 slot, and passes: its problems carry fields it does not know. */
+START_TEST(test_v1_plugin) {
+  const kda_backend *b;
+  kda_plugin *pl = load("v1", &b);
+  ck_assert_uint_eq(b->abi_version, 1);
+  ck_assert_uint_eq(b->struct_size, KDA_BACKEND_V1_SIZE);
+  ck_assert(!KDA_BACKEND_HAS(b, describe) && !KDA_BACKEND_HAS(b, synchronize));
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.repeat = 1;
+  for (size_t i = 0; i < N_CASES; i += 4) { /* small, and varlen with checkpoints */
+    kda_case_report r;
+    ck_assert_msg(run_one(b, "", i, &o, &r) == KDA_VERDICT_PASS, "%s: %s", case_descs[i],
+                  r.reason);
+    kda_case_report_free(&r);
+  }
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* Float64 input buffers of case c and (NULL when out is NULL) output buffers of out. */
+static kda_backend_tensors case_tensors(const kda_case *c, kda_outputs *out) {
+  kda_backend_tensors t = {.struct_size = sizeof t, .in_dtype = KDA_PRECISION_FP64,
+                           .out_dtype = KDA_PRECISION_FP64};
+  t.q = c->q, t.k = c->k, t.v = c->v, t.g = c->g, t.beta = c->beta, t.A_log = c->A_log;
+  t.dt_bias = c->dt_bias, t.h0 = c->h0, t.cu_seqlens = c->cu_seqlens;
+  t.checkpoints = c->checkpoints;
+  if (out) t.o = out->o, t.ht = out->ht, t.hc = out->hc;
+  return t;
+}
+
+static void same_outputs(const kda_outputs *a, const kda_outputs *b, const char *what) {
+  ck_assert(a->n_o == b->n_o && a->n_ht == b->n_ht && a->n_hc == b->n_hc);
+  ck_assert_msg(memcmp(a->o, b->o, a->n_o * 8) == 0, "%s: o differs", what);
+  ck_assert_msg(!a->n_ht || memcmp(a->ht, b->ht, a->n_ht * 8) == 0, "%s: ht differs", what);
+  ck_assert_msg(!a->n_hc || memcmp(a->hc, b->hc, a->n_hc * 8) == 0, "%s: hc differs", what);
+}
+
+/* The version-2 sequence on the test plugin: buffers_create, forward_buffers (twice),
+ * synchronize, buffers_read, buffers_destroy gives forward's outputs bit for bit. */
+START_TEST(test_v2_buffers) {
+  const kda_backend *b;
+  kda_plugin *pl = load("v2", &b);
+  char err[KDA_ERRLEN] = "";
+  void *h = NULL;
+  ck_assert_int_eq(b->open("", &h, err, sizeof err), KDA_OK);
+  ck_assert(KDA_BACKEND_HAS(b, describe) && b->describe);
+  kda_backend_info info = {.struct_size = sizeof info};
+  ck_assert_int_eq(b->describe(h, &info), KDA_OK);
+  ck_assert(info.device[0] != 0 && info.is_device == 0);
+  for (size_t i = 0; i < N_CASES; i++) {
+    const kda_case *c = &cases[i];
+    kda_outputs direct, resident;
+    ck_assert_int_eq(kda_outputs_alloc(&c->p, &direct, err, sizeof err), KDA_OK);
+    ck_assert_int_eq(kda_outputs_alloc(&c->p, &resident, err, sizeof err), KDA_OK);
+    kda_backend_tensors t = case_tensors(c, &direct);
+    ck_assert_msg(b->forward(h, &c->p, &t) == KDA_OK, "%s", b->last_error(h));
+    kda_backend_tensors in = case_tensors(c, NULL);
+    void *buf = NULL;
+    ck_assert_msg(b->buffers_create(h, &c->p, &in, &buf) == KDA_OK, "%s", b->last_error(h));
+    ck_assert_int_eq(b->forward_buffers(h, &c->p, buf), KDA_OK);
+    ck_assert_int_eq(b->forward_buffers(h, &c->p, buf), KDA_OK);
+    ck_assert_int_eq(b->synchronize(h), KDA_OK);
+    kda_backend_tensors rd = case_tensors(c, &resident);
+    ck_assert_msg(b->buffers_read(h, buf, &rd) == KDA_OK, "%s", b->last_error(h));
+    b->buffers_destroy(h, buf);
+    same_outputs(&direct, &resident, case_descs[i]);
+    kda_outputs_free(&direct), kda_outputs_free(&resident);
+  }
+  b->buffers_destroy(h, NULL);
+  b->close(h);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  kda_case_report r;
+  ck_assert_msg(run_one(b, "", 0, &o, &r) == KDA_VERDICT_PASS, "%s", r.reason);
+  kda_case_report_free(&r);
+  kda_plugin_unload(pl);
 }
 END_TEST
 
@@ -194,7 +353,7 @@ START_TEST(test_candidates) {
   kda_conform_opts o;
   kda_conform_opts_init(&o);
   kda_case_report r;
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s", r.reason);
   kda_case_report_free(&r);
@@ -202,7 +361,7 @@ START_TEST(test_candidates) {
   ck_assert_int_eq(kda_result_save(path, &cases[1], "test", KDA_DTYPE_F64, t->out.o, t->out.ht,
                                    t->out.hc, err, sizeof err), KDA_OK);
   t->out.o[5] -= 1e-3;
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
   ck_assert_int_eq(r.score.lines[0].index, 5);
@@ -216,7 +375,7 @@ START_TEST(test_candidates) {
   free(buf);
   kda_case_report_free(&r);
   unlink(path);
-  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_CLASS_FP32, &o, &r, err, sizeof err),
+  ck_assert_int_eq(kda_conform_candidate(path, &cases[1], t, KDA_PRECISION_FP32, &o, &r, err, sizeof err),
                    KDA_OK);
   ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
   kda_case_report_free(&r);
@@ -329,6 +488,10 @@ static Suite *conformance_suite(void) {
   tcase_add_unchecked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_registry);
+  tcase_add_test(tc, test_validate_v2);
+  tcase_add_test(tc, test_v1_table_at_page_end);
+  tcase_add_test(tc, test_v1_plugin);
+  tcase_add_test(tc, test_v2_buffers);
   tcase_add_test(tc, test_references_pass);
   tcase_add_test(tc, test_mutants_killed);
   tcase_add_test(tc, test_isolation);
