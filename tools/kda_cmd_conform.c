@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,7 +22,9 @@ static const char help_text[] =
     "\n"
     "Scores KDA implementations on case files (default: golden/L1, else golden/example)\n"
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
-    "Every backend call runs in a child process with a time limit.\n"
+    "Every backend runs in its own worker process (loaded there, never in the runner), with a\n"
+    "time limit on every wait and a memory limit; a crash, hang or stray print is that backend's\n"
+    "verdict, and the worker is restarted for the next call (SPEC.md section 7.8).\n"
     "\n"
     "What to score (default: every built-in backend):\n"
     "  -b, --backend NAME        a built-in backend (ref-f64, ref-f32); repeatable\n"
@@ -33,10 +36,13 @@ static const char help_text[] =
     "                            (default: the backend's own; fp32 for candidates)\n"
     "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit\n"
     "Checks:\n"
-    "  -t, --timeout SECONDS     time limit per backend call (default 60)\n"
+    "  -t, --timeout SECONDS     time limit per backend call, load, open and close (default 60)\n"
+    "      --memory-limit BYTES|auto|none  address-space limit of each worker (suffix k M G;\n"
+    "                            default auto: a multiple of each call's buffers plus 4 GiB)\n"
     "      --repeat              run every case twice and flag bitwise differences\n"
     "      --no-prefix           skip the prefix-resume and causality checks\n"
-    "      --no-isolate          call backends in-process (debugging; a crash ends the run)\n"
+    "      --no-isolate          call backends in-process (debugging; a crash ends the run,\n"
+    "                            prints are not captured, no guard pages or memory limit)\n"
     "      --waivers FILE        waivers (JSON, SPEC.md section 7.6)\n"
     "      --baseline FILE       recorded baseline; QualityWarning above FACTOR x baseline\n"
     "      --baseline-factor X   (default 2)\n"
@@ -119,9 +125,24 @@ static int collect(const char *path, path_list *l) {
   return rc;
 }
 
+/* --memory-limit: "auto" (0), "none" (-1), or bytes with an optional binary suffix. */
+static int parse_memory_limit(const char *s, int64_t *out) {
+  if (strcmp(s, "auto") == 0) return *out = 0, 0;
+  if (strcmp(s, "none") == 0) return *out = -1, 0;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(s, &end, 10);
+  int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift) end++;
+  if (errno || end == s || *end || s[0] == '-' || x == 0 || x > (1ULL << (62 - shift))) return -1;
+  *out = (int64_t)(x << shift);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
-         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH };
+         O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
+         O_MEMLIMIT };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -134,6 +155,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"jsonl", required_argument, NULL, O_JSONL}, {"summary", required_argument, NULL, O_SUMMARY},
       {"junit", required_argument, NULL, O_JUNIT}, {"max-lines", required_argument, NULL, O_MAXLINES},
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
+      {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -182,6 +204,10 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_MAXLINES:
         if (kda_tool_parse_count(optarg, &a->max_lines)) return kda_tool_usage(SUB, "bad --max-lines");
         break;
+      case O_MEMLIMIT:
+        if (parse_memory_limit(optarg, &a->opts.call.memory_limit))
+          return kda_tool_usage(SUB, "bad --memory-limit '%s' (BYTES[k|M|G], auto, none)", optarg);
+        break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
       case 'h': fputs(help_text, stdout); return -1;
@@ -194,10 +220,9 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   return 0;
 }
 
-/* One scoring target: a built-in or plugin backend, or the candidate files. */
+/* One scoring target: the worker process of a built-in or plugin backend (SPEC.md §7.8). */
 typedef struct target {
-  const kda_backend *b;
-  kda_plugin *plugin;
+  kda_worker *w;
 } target;
 
 typedef struct run_state {
@@ -254,8 +279,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case(tg[i].b, tg[i].plugin ? (a->params ? a->params : "") : "", &c, &t,
-                               &a->opts, r, err, sizeof err);
+    else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
   if (st == KDA_OK && a->candidate) {
@@ -325,18 +349,30 @@ static int default_paths(path_list *l) {
   return collect("golden/example", l);
 }
 
-static int load_targets(conform_args *a, target *tg, int *nt) {
+/* One worker per target.  A plugin that fails to load is not an error of the run: the
+ * worker records it and every case reports it as that backend's verdict. */
+static int start_target(conform_args *a, const char *spec, int plugin, target *tg, int *nt) {
   char err[KDA_ERRLEN];
-  *nt = 0;
-  if (!a->n_backends && !a->n_plugins && !a->candidate)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++) tg[(*nt)++].b = kda_backend_builtin(i);
-  for (int i = 0; i < a->n_backends; i++) tg[(*nt)++].b = kda_backend_find(a->backends[i]);
-  for (int i = 0; i < a->n_plugins; i++) {
-    if (kda_plugin_load(a->plugins[i], &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
-      return kda_tool_fail(SUB, "%s", err);
-    (*nt)++;
-  }
+  kda_backend_ref ref;
+  if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  if (plugin && !ref.path[0]) snprintf(ref.path, sizeof ref.path, "%s", spec), ref.builtin = NULL;
+  if (plugin && a->params) snprintf(ref.params, sizeof ref.params, "%s", a->params);
+  if (kda_worker_start(&ref, &a->opts.call, &tg[*nt].w, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  (*nt)++;
   return 0;
+}
+
+static int load_targets(conform_args *a, target *tg, int *nt) {
+  *nt = 0;
+  int rc = 0;
+  if (!a->n_backends && !a->n_plugins && !a->candidate)
+    for (int32_t i = 0; i < kda_backend_builtin_count() && !rc; i++)
+      rc = start_target(a, kda_backend_builtin(i)->name, 0, tg, nt);
+  for (int i = 0; i < a->n_backends && !rc; i++) rc = start_target(a, a->backends[i], 0, tg, nt);
+  for (int i = 0; i < a->n_plugins && !rc; i++) rc = start_target(a, a->plugins[i], 1, tg, nt);
+  return rc;
 }
 
 int kda_cmd_conform(int argc, char **argv) {
@@ -387,7 +423,7 @@ int kda_cmd_conform(int argc, char **argv) {
   }
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
-  for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin);
+  for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w);
   kda_waivers_free(w);
   kda_baseline_free(bl);
 done:
