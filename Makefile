@@ -129,6 +129,9 @@ $(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADE
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
 
+# The fault plugin runs plugin_mutants.c's correct implementation (it includes that file).
+$(BUILD)/conformance/tests/kda_plugin_faults.so: conformance/tests/plugin_mutants.c
+
 # The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
 conform: $(KDA)
 	$(KDA) conform --out $(BUILD)/conform

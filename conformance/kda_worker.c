@@ -447,7 +447,9 @@ static void log_drain(kda_worker *w) {
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return;
     size_t room = sizeof w->log - 1 - w->log_len, n = (size_t)k < room ? (size_t)k : room;
-    memcpy(w->log + w->log_len, buf, n);
+    for (size_t i = 0; i < n; i++) /* no terminal escapes or NULs into the report */
+      w->log[w->log_len + i] = (buf[i] == '\n' || buf[i] == '\t' ||
+                                ((unsigned char)buf[i] >= 0x20 && buf[i] != 0x7f)) ? buf[i] : '?';
     w->log_len += n;
     w->log[w->log_len] = 0;
     w->log_total += (uint64_t)k;
