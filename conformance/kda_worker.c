@@ -327,7 +327,7 @@ static void close_others(const int *keep, int n) {
 /* The guard: kills the worker's whole process group when the runner dies (its end of the
  * alive pipe closes) or stops the worker.  It never loads the plugin. */
 static void spawn_guard(int alive) {
-  pid_t g = fork();
+  pid_t group = getpid(), g = fork();
   if (g != 0) return;
   close_others(&alive, 1);
   close(0), close(1), close(2);
@@ -337,7 +337,7 @@ static void spawn_guard(int alive) {
     if (k < 0 && errno == EINTR) continue;
     if (k == 0 || k < 0) break;
   }
-  kill(0, SIGKILL);
+  if (getpgrp() == group) kill(-group, SIGKILL); /* never the runner's own group */
   _exit(0);
 }
 
@@ -371,7 +371,7 @@ static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
 
 static void child_main(const kda_backend_ref *ref, pid_t parent, int ctl, int memfd, int logw,
                        int alive) {
-  setpgid(0, 0);
+  if (setpgid(0, 0) != 0 && getpgrp() != getpid()) _exit(1); /* no group: no safe kill */
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1); /* the runner died before the request took effect */
   int keep[4] = {ctl, memfd, logw, alive};
