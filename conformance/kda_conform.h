@@ -157,6 +157,10 @@ int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
  * outcomes and return values as kda_call_forward. */
 int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                     kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* The backend's describe (ABI version 2) on the open handle (opening one when none is):
+ * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
+int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
+                        size_t errlen);
 /* Closes the open handle (r: close's outcome; KDA_CALL_OK when none was open). */
 int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen);
 /* Moves what the backend printed since the last take into buf (cap bytes, NUL-terminated,

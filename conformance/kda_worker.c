@@ -101,7 +101,7 @@ static void fpctl_diff(const fpctl *a, const fpctl *b, char *buf, size_t cap) {
 
 /* ---- Protocol: fixed-size messages on a stream socket. */
 #define MAGIC 0x4B444157u /* "KDAW" */
-enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RP_INFO, RP_DONE };
+enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE };
 enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE };
 static const char *const stage_names[] = {"the worker", "load", "open", "supports", "forward",
                                           "close"};
@@ -135,6 +135,7 @@ typedef struct wrep {
   double seconds;
   char name[64], desc[256];
   char msg[KDA_ERRLEN];
+  kda_backend_info info; /* RQ_DESCRIBE */
 } wrep;
 
 /* The first page of the region: written by the worker, read by the parent after a death. */
@@ -143,6 +144,7 @@ typedef struct shm_hdr {
   volatile int32_t fault_sig;
   volatile uint64_t fault_addr;
   volatile uint64_t child_base; /* where the worker mapped the region */
+  volatile uint64_t mem_limit;  /* the address-space limit in force (0: none) */
 } shm_hdr;
 
 static double now_s(void) {
@@ -151,11 +153,19 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-static int send_all(int fd, const void *buf, size_t n) {
+/* Sends n bytes; with limit_s > 0 the wait for room in the socket is bounded too. */
+static int send_all(int fd, const void *buf, size_t n, double limit_s) {
   const char *p = buf;
+  double deadline = now_s() + limit_s;
   while (n > 0) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+    ssize_t k = send(fd, p, n, MSG_NOSIGNAL | (limit_s > 0 ? MSG_DONTWAIT : 0));
     if (k < 0 && errno == EINTR) continue;
+    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      double left = deadline - now_s();
+      struct pollfd pf = {fd, POLLOUT, 0};
+      if (left <= 0 || poll(&pf, 1, (int)(left * 1000.0) + 1) < 0) return -1;
+      continue;
+    }
     if (k <= 0) return -1;
     p += k, n -= (size_t)k;
   }
@@ -163,6 +173,8 @@ static int send_all(int fd, const void *buf, size_t n) {
 }
 
 /* ---- The worker's side. */
+static shm_hdr *volatile g_hdr; /* the region's first page, for the fault handler */
+
 typedef struct wchild {
   const kda_backend *b;
   void *handle;
@@ -172,7 +184,6 @@ typedef struct wchild {
   int isolated; /* 0: served in the runner's process (--no-isolate) */
 } wchild;
 
-static shm_hdr *volatile g_hdr; /* for the fault handler */
 
 static void on_fault(int sig, siginfo_t *si, void *uc) {
   shm_hdr *h = g_hdr;
@@ -222,7 +233,7 @@ static void apply_limit(const wreq *q) {
            AUTO_ALLOWANCE;
   }
   rl.rlim_cur = (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) ? rl.rlim_max : want;
-  setrlimit(RLIMIT_AS, &rl);
+  if (setrlimit(RLIMIT_AS, &rl) == 0 && g_hdr) g_hdr->mem_limit = rl.rlim_cur;
 }
 
 static void serve_open(wchild *c, const wreq *q, wrep *a) {
@@ -294,6 +305,20 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
   rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
 }
 
+/* describe (ABI version 2, optional): KDA_CALL_UNSUPPORTED when the table has none. */
+static void serve_describe(wchild *c, wrep *a) {
+  memset(&a->info, 0, sizeof a->info);
+  a->info.struct_size = sizeof a->info;
+  if (!KDA_BACKEND_HAS(c->b, describe) || !c->b->describe)
+    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED, "no describe%s%s", 0, 0);
+  fpctl before;
+  fpctl_get(&before);
+  int32_t st = c->b->describe(c->handle, &a->info);
+  if (fp_check(&before, "describe", a)) return;
+  if (st != KDA_OK) return rep_set(a, KDA_CALL_ERROR, st, "describe failed%s%s", 0, 0);
+  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
+}
+
 static void serve_close(wchild *c, wrep *a) {
   fpctl before;
   fpctl_get(&before);
@@ -344,7 +369,7 @@ static void spawn_guard(int alive) {
 static void child_reply(wchild *c, wrep *a) {
   fflush(NULL); /* the backend's buffered prints go to the log before the reply */
   a->magic = MAGIC;
-  if (send_all(c->ctl, a, sizeof *a) != 0) _exit(0);
+  if (send_all(c->ctl, a, sizeof *a, 0) != 0) _exit(0);
 }
 
 static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
@@ -410,6 +435,7 @@ static void child_main(const kda_backend_ref *ref, pid_t parent, int ctl, int me
     if (q.type == RQ_OPEN) serve_open(&c, &q, &a);
     else if (q.type == RQ_CALL) serve_call(&c, &q, &a);
     else if (q.type == RQ_CLOSE) serve_close(&c, &a);
+    else if (q.type == RQ_DESCRIBE) serve_describe(&c, &a);
     child_reply(&c, &a);
   }
 }
@@ -484,7 +510,9 @@ static int recv_reply(kda_worker *w, wrep *a) {
     }
   }
   log_drain(w);
-  if (a->magic != MAGIC) return -1;
+  /* The backend shares the worker's process and could write here: anything malformed is a
+   * dead worker. */
+  if (a->magic != MAGIC || a->outcome < KDA_CALL_OK || a->outcome > KDA_CALL_INPUT) return -1;
   a->msg[sizeof a->msg - 1] = 0, a->name[sizeof a->name - 1] = 0, a->desc[sizeof a->desc - 1] = 0;
   return 0;
 }
@@ -561,6 +589,11 @@ static void worker_lost(kda_worker *w, int why, int32_t stage, const wreq *q,
     snprintf(r->msg, sizeof r->msg, "the backend's process exited with status %d in %s",
              wst != -1 && WIFEXITED(wst) ? WEXITSTATUS(wst) : -1, where);
   }
+  if (h && h->mem_limit && r->outcome == KDA_CALL_CRASH) { /* the limit may be why */
+    size_t n = strlen(r->msg);
+    snprintf(r->msg + n, sizeof r->msg - n, " (address-space limit %llu MiB)",
+             (unsigned long long)(h->mem_limit >> 20));
+  }
   if (h) ((shm_hdr *)w->map)->fault_sig = 0, ((shm_hdr *)w->map)->stage = ST_NONE;
 }
 
@@ -588,6 +621,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
     close(sv[0]), close(sv[1]), close(lp[0]), close(lp[1]);
     return snprintf(err, errlen, "pipe: %s", strerror(errno)), KDA_EIO;
   }
+  memset(w->map, 0, sizeof(shm_hdr)); /* nothing of the previous worker's state */
   fflush(NULL); /* nothing of the runner's buffered output may reach the worker's log */
   pid_t parent = getpid(), pid = fork();
   if (pid < 0) {
@@ -617,7 +651,13 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
     return KDA_OK;
   }
   if (w->starts == 1) {
-    snprintf(w->name, sizeof w->name, "%s", a.name);
+    int ok = a.name[0] != 0;
+    for (const char *c = a.name; *c; c++)
+      ok &= (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ||
+            *c == '.' || *c == '_' || *c == '-';
+    if (ok) snprintf(w->name, sizeof w->name, "%s", a.name);
+    for (char *c = a.desc; *c; c++)
+      if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     snprintf(w->desc, sizeof w->desc, "%s", a.desc);
     w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
     w->abi_version = a.abi_version;
@@ -694,7 +734,7 @@ static void sync_local(kda_worker *w) {
 /* One request and its reply; on a death r says what happened and 1 is returned. */
 static int transact(kda_worker *w, wreq *q, wrep *a, int32_t stage, kda_call_result *r) {
   q->magic = MAGIC;
-  int rc = send_all(w->ctl, q, sizeof *q) == 0 ? recv_reply(w, a) : -1;
+  int rc = send_all(w->ctl, q, sizeof *q, w->opts.timeout_s) == 0 ? recv_reply(w, a) : -1;
   if (rc == 0 && a->type == RP_DONE) return 0;
   worker_lost(w, rc ? rc : -1, stage, q->type == RQ_CALL ? q : NULL, r);
   return 1;
@@ -731,11 +771,12 @@ static int ready(kda_worker *w, kda_call_result *r, char *err, size_t errlen, in
 static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 /* Places the inputs, then each output so that its end is followed by a guard page (the
- * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries). */
+ * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries).  Returns
+ * the region's size, or 0 for a problem whose sizes do not fit. */
 static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies, size_t oes,
                      wreq *q) {
   kda_case_sizes s;
-  kda_case_sizes_get(p, &s, NULL, 0);
+  if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
   const uint64_t ns[N_FIN] = {s.q, s.k, s.v, s.g, s.beta, s.A_log, s.dt_bias, s.h0};
   size_t pg = (size_t)sysconf(_SC_PAGESIZE), off = pg;
@@ -846,6 +887,7 @@ int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *
   size_t ies = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   size_t oes = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   size_t size = layout(p, in, ies, oes, &q);
+  if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
   if (region_reserve(w, size) != KDA_OK)
     return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;
   q.map_size = w->map_size;
@@ -889,6 +931,29 @@ int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t err
   else if (transact(w, &q, &a, ST_CLOSE, r)) return KDA_OK;
   r->outcome = a.outcome, r->status = a.status;
   snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+  return KDA_OK;
+}
+
+int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
+                        size_t errlen) {
+  memset(r, 0, sizeof *r);
+  memset(info, 0, sizeof *info);
+  info->struct_size = sizeof *info;
+  int st;
+  if (!ready(w, r, err, errlen, &st)) return st;
+  wreq q;
+  wrep a;
+  memset(&q, 0, sizeof q);
+  memset(&a, 0, sizeof a);
+  q.type = RQ_DESCRIBE;
+  if (!w->opts.isolate) sync_local(w), serve_describe(&w->local, &a);
+  else if (transact(w, &q, &a, ST_OPEN, r)) return KDA_OK;
+  r->outcome = a.outcome, r->status = a.status;
+  snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+  if (a.outcome != KDA_CALL_OK) return KDA_OK;
+  *info = a.info;
+  info->struct_size = sizeof *info;
+  info->device[sizeof info->device - 1] = 0, info->isa[sizeof info->isa - 1] = 0;
   return KDA_OK;
 }
 

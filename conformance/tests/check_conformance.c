@@ -456,6 +456,15 @@ START_TEST(test_worker_restart_and_log) {
   ck_assert_int_eq(kda_worker_starts(w), 2);
   ck_assert_msg(run_worker(w, 2, &o, &r) == KDA_VERDICT_PASS, "%s", r.reason);
   ck_assert_int_eq(kda_worker_starts(w), 2); /* one process serves every later case */
+  kda_backend_info info;
+  kda_call_result cr;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_worker_describe(w, &info, &cr, err, sizeof err), KDA_OK);
+  ck_assert_msg(cr.outcome == KDA_CALL_OK, "%s", cr.msg);
+  ck_assert_str_eq(info.device, "test device");
+  ck_assert_int_eq(info.threads, 1);
+  ck_assert_int_eq(kda_worker_end_case(w, &cr, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_worker_abi_version(w), KDA_BACKEND_ABI_VERSION);
   kda_worker_stop(w);
   unlink(marker);
 
