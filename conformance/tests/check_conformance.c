@@ -393,6 +393,7 @@ static const fault_row fault_rows[] = {
     {"loop_forward", 1, KDA_VERDICT_TIMEOUT, "time limit"},
     {"closefds_block", 1, KDA_VERDICT_CRASH, "closed the runner's channel in forward"},
     {"fpenv_open", 1, KDA_VERDICT_FAIL, "open changed the floating-point environment"},
+    {"fpenv_supports", 1, KDA_VERDICT_FAIL, "supports changed the floating-point environment"},
     {"fpenv_forward", 1, KDA_VERDICT_FAIL, "forward changed the floating-point environment"},
     {"fpenv_close", 1, KDA_VERDICT_FAIL, "close changed the floating-point environment"},
     {"ht_overrun128", 1, KDA_VERDICT_CRASH, "past the end of output 'ht'"},
@@ -509,9 +510,11 @@ START_TEST(test_worker_load_faults) {
                KDA_VERDICT_FAIL},
               {"noentry", "no symbol 'kda_backend_entry'", KDA_VERDICT_FAIL},
               {"nullentry", "returned NULL", KDA_VERDICT_FAIL},
-              {"badsize", "table size 8", KDA_VERDICT_FAIL}};
+              {"badsize", "table size 8", KDA_VERDICT_FAIL},
+              {"ctor_hang", "time limit of 1 s in load", KDA_VERDICT_TIMEOUT}};
   kda_conform_opts o;
   kda_conform_opts_init(&o);
+  o.call.timeout_s = 1.0;
   for (size_t k = 0; k < sizeof rows / sizeof rows[0]; k++) {
     kda_worker *w = start_plugin(rows[k].plugin, NULL, &o);
     ck_assert_ptr_nonnull(kda_worker_load_result(w));

@@ -19,7 +19,7 @@
   X(exit_forward) X(loop_forward) X(closefds_block) X(grandchild) X(fpenv_open)          \
   X(fpenv_forward) X(fpenv_close) X(ht_overrun128) X(o_overrun1) X(write_cu) X(write_ck) \
   X(write_q) X(print) X(oom) X(error) X(unsupported_forward) X(nondet) X(noncausal)     \
-  X(crash_once) X(grandchild_loop)
+  X(crash_once) X(grandchild_loop) X(fpenv_supports)
 #define AS_ENUM(n) F_##n,
 #define AS_NAME(n) #n,
 enum { FAULTS(AS_ENUM) F_COUNT };
@@ -85,6 +85,7 @@ static void f_close(void *handle) {
 
 static int32_t f_supports(void *handle, const kda_problem *p, char *r, uint32_t n) {
   if (((fhandle *)handle)->fault == F_segv_supports) die_segv();
+  if (((fhandle *)handle)->fault == F_fpenv_supports) fesetround(FE_DOWNWARD);
   return KDA_OK;
 }
 
