@@ -133,12 +133,13 @@ int kda_call_forward(const kda_backend *b, const char *params, const kda_problem
  * A handle is opened by the first call after kda_worker_end_case and closed by it: one handle
  * per case. */
 typedef struct kda_worker kda_worker;
+typedef kda_call_opts kda_worker_opts; /* timeout_s, isolate, memory_limit */
 #define KDA_WORKER_LOG_MAX 4096 /* bytes of the backend's stdout/stderr kept per case */
 /* Starts the worker of ref (a built-in table, or a plugin path, and params) and waits (bounded
  * by o->timeout_s) until it has loaded the backend.  Returns KDA_OK and sets *w, also when the
  * backend failed to load (kda_worker_load_result), or KDA_ENOMEM / KDA_EIO (fork, socket,
  * memfd).  o NULL: isolated, 60 s, automatic memory limit. */
-int kda_worker_start(const kda_backend_ref *ref, const kda_call_opts *o, kda_worker **w,
+int kda_worker_start(const kda_backend_ref *ref, const kda_worker_opts *o, kda_worker **w,
                      char *err, size_t errlen);
 /* The outcome of loading the backend (KDA_CALL_ERROR, _CRASH, _TIMEOUT, _FPENV and why), or
  * NULL when it loaded. */
