@@ -172,6 +172,9 @@ $(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
 
+# The fault plugin runs plugin_mutants.c's correct implementation (it includes that file).
+$(BUILD)/conformance/tests/kda_plugin_faults.so: conformance/tests/plugin_mutants.c
+
 # The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
 conform: $(KDA)
 	$(KDA) conform --out $(BUILD)/conform

@@ -4,7 +4,7 @@
  *
  * Flow of one case: the truth (golden float64 outputs when the case file carries them, else
  * the float64 reference) and its magnitude scales are computed once (kda_truth_compute); each
- * backend runs in a child process (kda_call_forward); its outputs are scored in units of its
+ * backend runs in a worker process (kda_worker_call); its outputs are scored in units of its
  * precision class (kda_score_outputs); a verdict is formed (kda_conform_case) and reported
  * (kda_report_*).  Library functions never print except into the FILE* they are given, never
  * exit, and return KDA_* statuses with one-line messages.
@@ -132,9 +132,11 @@ void kda_truth_free(kda_truth *t);
 #define KDA_CALL_INPUT 6       /* the backend modified an input buffer */
 
 typedef struct kda_call_opts {
-  double timeout_s; /* per call; <= 0: no limit */
-  int32_t isolate;  /* 1: fork a child per call; 0: in-process (debugging, benchmarks) */
+  double timeout_s; /* per wait on the backend (load, open, call, close); <= 0: no limit */
+  int32_t isolate;  /* 1: a worker process per backend (§7.8); 0: in-process (debugging) */
   int32_t reserved0;
+  int64_t memory_limit; /* the worker's address space in bytes; 0: automatic, sized from each
+                           call's buffers (§7.8); -1: none */
 } kda_call_opts;
 
 typedef struct kda_call_result {
@@ -147,11 +149,60 @@ const char *kda_call_outcome_name(int32_t outcome);
 
 /* Runs open(params), supports, forward and close of backend b on problem p with the float64
  * inputs in (outputs of in are ignored), writing float64 outputs into out (allocated by the
- * caller with kda_outputs_alloc).  Returns KDA_OK when the call ran to an outcome (read
+ * caller with kda_outputs_alloc), in a worker started for this one call (kda_worker_start;
+ * opts->isolate 0: in-process).  Returns KDA_OK when the call ran to an outcome (read
  * r->outcome) or KDA_ENOMEM / KDA_EIO when the runner itself failed (fork, mmap, pipe). */
 int kda_call_forward(const kda_backend *b, const char *params, const kda_problem *p,
                      const kda_tensors_f64 *in, kda_outputs *out, const kda_call_opts *opts,
                      kda_call_result *r, char *err, size_t errlen);
+
+/* ---- Persistent isolated workers (SPEC.md §7.8).
+ * One child process per (backend, parameters), started once and serving every call of a run
+ * over a socket and a shared memory region; the plugin is loaded only inside it.  A crash or
+ * time-out kills its process group and is that call's outcome; the next call starts a fresh
+ * worker.  A load failure (dlopen, the entry, the table, a constructor that crashes or
+ * changes the floating-point environment) is recorded once and is the outcome of every call.
+ * A handle is opened by the first call after kda_worker_end_case and closed by it: one handle
+ * per case. */
+typedef struct kda_worker kda_worker;
+typedef kda_call_opts kda_worker_opts; /* timeout_s, isolate, memory_limit */
+#define KDA_WORKER_LOG_MAX 4096 /* bytes of the backend's stdout/stderr kept per case */
+/* Starts the worker of ref (a built-in table, or a plugin path, and params) and waits (bounded
+ * by o->timeout_s) until it has loaded the backend.  Returns KDA_OK and sets *w, also when the
+ * backend failed to load (kda_worker_load_result), or KDA_ENOMEM / KDA_EIO (fork, socket,
+ * memfd).  o NULL: isolated, 60 s, automatic memory limit. */
+int kda_worker_start(const kda_backend_ref *ref, const kda_worker_opts *o, kda_worker **w,
+                     char *err, size_t errlen);
+/* The outcome of loading the backend (KDA_CALL_ERROR, _CRASH, _TIMEOUT, _FPENV and why), or
+ * NULL when it loaded. */
+const kda_call_result *kda_worker_load_result(const kda_worker *w);
+/* The backend's table as read inside the worker (sent to the runner after loading).  Before a
+ * successful load the name is the spec's file name and the class is -1. */
+const char *kda_worker_name(const kda_worker *w);
+const char *kda_worker_description(const kda_worker *w);
+int32_t kda_worker_class(const kda_worker *w);
+int32_t kda_worker_input_dtype(const kda_worker *w);
+int32_t kda_worker_output_dtype(const kda_worker *w);
+uint32_t kda_worker_abi_version(const kda_worker *w);
+int64_t kda_worker_pid(const kda_worker *w);    /* the worker's pid (its process group), 0 */
+int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
+/* supports and forward on p (opening a handle first when none is open), with the same
+ * outcomes and return values as kda_call_forward. */
+int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                    kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* The backend's describe (ABI version 2) on the open handle (opening one when none is):
+ * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
+int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
+                        size_t errlen);
+/* Closes the open handle (r: close's outcome; KDA_CALL_OK when none was open). */
+int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen);
+/* Moves what the backend printed since the last take into buf (cap bytes, NUL-terminated,
+ * the first KDA_WORKER_LOG_MAX - 1 bytes kept); *total: bytes printed.  Returns the length. */
+size_t kda_worker_take_log(kda_worker *w, char *buf, size_t cap, uint64_t *total);
+/* Kills the worker's process group and reaps it (bounded); w may be NULL. */
+void kda_worker_stop(kda_worker *w);
+/* 1 when the worker applies the memory limit (0 under AddressSanitizer). */
+int kda_worker_limits_memory(void);
 
 /* ---- Metrics (SPEC.md §7.5). */
 typedef struct kda_where {
@@ -290,13 +341,22 @@ typedef struct kda_case_report {
   int32_t waiver_no;        /* 1 + index of the waiver that applied, 0 when none */
   int32_t baseline_state;   /* KDA_BASELINE_* */
   char waiver_link[512];    /* link of the waiver that applied, or "" */
+  int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
+  int32_t reserved1;
+  uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
+  char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;
 #define KDA_BASELINE_NONE 0     /* no --baseline, or the case did not pass the caps */
 #define KDA_BASELINE_COMPARED 1 /* compared with the recorded errors */
 #define KDA_BASELINE_ABSENT 2   /* the baseline has no entry for this case and backend */
 
-/* Scores backend b (params may be NULL) on case c with truth t.  Always fills r; returns
- * KDA_OK or a runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
+/* Scores the backend of worker w on case c with truth t: every call of the case (repeat,
+ * prefix, causality) goes to w, then its handle is closed.  Always fills r; returns KDA_OK or a
+ * runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
+int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                            const kda_conform_opts *o, kda_case_report *r, char *err,
+                            size_t errlen);
+/* The same with a worker started for this case from table b (params may be NULL). */
 int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
                      char *err, size_t errlen);

@@ -63,6 +63,15 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
             (int)(s->n_lines - n),
             (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail));
+  if (r->verdict != KDA_VERDICT_PASS && r->log_bytes) { /* what the backend printed (§7.8) */
+    fprintf(f, "    backend output (%llu bytes%s):\n", (unsigned long long)r->log_bytes,
+            r->log_bytes > strlen(r->log) ? ", beginning" : "");
+    for (const char *l = r->log; *l;) {
+      size_t k = strcspn(l, "\n");
+      fprintf(f, "    | %.*s\n", (int)k, l);
+      l += k + (l[k] == '\n');
+    }
+  }
 }
 
 /* JSON numbers must be finite: a NaN or infinite value is written as null, so that every

@@ -153,9 +153,15 @@ static int same_bits(const double *a, const double *b, uint64_t n) {
   return n == 0 || !a || !b || memcmp(a, b, (size_t)n * sizeof *a) == 0;
 }
 
-/* A second identical call: any bitwise difference is nondeterminism. */
-static int repeat_check(const kda_backend *b, const char *params, const kda_case *c,
-                        const kda_outputs *first, const kda_conform_opts *o,
+static int same_outputs(const kda_outputs *a, const kda_outputs *b) {
+  return same_bits(a->o, b->o, a->n_o) && same_bits(a->ht, b->ht, a->n_ht) &&
+         same_bits(a->hc, b->hc, a->n_hc);
+}
+
+static const char nondet_reason[] = "nondeterministic: a repeated call gave different bits";
+
+/* A second identical call: any bitwise difference is nondeterminism (SPEC.md §7.6). */
+static int repeat_check(kda_worker *w, const kda_case *c, const kda_outputs *first,
                         kda_case_report *r, char *err, size_t errlen) {
   kda_outputs out2;
   int st = kda_outputs_alloc(&c->p, &out2, err, errlen);
@@ -163,7 +169,7 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
   kda_call_result cr;
-  st = kda_call_forward(b, params, &c->p, &in, &out2, &o->call, &cr, err, errlen);
+  st = kda_worker_call(w, &c->p, &in, &out2, &cr, err, errlen);
   if (st == KDA_OK) {
     r->repeat_done = 1;
     if (cr.outcome != KDA_CALL_OK) {
@@ -171,12 +177,10 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
       snprintf(msg, sizeof msg, "repeated call: %.400s", cr.msg);
       set_reason(r, outcome_verdict(cr.outcome), msg);
     } else {
-      r->repeat_identical = same_bits(first->o, out2.o, first->n_o) &&
-                            same_bits(first->ht, out2.ht, first->n_ht) &&
-                            same_bits(first->hc, out2.hc, first->n_hc);
+      r->repeat_identical = same_outputs(first, &out2);
+      r->nondeterministic = !r->repeat_identical;
       if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
-        set_reason(r, KDA_VERDICT_QUALITY_WARNING,
-                   "nondeterministic: a repeated call gave different bits");
+        set_reason(r, KDA_VERDICT_QUALITY_WARNING, nondet_reason);
     }
   }
   kda_outputs_free(&out2);
@@ -184,8 +188,7 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
 }
 
 typedef struct prefix_ctx {
-  const kda_backend *b;
-  const char *params;
+  kda_worker *w;
   const kda_case *c;
   const kda_truth *t;
   const kda_conform_opts *o;
@@ -197,7 +200,7 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   int st = kda_outputs_alloc(p, out, err, errlen);
   if (st != KDA_OK) return st;
   kda_call_result cr;
-  st = kda_call_forward(x->b, x->params, p, in, out, &x->o->call, &cr, err, errlen);
+  st = kda_worker_call(x->w, p, in, out, &cr, err, errlen);
   if (st != KDA_OK) return st;
   if (cr.outcome == KDA_CALL_OK) return KDA_OK;
   char msg[KDA_ERRLEN];
@@ -206,20 +209,21 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   return -1; /* reported in r */
 }
 
-/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the
- * outputs of the two resumed calls joined together, and of the final state. */
-static double resumed_worst(prefix_ctx *x, int64_t P, const kda_outputs *o1,
-                            const kda_outputs *o2, char *err, size_t errlen, int *st) {
+/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the o of
+ * tokens [0, P) taken from a, [P, T) from b, and of the final state ht (NULL: not scored). */
+static double joined_worst(prefix_ctx *x, int64_t P, const double *a, const double *b,
+                           uint64_t n_b, const double *ht, char *err, size_t errlen, int *st) {
   const kda_problem *p0 = &x->c->p;
   uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
   kda_outputs joined = {0};
-  joined.o = malloc((size_t)(o1->n_o + o2->n_o + 1) * sizeof(double));
+  joined.o = malloc((size_t)(n1 + n_b + 1) * sizeof(double));
   if (!joined.o) return *st = KDA_ENOMEM, snprintf(err, errlen, "out of memory"), INFINITY;
-  memcpy(joined.o, o1->o, (size_t)n1 * sizeof(double));
-  memcpy(joined.o + n1, o2->o, (size_t)o2->n_o * sizeof(double));
-  joined.ht = o2->ht;
+  memcpy(joined.o, a, (size_t)n1 * sizeof(double));
+  memcpy(joined.o + n1, b, (size_t)n_b * sizeof(double));
+  joined.ht = (double *)ht;
   kda_truth t = *x->t;
-  t.out.hc = NULL; /* the resumed calls ask for no checkpoints */
+  t.out.hc = NULL; /* no checkpoints in the joined outputs */
+  if (!ht) t.out.ht = NULL;
   kda_score sc;
   *st = kda_score_outputs(x->c, &t, &joined, x->r->score.cls, &sc, err, errlen);
   free(joined.o);
@@ -251,7 +255,7 @@ static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
     st = run_call(x, &p2, &in2, &o2, "prefix resume, second part", err, errlen);
   }
   if (st == KDA_OK) {
-    x->r->prefix_worst = resumed_worst(x, P, &o1, &o2, err, errlen, &st);
+    x->r->prefix_worst = joined_worst(x, P, o1.o, o2.o, o2.n_o, o2.ht, err, errlen, &st);
     x->r->prefix_done = st == KDA_OK;
     double cap = fmin(x->r->score.caps.o, x->r->score.caps.ht);
     if (st == KDA_OK && !(x->r->prefix_worst <= cap)) {
@@ -266,7 +270,27 @@ static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
   return st < 0 ? KDA_OK : st;
 }
 
-/* Causality: perturb q and v after P; outputs before P must keep their bits. */
+/* Changed bits before P under a perturbation are blamed on it only when the unperturbed call
+ * repeats bit for bit (SPEC.md §7.7).  Returns 1 when the backend is nondeterministic (an
+ * unperturbed repeat differs from the first call), 0 when not, -1 when the repeat failed (r
+ * says why) and a KDA_* error through *st. */
+static int repeats_differ(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen,
+                          int *st) {
+  *st = KDA_OK;
+  if (x->r->nondeterministic) return 1;
+  kda_tensors_f64 in;
+  kda_case_tensors(x->c, &in);
+  kda_outputs o3 = {0};
+  *st = run_call(x, &x->c->p, &in, &o3, "causality check, unperturbed repeat", err, errlen);
+  int differ = *st == KDA_OK ? !same_outputs(first, &o3) : -1;
+  kda_outputs_free(&o3);
+  if (*st < 0) *st = KDA_OK;
+  x->r->nondeterministic = differ == 1;
+  return differ;
+}
+
+/* Causality: perturb q and v after P; outputs before P must keep their bits, or, for a
+ * nondeterministic backend, stay within the caps of the truth. */
 static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *err,
                      size_t errlen) {
   const kda_problem *p = &x->c->p;
@@ -282,18 +306,42 @@ static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *e
   in.q = q, in.v = v;
   kda_outputs o2 = {0};
   int st = run_call(x, p, &in, &o2, "causality check", err, errlen);
-  if (st == KDA_OK) {
-    x->r->causal_ok = same_bits(first->o, o2.o, (uint64_t)(P * p->HV * p->V));
-    if (!x->r->causal_ok) {
-      char msg[KDA_ERRLEN];
-      snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
-               "tokens were perturbed", (long long)P);
+  uint64_t n1 = (uint64_t)(P * p->HV * p->V);
+  int differ = 0;
+  if (st == KDA_OK && !same_bits(first->o, o2.o, n1))
+    differ = repeats_differ(x, first, err, errlen, &st);
+  if (st == KDA_OK && differ == 1) {
+    /* Bits cannot tell: the prefix of the perturbed run must be as good as the backend's
+     * unperturbed output, i.e. within the caps of the truth. */
+    double worst = joined_worst(x, P, o2.o, x->t->out.o + n1, x->t->out.n_o - n1, NULL, err,
+                                errlen, &st);
+    double cap = x->r->score.caps.o;
+    char msg[KDA_ERRLEN];
+    if (st == KDA_OK && !(worst <= cap)) {
+      x->r->causal_ok = 0;
+      snprintf(msg, sizeof msg, "causality: outputs before token %lld moved %.4g units (> %g) "
+               "when later tokens were perturbed (nondeterministic backend)", (long long)P,
+               worst, cap);
       set_reason(x->r, KDA_VERDICT_FAIL, msg);
+    } else if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) {
+      snprintf(msg, sizeof msg, "%s; causality judged within the caps (prefix error %.3g units)",
+               nondet_reason, worst);
+      set_reason(x->r, KDA_VERDICT_QUALITY_WARNING, msg);
     }
+  } else if (st == KDA_OK && differ == 0 && !same_bits(first->o, o2.o, n1)) {
+    x->r->causal_ok = 0;
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
+             "tokens were perturbed (an unperturbed repeat gave the same bits)", (long long)P);
+    set_reason(x->r, KDA_VERDICT_FAIL, msg);
   }
   free(q), free(v);
   kda_outputs_free(&o2);
   return st < 0 ? KDA_OK : st;
+}
+
+static int judged(const kda_case_report *r) {
+  return r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_QUALITY_WARNING;
 }
 
 static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
@@ -302,22 +350,44 @@ static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, siz
   int64_t P = p->T * 5 / 8 + 1;
   x->r->prefix_P = P;
   int st = prefix_resume(x, P, err, errlen);
-  if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) st = causality(x, P, first, err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = causality(x, P, first, err, errlen);
   return st;
 }
 
-int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
-                     const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
-                     char *err, size_t errlen) {
-  report_init(r, c, b->name, "case");
-  int32_t cls = o->cls >= 0 ? o->cls : b->precision_class;
+/* After the case: close's outcome, and what the backend printed (SPEC.md §7.8: a warning,
+ * shown with the report). */
+static int finish_case(kda_worker *w, kda_case_report *r, char *err, size_t errlen) {
+  kda_call_result cr;
+  int st = kda_worker_end_case(w, &cr, err, errlen);
+  if (st != KDA_OK) return st;
+  if (cr.outcome != KDA_CALL_OK && !kda_verdict_is_failure(r->verdict)) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "close: %.400s", cr.msg);
+    set_reason(r, outcome_verdict(cr.outcome), msg);
+  }
+  kda_worker_take_log(w, r->log, sizeof r->log, &r->log_bytes);
+  if (r->log_bytes && r->verdict == KDA_VERDICT_PASS) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "the backend printed %llu bytes (stdout/stderr)",
+             (unsigned long long)r->log_bytes);
+    set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+  }
+  return KDA_OK;
+}
+
+int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                            const kda_conform_opts *o, kda_case_report *r, char *err,
+                            size_t errlen) {
+  report_init(r, c, kda_worker_name(w), "case");
+  int32_t wcls = kda_worker_class(w);
+  int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
   kda_outputs out;
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
   kda_call_result cr;
-  st = kda_call_forward(b, params, &c->p, &in, &out, &o->call, &cr, err, errlen);
+  st = kda_worker_call(w, &c->p, &in, &out, &cr, err, errlen);
   if (st != KDA_OK) return kda_outputs_free(&out), st;
   r->seconds = cr.seconds;
   r->score.cls = cls;
@@ -328,14 +398,31 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
     if (st != KDA_OK) return kda_outputs_free(&out), st;
     r->bytes_scored = 2 * 8 * (out.n_o + out.n_ht + out.n_hc);
     verdict_from_score(r);
-    if (o->repeat && st == KDA_OK) st = repeat_check(b, params, c, &out, o, r, err, errlen);
-    prefix_ctx x = {b, params, c, t, o, r};
-    if (o->prefix && st == KDA_OK && r->verdict == KDA_VERDICT_PASS)
+    if (o->repeat && st == KDA_OK) st = repeat_check(w, c, &out, r, err, errlen);
+    prefix_ctx x = {w, c, t, o, r};
+    if (o->prefix && st == KDA_OK && (r->verdict == KDA_VERDICT_PASS || r->nondeterministic))
       st = prefix_checks(&x, &out, err, errlen);
     quality_checks(r, o);
   }
+  if (st == KDA_OK) st = finish_case(w, r, err, errlen);
   apply_waiver(r, c, o);
   kda_outputs_free(&out);
+  return st;
+}
+
+int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
+                     const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
+                     char *err, size_t errlen) {
+  kda_backend_ref ref;
+  memset(&ref, 0, sizeof ref);
+  ref.builtin = b;
+  snprintf(ref.params, sizeof ref.params, "%s", params ? params : "");
+  snprintf(ref.spec, sizeof ref.spec, "%s", b->name ? b->name : "backend");
+  kda_worker *w;
+  int st = kda_worker_start(&ref, &o->call, &w, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_conform_case_worker(w, c, t, o, r, err, errlen);
+  kda_worker_stop(w);
   return st;
 }
 

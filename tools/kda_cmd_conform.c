@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,7 +25,9 @@ static const char help_text[] =
     "Scores KDA implementations on case files (default: GOLDEN/L1, else GOLDEN/example, where\n"
     "GOLDEN is $KDA_GOLDEN, else ./golden, else the installed share/kda/golden)\n"
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
-    "Every backend call runs in a child process with a time limit.\n"
+    "Every backend runs in its own worker process (loaded there, never in the runner), with a\n"
+    "time limit on every wait and a memory limit; a crash, hang or stray print is that backend's\n"
+    "verdict, and the worker is restarted for the next call (SPEC.md section 7.8).\n"
     "\n"
     "What to score (default: every built-in backend but mpfr):\n"
     "  -b, --backend SPEC        a backend, SPEC = NAME[:PARAMS] or PATH[:PARAMS]: a built-in\n"
@@ -49,10 +52,13 @@ static const char help_text[] =
     "                            (default: the backend's own; fp32 for candidates)\n"
     "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit\n"
     "Checks:\n"
-    "  -t, --timeout SECONDS     time limit per backend call (default 60)\n"
+    "  -t, --timeout SECONDS     time limit per backend call, load, open and close (default 60)\n"
+    "      --memory-limit BYTES|auto|none  address-space limit of each worker (suffix k M G;\n"
+    "                            default auto: a multiple of each call's buffers plus 4 GiB)\n"
     "      --repeat              run every case twice and flag bitwise differences\n"
     "      --no-prefix           skip the prefix-resume and causality checks\n"
-    "      --no-isolate          call backends in-process (debugging; a crash ends the run)\n"
+    "      --no-isolate          call backends in-process (debugging; a crash ends the run,\n"
+    "                            prints are not captured, no guard pages or memory limit)\n"
     "      --waivers FILE        waivers (JSON, SPEC.md section 7.6); an unknown key, a missing\n"
     "                            reason or a waiver selecting nothing is an error (exit 2); a\n"
     "                            waiver that waived nothing is reported after the run\n"
@@ -156,10 +162,24 @@ static int check_spec(const char *spec, int plugin_only) {
   return 0;
 }
 
+/* --memory-limit: "auto" (0), "none" (-1), or bytes with an optional binary suffix. */
+static int parse_memory_limit(const char *s, int64_t *out) {
+  if (strcmp(s, "auto") == 0) return *out = 0, 0;
+  if (strcmp(s, "none") == 0) return *out = -1, 0;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(s, &end, 10);
+  int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift) end++;
+  if (errno || end == s || *end || s[0] == '-' || x == 0 || x > (1ULL << (62 - shift))) return -1;
+  *out = (int64_t)(x << shift);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
-         O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG };
+         O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -176,6 +196,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"list-backends", no_argument, NULL, O_LISTBACKENDS},
       {"strict", no_argument, NULL, O_STRICT},
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
+      {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -231,6 +252,10 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_MAXLINES:
         if (kda_tool_parse_count(optarg, &a->max_lines)) return kda_tool_usage(SUB, "bad --max-lines");
         break;
+      case O_MEMLIMIT:
+        if (parse_memory_limit(optarg, &a->opts.call.memory_limit))
+          return kda_tool_usage(SUB, "bad --memory-limit '%s' (BYTES[k|M|G], auto, none)", optarg);
+        break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
       case O_STRICT: a->strict = 1; break;
@@ -247,10 +272,10 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   return 0;
 }
 
-/* One scoring target: a built-in or plugin backend, or the candidate files. */
+/* One scoring target: the worker process of a built-in or plugin backend (SPEC.md §7.8). */
 typedef struct target {
-  const kda_backend *b;
-  kda_plugin *plugin;
+  kda_worker *w;
+  const kda_backend *builtin; /* the built-in table (for the up-front parameter check), or NULL */
   const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
   char *path;         /* the plugin's path (owned), NULL for a built-in */
 } target;
@@ -313,8 +338,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case(tg[i].b, tg[i].params ? tg[i].params : "", &c, &t, &a->opts, r,
-                               err, sizeof err);
+    else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
   if (st == KDA_OK && a->candidate) {
@@ -404,8 +428,8 @@ static int check_baseline(const conform_args *a, const kda_baseline *bl, const t
   int n_notes = 0;
   for (int i = 0; i <= nt; i++) {
     if (i == nt && !a->candidate) break;
-    const char *name = i < nt ? tg[i].b->name : "candidate";
-    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? tg[i].b->precision_class : KDA_CLASS_FP32);
+    const char *name = i < nt ? kda_worker_name(tg[i].w) : "candidate";
+    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? kda_worker_class(tg[i].w) : KDA_CLASS_FP32);
     int st = kda_baseline_check(bl, name, cls, err, sizeof err);
     if (st == KDA_ENOTFOUND && n_notes < 8) snprintf(notes[n_notes++], sizeof notes[0], "%s", err);
     else if (st != KDA_OK && st != KDA_ENOTFOUND) return kda_tool_fail(SUB, "%s", err);
@@ -474,8 +498,8 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   kda_run_info *in = &u->info;
   memset(in, 0, sizeof *in);
   for (int i = 0; i < nt; i++) {
-    int32_t cls = a->cls >= 0 ? a->cls : tg[i].b->precision_class;
-    u->targets[i] = (kda_run_target_info){tg[i].b->name, kda_class_name(cls),
+    int32_t cls = a->cls >= 0 ? a->cls : kda_worker_class(tg[i].w);
+    u->targets[i] = (kda_run_target_info){kda_worker_name(tg[i].w), kda_class_name(cls),
                                           tg[i].params ? tg[i].params : "", tg[i].path};
   }
   if (a->candidate)
@@ -520,26 +544,34 @@ static const char *spec_params(const char *spec, const char *fallback) {
   return colon ? colon + 1 : fallback ? fallback : "";
 }
 
-static int load_targets(conform_args *a, target *tg, int *nt) {
+/* One worker per target.  A plugin that fails to load is not an error of the run: the
+ * worker records it and every case reports it as that backend's verdict. */
+static int start_target(conform_args *a, const char *spec, target *tg, int *nt) {
   char err[KDA_ERRLEN];
-  *nt = 0;
-  if (!a->n_backends && !a->n_plugins && !a->candidate)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
-      if (kda_backend_builtin_is_default(i))
-        tg[*nt].params = a->params, tg[(*nt)++].b = kda_backend_builtin(i);
-  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
-    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
-    kda_backend_ref ref;
-    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    tg[*nt].params = spec_params(spec, a->params);
-    tg[*nt].b = ref.builtin;
-    if (!ref.builtin && !(tg[*nt].path = strdup(ref.path))) return kda_tool_fail(SUB, "out of memory");
-    if (!ref.builtin &&
-        kda_plugin_load(ref.path, &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
-      return kda_tool_fail(SUB, "%s", err);
-    (*nt)++;
-  }
+  kda_backend_ref ref;
+  if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  target *t = &tg[*nt];
+  t->params = spec_params(spec, a->params);
+  snprintf(ref.params, sizeof ref.params, "%s", t->params);
+  t->builtin = ref.builtin;
+  if (!ref.builtin && !(t->path = strdup(ref.path))) return kda_tool_fail(SUB, "out of memory");
+  if (kda_worker_start(&ref, &a->opts.call, &t->w, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  (*nt)++;
   return 0;
+}
+
+static int load_targets(conform_args *a, target *tg, int *nt) {
+  *nt = 0;
+  int rc = 0;
+  if (!a->n_backends && !a->n_plugins && !a->candidate)
+    for (int32_t i = 0; i < kda_backend_builtin_count() && !rc; i++)
+      if (kda_backend_builtin_is_default(i))
+        rc = start_target(a, kda_backend_builtin(i)->name, tg, nt);
+  for (int i = 0; i < a->n_backends + a->n_plugins && !rc; i++)
+    rc = start_target(a, i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends], tg, nt);
+  return rc;
 }
 
 /* ---- The backend path (SPEC.md §7.8): the up-front parameter check. */
@@ -547,16 +579,17 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
 /* Opens every built-in target once, in-process, before the run: a parameter it rejects
  * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
  * failures (e.g. KDA_EUNSUPPORTED on this machine) are left to the cases, which report them.
- * Plugins are not opened here: the runner isolates every call into a plugin, and their
+ * Plugins are not opened here: they are only ever loaded in their worker, and their
  * parameter errors are reported by the cases. */
 static int probe_targets(const target *tg, int nt) {
   for (int i = 0; i < nt; i++) {
-    if (tg[i].plugin) continue;
+    const kda_backend *b = tg[i].builtin;
+    if (!b) continue;
     void *h = NULL;
     char err[KDA_ERRLEN] = "";
-    int32_t st = tg[i].b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
-    if (st == KDA_OK) tg[i].b->close(h);
-    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", tg[i].b->name, err);
+    int32_t st = b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
+    if (st == KDA_OK) b->close(h);
+    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", b->name, err);
   }
   return 0;
 }
@@ -636,7 +669,7 @@ int kda_cmd_conform(int argc, char **argv) {
   }
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
-  for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin), free(tg[i].path);
+  for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);
 done:

@@ -164,7 +164,7 @@ static int run_backend(const ref_args *a, const kda_backend *b, const kda_case *
   if (st != KDA_OK) return st;
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
-  kda_call_opts opts = {0, 0, 0}; /* in-process, no time limit */
+  kda_call_opts opts = {.timeout_s = 0, .isolate = 0}; /* in-process, no time limit */
   kda_call_result r;
   st = kda_call_forward(b, a->backend.params, &c->p, &in, out, &opts, &r, err, errlen);
   if (st != KDA_OK) return st;
