@@ -129,6 +129,9 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
     zip_file_t *zf = NULL;
     const char *name = zip_get_name(za, (zip_uint64_t)i, 0);
     int ok = name && zip_stat_index(za, (zip_uint64_t)i, 0, &zs) == 0 && (zs.valid & ZIP_STAT_SIZE);
+    /* allocate only what the archive can back (deflate expands at most 1032:1, kda_npz.c) */
+    if (ok) ok = (zs.valid & ZIP_STAT_COMP_SIZE) && zs.comp_size <= UINT64_MAX / 2048 &&
+                 zs.size <= zs.comp_size * 1032 + 1024;
     if (ok) {
       m[i].name = strdup(name);
       m[i].len = (size_t)zs.size;
@@ -771,7 +774,9 @@ int kda_golden_regen_generated(const char *path, const char *out_path, char *err
                                size_t errlen) {
   kda_case c;
   int st = kda_case_load(path, &c, err, errlen);
-  if (st) return st;
+  /* A file that cannot be loaded is an error, never "not generator-made": KDA_ENOTFOUND is
+   * kept for a loadable file without a description (a missing member is KDA_EFORMAT here). */
+  if (st) return st == KDA_ENOTFOUND ? KDA_EFORMAT : st;
   json_t *m = json_loads(c.manifest_json, 0, NULL);
   json_t *desc = json_object_get(json_object_get(m, "generator_info"), "description");
   if (!json_is_string(desc) || json_object_get(m, "golden")) {
