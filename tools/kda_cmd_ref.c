@@ -9,6 +9,7 @@
 #include "kda_case.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
+#include "kda_files.h"
 #include "kda_tool.h"
 
 #if defined(__has_include)
@@ -302,6 +303,9 @@ int kda_cmd_ref(int argc, char **argv) {
   char err[KDA_ERRLEN] = "";
   kda_case c;
   memset(&c, 0, sizeof c);
+  const char *inputs[1] = {a.input};
+  if (kda_output_check(a.output, inputs, 1, err, sizeof err) != KDA_OK) /* never the input */
+    return kda_tool_fail(SUB, "%s", err);
   if (kda_case_load(a.input, &c, err, sizeof err) != KDA_OK) return fail_with(a.input, err);
   kda_case_sizes s;
   ref_out r = {NULL, NULL, NULL};
