@@ -26,8 +26,8 @@ int kda_id_check(const char *id, const char *what, char *err, size_t errlen) {
     if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
           c == '.' || c == '_' || c == '-') || n >= KDA_ID_MAX)
       return kda_fail(KDA_EINVAL, err, errlen,
-                      "%s '%.*s' is not one path component of [A-Za-z0-9._-] (at most %d bytes)",
-                      what, (int)(n < 120 ? n + 1 : 120), id, KDA_ID_MAX);
+                      "%s '%.120s' is not one path component of [A-Za-z0-9._-] (at most %d "
+                      "bytes)", what, id, KDA_ID_MAX);
   }
   if (strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
     return kda_fail(KDA_EINVAL, err, errlen, "%s '%s' is not a file name", what, id);
