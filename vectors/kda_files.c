@@ -123,6 +123,11 @@ int kda_tmp_create(const char *path, char **tmp) {
   return -1;
 }
 
+int kda_test_fail_write(const char *path) {
+  const char *hook = getenv("KDA_TEST_FAIL_WRITE");
+  return hook != NULL && *hook != '\0' && path != NULL && strstr(path, hook) != NULL;
+}
+
 /* ---- The atomic text writer. */
 struct kda_atomic {
   char *path, *tmp;
@@ -177,7 +182,7 @@ int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen) {
   if (a == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_atomic_commit: NULL writer");
   FILE *f = a->f;
   a->f = NULL;
-  if (getenv("KDA_TEST_FAIL_WRITE") != NULL) e = ENOSPC; /* the test hook of kda_files.h */
+  if (kda_test_fail_write(a->path)) e = ENOSPC; /* the test hook of kda_files.h */
   else if (ferror(f) || fflush(f) != 0) e = errno ? errno : EIO;
   else if (fsync(fileno(f)) != 0) e = errno;
   if (fclose(f) != 0 && e == 0) e = errno;

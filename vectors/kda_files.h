@@ -49,8 +49,10 @@ void kda_tmp_forget(const char *tmp);
 /* Removes every registered temporary file; async-signal-safe (unlink only). */
 void kda_tmp_unlink_all(void);
 
-/* Test hook: when the environment variable KDA_TEST_FAIL_WRITE is set, commits fail as a
- * full disk would (ENOSPC), so tests can see that no target is left half-written. */
+/* Test hook: commits of a target whose path contains the value of the environment variable
+ * KDA_TEST_FAIL_WRITE fail as on a full disk (ENOSPC), so that tests can see that no target is
+ * left half-written.  Returns 1 when path is to fail. */
+int kda_test_fail_write(const char *path);
 
 #ifdef __cplusplus
 }

@@ -1047,7 +1047,7 @@ int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen) {
   int st;
   if (w == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_npz_writer_commit: NULL writer");
   st = write_archive(w, err, errlen);
-  if (st == KDA_OK && getenv("KDA_TEST_FAIL_WRITE") != NULL) /* test hook, kda_files.h */
+  if (st == KDA_OK && kda_test_fail_write(w->path)) /* test hook, kda_files.h */
     st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp,
                   strerror(ENOSPC));
   if (st == KDA_OK && sync_path(w->tmp, O_RDONLY) != 0)

@@ -588,7 +588,7 @@ START_TEST(test_report_write_failure) {
   fclose(old);
   ck_assert_int_eq(kda_atomic_open(tpath("rep.txt"), &a, &f, err, sizeof err), KDA_OK);
   fputs("new\n", f);
-  setenv("KDA_TEST_FAIL_WRITE", "1", 1);
+  setenv("KDA_TEST_FAIL_WRITE", "rep.txt", 1);
   expect(kda_atomic_commit(a, err, sizeof err), KDA_EIO, err, "rep.txt", "No space");
   unsetenv("KDA_TEST_FAIL_WRITE");
   char buf[16] = "";
@@ -600,14 +600,27 @@ START_TEST(test_report_write_failure) {
   ck_assert_int_eq(kda_atomic_open(tpath("rep.txt"), &a, &f, err, sizeof err), KDA_OK);
   fputs("new\n", f);
   ck_assert_int_eq(kda_atomic_commit(a, err, sizeof err), KDA_OK);
-  /* kda conform --out on a failing disk: exit 2, no junit.xml, nothing left over. */
-  setenv("KDA_TEST_FAIL_WRITE", "1", 1);
-  int rc = kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"), EXAMPLE, NULL);
+  /* kda conform on a failing disk, each report in turn: exit 2, that report absent, nothing
+   * left over. */
+  static const char *const reps[] = {"results.jsonl", "summary.json", "junit.xml", "base.json"};
+  for (int i = 0; i < 4; i++) {
+    char want[600];
+    snprintf(want, sizeof want, "%s/%s", tpath("out"), reps[i]);
+    setenv("KDA_TEST_FAIL_WRITE", reps[i], 1);
+    int rc = kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"),
+                     "--record-baseline", tpath("out/base.json"), EXAMPLE, NULL);
+    unsetenv("KDA_TEST_FAIL_WRITE");
+    ck_assert_msg(rc == 2, "%s: exit %d", reps[i], rc);
+    ck_assert_msg(strstr(g_err, "No space") && strstr(g_err, reps[i]), "%s: %s", reps[i], g_err);
+    ck_assert_msg(access(want, F_OK) != 0, "%s written", reps[i]);
+    ck_assert_int_eq(count_tmp(tpath("out")), 0);
+  }
+  /* A result file (kda ref, the npz writer) likewise. */
+  setenv("KDA_TEST_FAIL_WRITE", "res.npz", 1);
+  ck_assert_int_eq(kda_run("ref", EXAMPLE, "-o", tpath("res.npz"), NULL), 2);
   unsetenv("KDA_TEST_FAIL_WRITE");
-  ck_assert_int_eq(rc, 2);
-  ck_assert_ptr_nonnull(strstr(g_err, "No space"));
-  ck_assert_msg(access(tpath("out/junit.xml"), F_OK) != 0, "junit.xml written");
-  ck_assert_int_eq(count_tmp(tpath("out")), 0);
+  ck_assert_int_eq(access(tpath("res.npz"), F_OK), -1);
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"),
                            EXAMPLE, NULL), 0);
   ck_assert_int_eq(access(tpath("out/junit.xml"), F_OK), 0);
