@@ -570,6 +570,10 @@ START_TEST(test_targets_refused) {
   ck_assert_int_eq(kda_run("ref", tpath("in.npz"), "-o", tpath("alias.npz"), NULL), 2);
   ck_assert_ptr_nonnull(strstr(g_err, "input"));
   ck_assert_int_eq(kda_run("conform", "--export-prompts", tmpdir, tpath("in.npz"), NULL), 2);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--junit",
+                           tpath("alias.npz"), tpath("in.npz"), NULL), 2);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--record-baseline",
+                           tpath("in.npz"), tpath("in.npz"), NULL), 2);
   kda_case c;
   ck_assert_int_eq(kda_case_load(tpath("in.npz"), &c, err, sizeof err), KDA_OK);
   kda_case_free(&c);
