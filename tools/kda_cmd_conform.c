@@ -347,6 +347,27 @@ static int write_report(const char *path, report_fn fn, const run_state *s) {
   return 0;
 }
 
+/* Before any work: no report may replace one of the run's inputs (case files, waivers,
+ * baseline, a candidate file) or a target that is not a regular file. */
+static int check_report_targets(const conform_args *a, const path_list *cases) {
+  static const char *const names[4] = {"results.jsonl", "summary.json", "junit.xml", NULL};
+  const char *explicit_paths[4] = {a->jsonl, a->summary, a->junit, a->record_baseline};
+  const char **in = malloc((size_t)(cases->n + 3) * sizeof *in);
+  char buf[4096], err[KDA_ERRLEN];
+  int n = 0, rc = 0;
+  if (!in) return kda_tool_fail(SUB, "out of memory");
+  for (int i = 0; i < cases->n; i++) in[n++] = cases->v[i];
+  in[n++] = a->waivers, in[n++] = a->baseline, in[n++] = a->candidate;
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    const char *p = names[i] ? out_path(a->out_dir, names[i], explicit_paths[i], buf)
+                             : explicit_paths[i];
+    if (p && kda_output_check(p, in, n, err, sizeof err) != KDA_OK)
+      rc = kda_tool_fail(SUB, "%s", err);
+  }
+  free(in);
+  return rc;
+}
+
 static int write_reports(const conform_args *a, run_state *s) {
   char buf[4096];
   int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s);
@@ -403,6 +424,7 @@ int kda_cmd_conform(int argc, char **argv) {
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
+  if (rc == 0) rc = check_report_targets(&a, &cases);
   if (rc == 0 && a.out_dir) mkdir(a.out_dir, 0777);
   if (rc == 0 && (a.jsonl || a.out_dir) &&
       kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,

@@ -27,6 +27,7 @@
 #include "kda_conform.h"
 #include "kda_files.h"
 #include "kda_golden.h"
+#include "kda_golden_internal.h"
 #include "kda_npz.h"
 
 #define EXAMPLE "golden/example/example.npz"
@@ -403,6 +404,69 @@ START_TEST(test_golden_verify_load_error) {
 }
 END_TEST
 
+static void copy_file(const char *from, const char *to) {
+  unsigned char *b = NULL;
+  size_t n = 0;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_golden_slurp(from, &b, &n, err, sizeof err) == KDA_OK, "%s", err);
+  FILE *f = fopen(to, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+  ck_assert_int_eq(fclose(f), 0);
+  free(b);
+}
+
+START_TEST(test_golden_verify_cli) {
+  /* A copy of golden/ (L1 linked) whose example.npz lost a member and whose SHA256SUMS was
+   * updated to match: --verify must fail and name the file. */
+  static const char *const top[] = {"SHA256SUMS", "L2.sha256", ".gitignore", "example/README.md"};
+  char from[512], to[512], hex[65];
+  mkdir(tpath("g"), 0755), mkdir(tpath("g/L0"), 0755), mkdir(tpath("g/example"), 0755);
+  char cwd[400];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  snprintf(from, sizeof from, "%s/golden/L1", cwd);
+  ck_assert_int_eq(symlink(from, tpath("g/L1")), 0);
+  for (int i = 0; i < 4; i++) {
+    snprintf(from, sizeof from, "golden/%s", top[i]);
+    snprintf(to, sizeof to, "%s/g/%s", tmpdir, top[i]);
+    copy_file(from, to);
+  }
+  DIR *d = opendir("golden/L0");
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(from, sizeof from, "golden/L0/%s", e->d_name);
+    snprintf(to, sizeof to, "%s/g/L0/%s", tmpdir, e->d_name);
+    copy_file(from, to);
+  }
+  closedir(d);
+  copy_file(EXAMPLE, tpath("g/example/example.npz"));
+  ck_assert_int_eq(kda_run("golden", "--verify", "--level", "L0", tpath("g"), NULL), 0);
+  rzip r;
+  rzip_read(EXAMPLE, &r);
+  rzip_drop(&r, "q.npy");
+  rzip_write(tpath("g/example/example.npz"), &r);
+  rzip_free(&r);
+  unsigned char *b;
+  size_t n;
+  char err[KDA_ERRLEN], *sums;
+  ck_assert_int_eq(kda_golden_slurp(tpath("g/example/example.npz"), &b, &n, err, sizeof err), 0);
+  kda_golden_sha256_hex(b, n, hex);
+  free(b);
+  ck_assert_int_eq(kda_golden_slurp(tpath("g/SHA256SUMS"), &b, &n, err, sizeof err), 0);
+  sums = (char *)b;
+  char *line = strstr(sums, "  example/example.npz");
+  ck_assert_ptr_nonnull(line);
+  memcpy(line - 64, hex, 64);
+  FILE *f = fopen(tpath("g/SHA256SUMS"), "wb");
+  fwrite(b, 1, n, f);
+  fclose(f);
+  free(b);
+  int rc = kda_run("golden", "--verify", "--level", "L0", tpath("g"), NULL);
+  ck_assert_msg(rc != 0, "--verify passed a broken example.npz");
+}
+END_TEST
+
 /* A copy of GOLDEN with the first element of member name doubled (its bytes change, its
  * recorded hash does not). */
 static const char *golden_doubled(const char *name, const char *out) {
@@ -675,6 +739,7 @@ static Suite *files_suite(void) {
   tcase_add_test(tc, test_manifest_trailing_bytes);
   tcase_add_test(tc, test_ids);
   tcase_add_test(tc, test_golden_verify_load_error);
+  tcase_add_test(tc, test_golden_verify_cli);
   tcase_add_test(tc, test_golden_truth_verified);
   tcase_add_test(tc, test_result_shapes_dtypes);
   suite_add_tcase(s, tc);
