@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "kda_files.h"
 #include "kda_tool.h"
@@ -64,13 +63,10 @@ static int print_and_flush(const char *text) {
   return KDA_EXIT_OK;
 }
 
-/* SIGINT, SIGTERM, SIGHUP: remove this process's temporary files (kda_files.h), then die of
- * the signal as before.  Backend children (fork) inherit the handler but not the ownership of
- * the files, hence the pid check. */
-static pid_t owner_pid;
-
+/* SIGINT, SIGTERM, SIGHUP: remove this process's temporary files (kda_files.h; a forked
+ * worker or backend child removes only its own), then die of the signal as before. */
 static void on_signal(int sig) {
-  if (getpid() == owner_pid) kda_tmp_unlink_all();
+  kda_tmp_unlink_all();
   signal(sig, SIG_DFL);
   raise(sig);
 }
@@ -78,7 +74,6 @@ static void on_signal(int sig) {
 static void install_cleanup(void) {
   static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
   struct sigaction sa;
-  owner_pid = getpid();
   memset(&sa, 0, sizeof sa);
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -54,37 +55,43 @@ int kda_output_check(const char *path, const char *const *inputs, int n, char *e
 }
 
 /* ---- The registry: fixed slots, so that the signal handler needs no allocation.  A slot is
- * filled before it is marked used and marked unused before it is reused. */
+ * claimed atomically (0 free, 2 being filled, 1 in use: threads may create files at once),
+ * filled, then marked in use.  Each slot records the creating process: a forked child
+ * inherits the parent's slots but removes only its own files. */
 #define TMP_SLOTS 64
 #define TMP_PATH 4096
 static char tmp_path[TMP_SLOTS][TMP_PATH];
-static volatile sig_atomic_t tmp_used[TMP_SLOTS];
+static pid_t tmp_owner[TMP_SLOTS];
+static atomic_int tmp_used[TMP_SLOTS];
 
 static void tmp_register(const char *tmp) {
-  if (strlen(tmp) >= TMP_PATH) return;
-  for (int i = 0; i < TMP_SLOTS; i++)
-    if (!tmp_used[i]) {
-      memcpy(tmp_path[i], tmp, strlen(tmp) + 1);
-      tmp_used[i] = 1;
+  size_t n = strlen(tmp);
+  if (n >= TMP_PATH) return; /* not removable on a signal; still removed on every error */
+  for (int i = 0; i < TMP_SLOTS; i++) {
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&tmp_used[i], &expect, 2)) {
+      memcpy(tmp_path[i], tmp, n + 1);
+      tmp_owner[i] = getpid();
+      atomic_store(&tmp_used[i], 1);
       return;
     }
+  }
 }
 
 void kda_tmp_forget(const char *tmp) {
   if (tmp == NULL) return;
   for (int i = 0; i < TMP_SLOTS; i++)
-    if (tmp_used[i] && strcmp(tmp_path[i], tmp) == 0) {
-      tmp_used[i] = 0;
+    if (atomic_load(&tmp_used[i]) == 1 && tmp_owner[i] == getpid() &&
+        strcmp(tmp_path[i], tmp) == 0) {
+      atomic_store(&tmp_used[i], 0);
       return;
     }
 }
 
 void kda_tmp_unlink_all(void) {
+  pid_t me = getpid();
   for (int i = 0; i < TMP_SLOTS; i++)
-    if (tmp_used[i]) {
-      unlink(tmp_path[i]);
-      tmp_used[i] = 0;
-    }
+    if (atomic_load(&tmp_used[i]) == 1 && tmp_owner[i] == me) unlink(tmp_path[i]);
 }
 
 int kda_tmp_create(const char *path, char **tmp) {

@@ -46,7 +46,8 @@ void kda_atomic_abort(kda_atomic *a);
  * it (after a rename or an unlink). */
 int kda_tmp_create(const char *path, char **tmp);
 void kda_tmp_forget(const char *tmp);
-/* Removes every registered temporary file; async-signal-safe (unlink only). */
+/* Removes every temporary file this process registered (not those of a parent it was forked
+ * from); async-signal-safe (getpid, lock-free atomics and unlink only). */
 void kda_tmp_unlink_all(void);
 
 /* Test hook: commits of a target whose path contains the value of the environment variable
