@@ -65,7 +65,8 @@ typedef struct kda_case_sizes {
 int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
 
 /* Loads and validates a case file.  On failure the case is left empty (all NULL).  Returns
- * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed), KDA_ENOTFOUND (a member or
+ * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed: bytes after the JSON, an id
+ * that is not one path component, SPEC.md §10.2), KDA_ENOTFOUND (a member or
  * manifest key the problem needs is missing), KDA_ESHAPE (shapes disagree), KDA_EDTYPE,
  * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
  * and the member. */

@@ -5,8 +5,8 @@
  * (zip_open with ZIP_CHECKCONS also compares every local header with it, including the Zip64
  * local extra fields that numpy writes) and streams members with zip_fread; a member read to
  * its end has its CRC-32 checked by libzip.  Writing buffers the members, then has libzip
- * write them stored, with fixed times and attributes, into a temporary file next to the
- * target, which is synced and renamed over the target.
+ * build the archive in memory, stored, with fixed times and attributes; it is written into a
+ * temporary file next to the target, which is synced and renamed over the target.
  */
 #include "kda_npz.h"
 
