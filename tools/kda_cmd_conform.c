@@ -251,7 +251,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   kda_case c;
   int st = kda_case_load(path, &c, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (!c.id) c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(path, idbuf, sizeof idbuf));
   /* the id names the candidate's file: one path component (kda_files.h) */
   if (c.id && kda_id_check(c.id, "case id", err, sizeof err) != KDA_OK)
     return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);

@@ -517,7 +517,8 @@ static int parse_manifest(const char *path, const char *text, size_t len, kda_ca
   json_t *id = json_object_get(m, "id");
   if (id && !json_is_string(id))
     return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'id' is not a string", path);
-  if (id && kda_id_check(json_string_value(id), "manifest id", err, errlen) != KDA_OK)
+  if (id && json_string_length(id) > 0 && /* "" is allowed: no id (SPEC.md §10.2) */
+      kda_id_check(json_string_value(id), "manifest id", err, errlen) != KDA_OK)
     return prefix_err(KDA_EFORMAT, err, errlen, path, "");
   if (id && !(c->id = strdup(json_string_value(id))))
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);

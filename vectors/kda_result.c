@@ -103,7 +103,8 @@ static int result_manifest_check(struct kda_npz *z, const char *path, const kda_
     st = kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest schema is not %s", path, RESULT_SCHEMA);
   else if (cid && !json_is_string(cid))
     st = kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'case_id' is not a string", path);
-  else if (cid && kda_id_check(json_string_value(cid), "case_id", err, errlen) != KDA_OK) {
+  else if (cid && json_string_length(cid) > 0 &&
+           kda_id_check(json_string_value(cid), "case_id", err, errlen) != KDA_OK) {
     char tmp[KDA_ERRLEN];
     snprintf(tmp, sizeof tmp, "%s", err);
     st = kda_fail(KDA_EFORMAT, err, errlen, "%s: %s", path, tmp);

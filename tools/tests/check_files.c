@@ -371,6 +371,12 @@ START_TEST(test_ids) {
   memset(longid, 'a', sizeof longid - 1);
   longid[sizeof longid - 1] = 0;
   ck_assert_int_eq(kda_id_check(longid, "id", err, sizeof err), KDA_EINVAL);
+  kda_case c0;
+  /* An empty id is no id: the file name stands in for it. */
+  const char *noid = manifest_edit(EXAMPLE, "noid.npz", "\"id\": \"example\"", "\"id\": \"\"");
+  ck_assert_msg(kda_case_load(noid, &c0, err, sizeof err) == KDA_OK, "%s", err);
+  kda_case_free(&c0);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", noid, NULL), 0);
   /* Read: a case whose manifest id is "../x". */
   const char *esc = manifest_edit(EXAMPLE, "esc.npz", "\"id\": \"example\"", "\"id\": \"../x\"");
   kda_case c;
