@@ -24,6 +24,7 @@
 #include <zlib.h>
 
 #include "kda_case.h"
+#include "kda_catalog.h"
 #include "kda_conform.h"
 #include "kda_files.h"
 #include "kda_golden.h"
@@ -372,6 +373,9 @@ START_TEST(test_ids) {
   longid[sizeof longid - 1] = 0;
   ck_assert_int_eq(kda_id_check(longid, "id", err, sizeof err), KDA_EINVAL);
   kda_case c0;
+  for (int64_t i = 0; i < kda_catalog_count(); i++) /* golden files are named by these */
+    ck_assert_msg(kda_id_check(kda_catalog_get(i)->id, "catalog id", err, sizeof err) == KDA_OK,
+                  "%s", err);
   /* An empty id is no id: the file name stands in for it. */
   const char *noid = manifest_edit(EXAMPLE, "noid.npz", "\"id\": \"example\"", "\"id\": \"\"");
   ck_assert_msg(kda_case_load(noid, &c0, err, sizeof err) == KDA_OK, "%s", err);
