@@ -22,6 +22,7 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "kda_files.h"
 #include "kda_golden_internal.h"
 #include "kda_mpfr.h"
 #include "kda_sha256.h"
@@ -31,17 +32,15 @@
 /* ---- Files. */
 int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
                             size_t errlen) {
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (!tmp) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
-  snprintf(tmp, n, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    free(tmp);
+  /* the target must be a regular file or absent; the temporary file is registered for
+   * removal on a signal (kda_files.h) */
+  int st = kda_output_check(path, NULL, 0, err, errlen);
+  if (st) return st;
+  char *tmp = NULL;
+  int fd = kda_tmp_create(path, &tmp);
+  if (fd < 0)
     return kda_fail(KDA_EIO, err, errlen, "%s: cannot create a temporary file: %s", path,
-                    strerror(e));
-  }
+                    strerror(errno));
   const unsigned char *p = data;
   size_t done = 0;
   while (done < len) {
@@ -52,9 +51,11 @@ int kda_golden_write_atomic(const char *path, const void *data, size_t len, char
   }
   int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
-  ok = ok && rename(tmp, path) == 0;
-  int e = errno;
+  const int hook = ok && kda_test_fail_write(path); /* test hook, kda_files.h */
+  ok = ok && !hook && rename(tmp, path) == 0;
+  int e = hook ? ENOSPC : errno;
   if (!ok) unlink(tmp);
+  kda_tmp_forget(tmp);
   free(tmp);
   if (!ok) return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
   return KDA_OK;

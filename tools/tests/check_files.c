@@ -635,6 +635,8 @@ START_TEST(test_targets_refused) {
            "not a regular file", targets[i]);
     expect(kda_atomic_open(targets[i], &a, &f, err, sizeof err), KDA_EIO, err,
            "not a regular file", NULL);
+    expect(kda_golden_write_atomic(targets[i], "x", 1, err, sizeof err), KDA_EIO, err,
+           "not a regular file", NULL);
   }
   ck_assert_int_eq(count_tmp(tmpdir), 0);
   /* Output = input, also through another name (a hard link). */
@@ -693,6 +695,12 @@ START_TEST(test_report_write_failure) {
     ck_assert_msg(access(want, F_OK) != 0, "%s written", reps[i]);
     ck_assert_int_eq(count_tmp(tpath("out")), 0);
   }
+  /* The golden writer's text files (manifests, SHA256SUMS) likewise. */
+  setenv("KDA_TEST_FAIL_WRITE", "rep.txt", 1);
+  expect(kda_golden_write_atomic(tpath("rep.txt"), "x", 1, err, sizeof err), KDA_EIO, err,
+         "No space", NULL);
+  unsetenv("KDA_TEST_FAIL_WRITE");
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
   /* A result file (kda ref, the npz writer) likewise. */
   setenv("KDA_TEST_FAIL_WRITE", "res.npz", 1);
   ck_assert_int_eq(kda_run("ref", EXAMPLE, "-o", tpath("res.npz"), NULL), 2);
