@@ -716,9 +716,14 @@ END_TEST
 START_TEST(test_sigterm_removes_tmp) {
   /* kda conform --out with a backend that hangs: the report's temporary file exists while
    * the call runs; SIGTERM must remove it. */
-  const char *plugin = getenv("PLUGIN_DIR");
+  /* the plugin is built next to the kda under test: BUILD/conformance/tests */
+  const char *plugin = getenv("PLUGIN_DIR"), *bin = kda_bin(), *slash = strrchr(bin, '/');
   char so[600];
-  snprintf(so, sizeof so, "%s/kda_plugin_hang.so", plugin && *plugin ? plugin : "build/conformance/tests");
+  if (plugin && *plugin)
+    snprintf(so, sizeof so, "%s/kda_plugin_hang.so", plugin);
+  else
+    snprintf(so, sizeof so, "%.*s/conformance/tests/kda_plugin_hang.so",
+             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
   ck_assert_msg(access(so, F_OK) == 0, "no %s", so);
   mkdir(tpath("out"), 0755);
   pid_t pid = fork();
