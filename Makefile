@@ -206,14 +206,27 @@ check-install: all
 clean:
 	rm -rf $(BUILD)
 
-# libFuzzer run of the .npy header parser (vectors/tests/fuzz_npy.c; needs clang with
-# libFuzzer): make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/corpus.
+# libFuzzer runs (need clang with libFuzzer), under ASan + UBSan: the whole reader path of
+# vector files (vectors/tests/fuzz_files.c: archive, members, headers, manifest, case and
+# result loaders) for FUZZ_SECONDS, then the .npy header parser alone (fuzz_npy.c) for
+# FUZZ_NPY_SECONDS: make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus
+FUZZ_NPY_SECONDS ?= 10
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+                -ffp-contract=off -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+                -Iref -Ivectors -DKDA_VERSION=\"$(VERSION)\"
+FUZZ_LIB_SRC := $(wildcard ref/*.c) $(wildcard vectors/*.c)
+fuzz: $(KDA)
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
+	$(KDA) ref golden/example/example.npz -o $(BUILD)/fuzz/files-seeds/result.npz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) vectors/tests/fuzz_files.c $(FUZZ_LIB_SRC) \
+	  -o $(BUILD)/fuzz/fuzz_files $(PKG_LIBS) -lm
+	$(BUILD)/fuzz/fuzz_files -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=1024 $(BUILD)/fuzz/files-corpus \
+	  $(BUILD)/fuzz/files-seeds golden/example golden/L0 vectors/tests/fixtures
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  -ffp-contract=off -Iref -Ivectors vectors/tests/fuzz_npy.c vectors/kda_npy.c \
 	  -o $(BUILD)/fuzz/fuzz_npy
-	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_NPY_SECONDS) -print_final_stats=1 \
 	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy

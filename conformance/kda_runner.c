@@ -426,32 +426,7 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
   return st;
 }
 
-/* ---- Candidate result files. */
-static int read_candidate(const char *path, const kda_case *c, kda_outputs *out, char *msg,
-                          size_t msglen) {
-  kda_npz *z;
-  int st = kda_npz_open(path, &z, msg, msglen);
-  if (st != KDA_OK) return st;
-  char *man = NULL;
-  st = kda_npz_read_blob(z, "manifest.json", &man, NULL, msg, msglen);
-  json_t *m = st == KDA_OK ? json_loads(man, 0, NULL) : NULL;
-  const char *schema = json_string_value(json_object_get(m, "schema"));
-  const char *cid = json_string_value(json_object_get(m, "case_id"));
-  if (st == KDA_OK && (!schema || strcmp(schema, "kda-result/1") != 0))
-    st = KDA_EFORMAT, snprintf(msg, msglen, "%s: manifest schema is not kda-result/1", path);
-  else if (st == KDA_OK && cid && c->id && strcmp(cid, c->id) != 0)
-    st = KDA_EINVAL, snprintf(msg, msglen, "%s: case_id '%s' is not '%s'", path, cid, c->id);
-  const char *names[3] = {"o", "ht", "hc"};
-  double *dst[3] = {out->o, out->ht, out->hc};
-  uint64_t ns[3] = {out->n_o, out->n_ht, out->n_hc};
-  for (int b = 0; b < 3 && st == KDA_OK; b++)
-    if (dst[b]) st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], msg, msglen);
-  json_decref(m);
-  free(man);
-  kda_npz_close(z);
-  return st;
-}
-
+/* ---- Candidate result files: read strictly by kda_result_load (kda_case.h). */
 int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
                           int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                           char *err, size_t errlen) {
@@ -461,7 +436,12 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;
   char msg[KDA_ERRLEN] = "";
-  if (read_candidate(result_path, c, &out, msg, sizeof msg) != KDA_OK) {
+  int rs = kda_result_load(result_path, c, out.o, out.ht, out.hc, msg, sizeof msg);
+  if (rs == KDA_EUNSUPPORTED) { /* the candidate's manifest says so (SPEC.md §7.9) */
+    char why[KDA_ERRLEN];
+    snprintf(why, sizeof why, "candidate: not supported: %.400s", msg);
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, why);
+  } else if (rs != KDA_OK) { /* missing or malformed: a Fail of the case */
     set_reason(r, KDA_VERDICT_FAIL, msg);
   } else {
     st = kda_score_outputs(c, t, &out, cls, &r->score, err, errlen);

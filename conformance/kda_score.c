@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_golden.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
@@ -82,20 +83,23 @@ static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, dou
   }
 }
 
-static int load_golden(const char *path, kda_truth *t, int *found, char *err, size_t errlen) {
+static int load_golden(const char *path, const kda_problem *p, kda_truth *t, int *found,
+                       char *err, size_t errlen) {
   *found = 0;
   if (!path) return KDA_OK;
   kda_npz *z;
   int st = kda_npz_open(path, &z, err, errlen);
   if (st != KDA_OK) return st;
   if (!kda_npz_has(z, "o")) return kda_npz_close(z), KDA_OK;
-  const char *names[3] = {"o", "ht", "hc"};
-  double *dst[3] = {t->out.o, t->out.ht, t->out.hc};
-  uint64_t ns[3] = {t->out.n_o, t->out.n_ht, t->out.n_hc};
-  for (int b = 0; b < 3 && st == KDA_OK; b++) {
-    if (!dst[b]) continue;
-    st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], err, errlen);
+  /* Golden outputs are the truth only once every member's bytes match the SHA-256 its
+   * manifest records (golden.members_sha256, SPEC.md §8.10): a damaged o must not be blamed
+   * on every backend. */
+  char msg[KDA_ERRLEN];
+  if (kda_golden_check_members(path, msg, sizeof msg) != KDA_OK) {
+    kda_npz_close(z);
+    return snprintf(err, errlen, "golden outputs not verified: %s", msg), KDA_EFORMAT;
   }
+  st = kda_output_members_read(z, path, p, t->out.o, t->out.ht, t->out.hc, err, errlen);
   kda_npz_close(z);
   if (st == KDA_OK) *found = 1;
   return st;
@@ -115,7 +119,7 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
     return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
   }
   int golden = 0;
-  st = load_golden(path, t, &golden, err, errlen);
+  st = load_golden(path, p, t, &golden, err, errlen);
   if (st == KDA_OK && !golden) {
     kda_tensors_f64 ts;
     kda_case_tensors(c, &ts);

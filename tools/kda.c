@@ -1,9 +1,11 @@
 /* kda.c: the kda command: dispatch to the subcommands, global --help and --version.
  * SPDX-License-Identifier: MIT
  */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
+#include "kda_files.h"
 #include "kda_tool.h"
 #include "kda_version.h"
 
@@ -67,7 +69,30 @@ static int print_and_flush(const char *text) {
   return KDA_EXIT_OK;
 }
 
+/* SIGINT, SIGTERM, SIGHUP: remove this process's temporary files (kda_files.h; a forked
+ * worker or backend child removes only its own), then die of the signal as before. */
+static void on_signal(int sig) {
+  kda_tmp_unlink_all();
+  signal(sig, SIG_DFL);
+  raise(sig);
+}
+
+static void install_cleanup(void) {
+  static const int sigs[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  for (size_t i = 0; i < sizeof sigs / sizeof *sigs; i++) {
+    struct sigaction old;
+    /* a signal ignored by the parent (nohup) stays ignored */
+    if (sigaction(sigs[i], NULL, &old) == 0 && old.sa_handler != SIG_IGN)
+      sigaction(sigs[i], &sa, NULL);
+  }
+}
+
 int main(int argc, char **argv) {
+  install_cleanup();
   if (argc < 2) return kda_tool_usage(NULL, "missing subcommand");
   const char *name = argv[1];
   if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0)

@@ -14,6 +14,7 @@
 #include "kda_conform.h"
 #include "kda_conform_list.h"
 #include "kda_sha256.h"
+#include "kda_files.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -47,7 +48,9 @@ static const char help_text[] =
     "                            class, dtypes, source, ISA or device picked, and whether it runs\n"
     "                            on this machine (and why not); exit 0\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
-    "                            directory holding CASE_ID.npz for each case\n"
+    "                            directory holding CASE_ID.npz for each case; members o,\n"
+    "                            ht, hc of exactly the problem's shapes as <f4 or <f8; a\n"
+    "                            manifest with \"not_supported\": REASON is NotSupported\n"
     "      --class NAME          precision class to score in: fp64 fp32 tf32 bf16 fp16\n"
     "                            (default: the backend's own; fp32 for candidates)\n"
     "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit\n"
@@ -71,6 +74,8 @@ static const char help_text[] =
     "                            (kda-baseline/2, a map by backend, when several were scored)\n"
     "Reports:\n"
     "  -o, --out DIR             write results.jsonl, summary.json and junit.xml into DIR\n"
+    "                            (every report is written atomically; an existing target\n"
+    "                            must be a regular file and not an input)\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
     "      --max-lines N         failure lines shown per case (default 5)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
@@ -285,6 +290,8 @@ typedef struct run_state {
   int64_t n, cap;
   kda_tally tally;
   FILE *jsonl;
+  kda_atomic *jsonl_at; /* the atomic writer behind jsonl */
+  const kda_run_info *info; /* for summary.json (SPEC.md §7.9) */
   double score_s, truth_s;
   uint64_t bytes;
   int64_t selected; /* cases the -k filter let through */
@@ -326,7 +333,10 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   kda_case c;
   int st = kda_case_load(path, &c, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (!c.id) c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  /* the id names the candidate's file: one path component (kda_files.h) */
+  if (c.id && kda_id_check(c.id, "case id", err, sizeof err) != KDA_OK)
+    return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);
   if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
     return kda_case_free(&c), 0; /* -k: not selected */
   s->selected++;
@@ -368,9 +378,16 @@ static int export_prompts(const char *dir, path_list *cases) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
     kda_case c;
     if (kda_case_load(cases->v[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    const char *id = c.id ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    const char *id = c.id && c.id[0] ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    /* only validated ids become paths, and no output replaces an input (kda_files.h) */
+    int st = kda_id_check(id, "case id", err, sizeof err);
+    if (st != KDA_OK) {
+      kda_case_free(&c);
+      return kda_tool_fail(SUB, "%s: %s", cases->v[i], err);
+    }
     snprintf(out, sizeof out, "%s/%s.npz", dir, id);
-    int st = kda_case_save(out, &c, NULL, err, sizeof err);
+    st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
+    if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
     kda_case_free(&c);
     if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
     printf("%s\n", out);
@@ -378,27 +395,70 @@ static int export_prompts(const char *dir, path_list *cases) {
   return 0;
 }
 
-static FILE *open_out(const char *dir, const char *name, const char *explicit_path, char *buf) {
-  const char *p = explicit_path;
-  if (!p && dir) snprintf(buf, 4096, "%s/%s", dir, name), p = buf;
-  return p ? fopen(p, "w") : NULL;
+/* A report file: DIR/NAME under --out, or the explicit path; NULL path when neither.
+ * Reports go through the atomic writer (kda_files.h): written in full or not at all. */
+static const char *out_path(const char *dir, const char *name, const char *explicit_path,
+                            char *buf) {
+  if (explicit_path) return explicit_path;
+  if (!dir) return NULL;
+  snprintf(buf, 4096, "%s/%s", dir, name);
+  return buf;
+}
+
+typedef int (*report_fn)(FILE *f, const run_state *s);
+
+static int rep_summary(FILE *f, const run_state *s) {
+  return kda_report_summary_json(f, &s->tally, s->reports, s->n, s->info);
+}
+static int rep_junit(FILE *f, const run_state *s) { return kda_report_junit(f, s->reports, s->n); }
+static int rep_baseline(FILE *f, const run_state *s) {
+  return kda_report_baseline(f, s->reports, s->n);
+}
+
+/* Writes one report atomically; every error (the writer's status, the stream, the commit)
+ * is exit 2 with nothing left behind. */
+static int write_report(const char *path, report_fn fn, const run_state *s) {
+  char err[KDA_ERRLEN];
+  kda_atomic *at;
+  FILE *f;
+  if (!path) return 0;
+  if (kda_atomic_open(path, &at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  if (fn(f, s) != 0) {
+    kda_atomic_abort(at);
+    return kda_tool_fail(SUB, "%s: cannot write the report", path);
+  }
+  if (kda_atomic_commit(at, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  return 0;
+}
+
+/* Before any work: no report may replace one of the run's inputs (case files, waivers,
+ * baseline, a candidate file) or a target that is not a regular file. */
+static int check_report_targets(const conform_args *a, const path_list *cases) {
+  static const char *const names[4] = {"results.jsonl", "summary.json", "junit.xml", NULL};
+  const char *explicit_paths[4] = {a->jsonl, a->summary, a->junit, a->record_baseline};
+  const char **in = malloc((size_t)(cases->n + 3) * sizeof *in);
+  char buf[4096], err[KDA_ERRLEN];
+  int n = 0, rc = 0;
+  if (!in) return kda_tool_fail(SUB, "out of memory");
+  for (int i = 0; i < cases->n; i++) in[n++] = cases->v[i];
+  in[n++] = a->waivers, in[n++] = a->baseline, in[n++] = a->candidate;
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    const char *p = names[i] ? out_path(a->out_dir, names[i], explicit_paths[i], buf)
+                             : explicit_paths[i];
+    if (p && kda_output_check(p, in, n, err, sizeof err) != KDA_OK)
+      rc = kda_tool_fail(SUB, "%s", err);
+  }
+  free(in);
+  return rc;
 }
 
 static int write_reports(const conform_args *a, run_state *s, const kda_run_info *info) {
   char buf[4096];
-  FILE *f = open_out(a->out_dir, "summary.json", a->summary, buf);
-  if ((a->out_dir || a->summary) && !f) return kda_tool_fail(SUB, "cannot write the summary");
-  if (f) kda_report_summary_json(f, &s->tally, s->reports, s->n, info), fclose(f);
-  f = open_out(a->out_dir, "junit.xml", a->junit, buf);
-  if ((a->out_dir || a->junit) && !f) return kda_tool_fail(SUB, "cannot write the JUnit report");
-  if (f) kda_report_junit(f, s->reports, s->n), fclose(f);
-  if (a->record_baseline) {
-    f = fopen(a->record_baseline, "w");
-    if (!f) return kda_tool_fail(SUB, "%s: cannot write", a->record_baseline);
-    kda_report_baseline(f, s->reports, s->n);
-    fclose(f);
-  }
-  return 0;
+  s->info = info;
+  int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s);
+  if (rc == 0) rc = write_report(out_path(a->out_dir, "junit.xml", a->junit, buf), rep_junit, s);
+  if (rc == 0) rc = write_report(a->record_baseline, rep_baseline, s);
+  return rc;
 }
 
 /* GOLDEN/L1, else GOLDEN/example, GOLDEN found by kda_tool_golden_dir (SPEC.md §12.3); the
@@ -634,15 +694,18 @@ int kda_cmd_conform(int argc, char **argv) {
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
+  if (rc == 0) rc = check_report_targets(&a, &cases);
   if (rc == 0 && a.out_dir) mkdir(a.out_dir, 0777);
-  if (rc == 0 && (a.jsonl || a.out_dir)) {
-    s.jsonl = open_out(a.out_dir, "results.jsonl", a.jsonl, buf);
-    if (!s.jsonl) rc = kda_tool_fail(SUB, "cannot write the JSON Lines report");
-  }
+  if (rc == 0 && (a.jsonl || a.out_dir) &&
+      kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,
+                      err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
   double t0 = now_s();
   for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
-  if (s.jsonl) fclose(s.jsonl);
+  if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at);
+  else if (s.jsonl_at && kda_atomic_commit(s.jsonl_at, err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
   if (rc == 0 && s.selected == 0 && a.n_filters > 0)
     printf("note: no case matches the -k patterns\n"); /* nothing ran: status 5 below */
   int64_t unused = 0;

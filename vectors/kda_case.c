@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_files.h"
 #include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_sha256.h"
@@ -345,6 +346,8 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   if (st) return st;
   if (!kda_precision_file_name(c->input_precision))
     return kda_fail(KDA_EINVAL, err, errlen, "invalid input precision %d", (int)c->input_precision);
+  if (c->id && c->id[0] && (st = kda_id_check(c->id, "case id", err, errlen)) != KDA_OK)
+    return st;
   json_t *gi = NULL;
   st = generator_info(c, extra_json, &gi, err, errlen);
   if (st) return st;
@@ -461,15 +464,24 @@ static int parse_problem(const char *path, json_t *pj, kda_problem *p, char *err
   return KDA_OK; /* scale, when absent, is K^-1/2 of this K (kda_problem_init) */
 }
 
-/* Top level: schema, problem, input_precision, id. */
-static int parse_manifest(const char *path, const char *text, kda_case *c, json_t **root,
-                          char *err, size_t errlen) {
+json_t *kda_json_load_exact(const char *path, const char *text, size_t len, char *err,
+                            size_t errlen) {
   json_error_t je;
-  json_t *m = json_loads(text, JSON_REJECT_DUPLICATES, &je);
-  *root = m;
+  /* json_loadb with the member's length: bytes after the value (a NUL and garbage) are an
+   * error, where json_loads would stop at the NUL (SPEC.md §10.2). */
+  json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!m)
-    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)",
-                    path, je.line, je.text);
+    kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)", path,
+             je.line, je.text);
+  return m;
+}
+
+/* Top level: schema, problem, input_precision, id. */
+static int parse_manifest(const char *path, const char *text, size_t len, kda_case *c,
+                          json_t **root, char *err, size_t errlen) {
+  json_t *m = kda_json_load_exact(path, text, len, err, errlen);
+  *root = m;
+  if (!m) return KDA_EFORMAT;
   if (!json_is_object(m))
     return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not a JSON object", path);
   json_t *schema = json_object_get(m, "schema");
@@ -491,6 +503,9 @@ static int parse_manifest(const char *path, const char *text, kda_case *c, json_
   json_t *id = json_object_get(m, "id");
   if (id && !json_is_string(id))
     return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'id' is not a string", path);
+  if (id && json_string_length(id) > 0 && /* "" is allowed: no id (SPEC.md §10.2) */
+      kda_id_check(json_string_value(id), "manifest id", err, errlen) != KDA_OK)
+    return prefix_err(KDA_EFORMAT, err, errlen, path, "");
   if (id && !(c->id = strdup(json_string_value(id))))
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   return KDA_OK;
@@ -592,13 +607,14 @@ static int default_cu_seqlens(kda_case *c, char *err, size_t errlen) {
 
 static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_t errlen) {
   char *text = NULL;
-  int st = kda_npz_read_blob(z, "manifest.json", &text, NULL, err, errlen);
+  size_t len = 0;
+  int st = kda_npz_read_blob(z, "manifest.json", &text, &len, err, errlen);
   if (st == KDA_ENOTFOUND)
     return kda_fail(st, err, errlen, "%s: missing member 'manifest.json'", path);
   if (st) return st;
   c->manifest_json = text;
   json_t *root = NULL;
-  st = parse_manifest(path, text, c, &root, err, errlen);
+  st = parse_manifest(path, text, len, c, &root, err, errlen);
   if (!st) {
     st = kda_problem_check(&c->p, err, errlen);
     if (st) prefix_err(st, err, errlen, path, "manifest problem");

@@ -68,7 +68,8 @@ typedef struct kda_case_sizes {
 int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
 
 /* Loads and validates a case file.  On failure the case is left empty (all NULL).  Returns
- * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed), KDA_ENOTFOUND (a member or
+ * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed: bytes after the JSON, an id
+ * that is not one path component, SPEC.md §10.2), KDA_ENOTFOUND (a member or
  * manifest key the problem needs is missing), KDA_ESHAPE (shapes disagree), KDA_EDTYPE,
  * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
  * and the member. */
@@ -93,6 +94,25 @@ void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t);
 int kda_result_save(const char *path, const kda_case *c, const char *backend, int32_t dtype,
                     const double *o, const double *ht, const double *hc, char *err,
                     size_t errlen);
+
+/* Reads result file path for case c (SPEC.md §10.2, §7.9) into o, ht, hc (element counts
+ * as kda_case_sizes_get gives; ht / hc NULL when the problem has none).  The manifest must be
+ * exactly one JSON object with schema "kda-result/1"; its case_id, when present, must be an id
+ * and c's own; every output member must have exactly the problem's shape and dtype <f8 or
+ * <f4.  A manifest with "not_supported": REASON returns KDA_EUNSUPPORTED with REASON in err
+ * (members are not read).  Returns KDA_OK, KDA_EUNSUPPORTED, or KDA_EIO, KDA_EFORMAT,
+ * KDA_ENOTFOUND, KDA_ESHAPE, KDA_EDTYPE, KDA_EINVAL, KDA_ENOMEM with a message naming the
+ * file and member. */
+int kda_result_load(const char *path, const kda_case *c, double *o, double *ht, double *hc,
+                    char *err, size_t errlen);
+/* One output member ("o", "ht", "hc") of an open archive against problem p's shape and the
+ * output dtypes (as kda_result_load checks it); kda_output_members_read checks and reads
+ * those whose destination is not NULL.  Golden outputs in case files are read this way. */
+struct kda_npz;
+int kda_output_member_check(struct kda_npz *z, const char *path, const kda_problem *p,
+                            const char *name, char *err, size_t errlen);
+int kda_output_members_read(struct kda_npz *z, const char *path, const kda_problem *p,
+                            double *o, double *ht, double *hc, char *err, size_t errlen);
 
 /* ---- The random case generator (SPEC.md §11.2).
  * A description is a list of key=value words separated by spaces or commas-free tokens, e.g.

@@ -57,4 +57,11 @@ double kda_case_round(int32_t prec, double x);
 int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out, char *err,
                            size_t errlen);
 
+/* Parses a manifest of len bytes as exactly one JSON value (duplicate keys rejected): any
+ * byte after it, a NUL included, is an error.  Returns the value, or NULL with a message
+ * naming path in err (the caller's status is KDA_EFORMAT). */
+struct json_t;
+struct json_t *kda_json_load_exact(const char *path, const char *text, size_t len, char *err,
+                                   size_t errlen);
+
 #endif

@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_files.h"
 #include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_prng.h"
@@ -290,10 +291,8 @@ static int parse_rest(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err, s
     return bad_value("prec", vals[KEY_PREC], err, errlen);
   if (vals[KEY_ID]) {
     size_t n = strlen(vals[KEY_ID]);
-    int ok = n > 0 && n < sizeof d->id;
-    for (size_t i = 0; ok && i < n; i++) /* printable ASCII without quotes or backslash */
-      ok = vals[KEY_ID][i] > ' ' && vals[KEY_ID][i] < 127 && vals[KEY_ID][i] != '"' &&
-           vals[KEY_ID][i] != '\\';
+    /* an id names files (SPEC.md §10.2): one path component */
+    int ok = n > 0 && n < sizeof d->id && kda_id_check(vals[KEY_ID], "id", NULL, 0) == KDA_OK;
     if (!ok) return bad_value("id", vals[KEY_ID], err, errlen);
     memcpy(d->id, vals[KEY_ID], n + 1);
   }
@@ -516,9 +515,8 @@ static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
     return kda_fail(KDA_EINVAL, err, errlen, "description: regime expansive needs l2=off");
   if (!isfinite(d->p.lower_bound))
     return kda_fail(KDA_EINVAL, err, errlen, "description: lb is not finite");
-  for (size_t i = 0; i < strlen(d->id); i++)
-    if (d->id[i] <= ' ' || d->id[i] >= 127 || d->id[i] == '"' || d->id[i] == '\\')
-      return kda_fail(KDA_EINVAL, err, errlen, "description: bad character in id");
+  if (d->id[0] && kda_id_check(d->id, "description: id", err, errlen) != KDA_OK)
+    return KDA_EINVAL;
   return KDA_OK;
 }
 

@@ -29,6 +29,7 @@
 
 #include "kda_case_internal.h"
 #include "kda_golden_internal.h"
+#include "kda_files.h"
 #include "kda_mpfr.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
@@ -345,6 +346,7 @@ static char *job_manifest(const job *j, const gmember *m, int nm) {
 static int job_write_npz(const job *j, const char *path, char *err, size_t errlen) {
   gmember m[GM_MAX];
   const int nm = golden_members(&j->c, j->gold, m);
+  if (kda_id_check(j->c.id, "golden case id", err, errlen) != KDA_OK) return KDA_EINVAL;
   char *text = job_manifest(j, m, nm);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
   kda_npz_writer *w = NULL;

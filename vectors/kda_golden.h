@@ -124,7 +124,9 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
 
 /* Regenerates a generator-made file (a case file whose manifest has generator_info.description
  * and no golden object, such as golden/example/example.npz) into out_path.  Returns KDA_OK,
- * KDA_ENOTFOUND (not a generator-made file), or the generator's and writer's statuses. */
+ * KDA_ENOTFOUND (a valid case file that is not generator-made), the loader's status for a
+ * file that cannot be loaded (KDA_EFORMAT where the loader said KDA_ENOTFOUND), or the
+ * generator's and writer's statuses. */
 int kda_golden_regen_generated(const char *path, const char *out_path, char *err,
                                size_t errlen);
 
