@@ -403,6 +403,80 @@ START_TEST(test_trace_errors) {
 }
 END_TEST
 
+/* ---- kda explore. */
+
+/* A page is self-contained: no external script, stylesheet, image or address (the SVG
+ * namespace is a name, not a fetch). */
+static void expect_self_contained(const char *path) {
+  char *html = (char *)read_all(path, NULL);
+  ck_assert_msg(html != NULL, "%s was not written", path);
+  const char *bad[] = {"<script src", " src=", "<link", "@import", "url(", "https:", "//cdn"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+    ck_assert_msg(strstr(html, bad[i]) == NULL, "%s: not self-contained ('%s')", path, bad[i]);
+  const char *h = html;
+  while ((h = strstr(h, "http:")) != NULL) {
+    ck_assert_msg(strncmp(h, "http://www.w3.org/2000/svg", 26) == 0, "%s: an address: %.40s",
+                  path, h);
+    h++;
+  }
+  free(html);
+}
+
+/* The embedded data parses and holds every token of the head with its state. */
+START_TEST(test_explore_page) {
+  run_result r = {0};
+  const char *npz = "golden/L1/disc-head-map.npz";
+  kda(&r, "ref", npz, "--backend", "ref-f32", "-o", tpath("r32.npz"), NULL);
+  expect_ok(&r, "kda ref");
+  kda(&r, "explore", npz, "--head", "3", "--result", tpath("r32.npz"), "-o", tpath("x.html"), NULL);
+  expect_ok(&r, "kda explore");
+  ck_assert_str_eq(r.out, "");
+  expect_self_contained(tpath("x.html"));
+  char *html = (char *)read_all(tpath("x.html"), NULL);
+  char *a = strstr(html, "<script type=\"application/json\" id=\"kda-data\">");
+  ck_assert_ptr_nonnull(a);
+  a = strchr(a, '>') + 1;
+  char *e = strstr(a, "</script>");
+  ck_assert_ptr_nonnull(e);
+  *e = 0;
+  json_error_t je;
+  json_t *j = json_loads(a, 0, &je);
+  ck_assert_msg(j != NULL, "embedded data is not JSON: %s", je.text);
+  const kda_problem p = problem_of(npz);
+  ck_assert_int_eq((int)json_array_size(json_object_get(j, "steps")), (int)p.T);
+  ck_assert_int_eq((int)json_array_size(json_object_get(j, "err")), (int)p.T);
+  ck_assert_int_eq(json_integer_value(json_object_get(j, "qk_head")), 1); /* div: 3 / 2 */
+  json_t *last = json_array_get(json_object_get(j, "steps"), (size_t)p.T - 1);
+  ck_assert_int_eq((int)json_array_size(json_object_get(last, "S")), (int)(p.K * p.V));
+  ck_assert_int_eq((int)json_array_size(json_object_get(last, "L")), (int)(p.K * p.V));
+  ck_assert(json_number_value(json_object_get(last, "mass")) > 0);
+  json_decref(j);
+  free(html);
+  run_free(&r);
+}
+END_TEST
+
+/* Too big to show: one line, exit 2, no file; --tokens makes it fit. */
+START_TEST(test_explore_refuses_big) {
+  run_result r = {0};
+  const char *npz = "golden/L1/drift-decay-small.npz";
+  kda(&r, "explore", npz, "-o", tpath("big.html"), NULL);
+  expect_error(&r, "a long case", "kda explore: ", "too many", "--tokens", NULL);
+  ck_assert(read_all(tpath("big.html"), NULL) == NULL);
+  kda(&r, "explore", npz, "--tokens", "0:64", "-o", tpath("big.html"), NULL);
+  expect_ok(&r, "kda explore --tokens 0:64");
+  expect_self_contained(tpath("big.html"));
+  kda(&r, "explore", "golden/L1/t128-k128.npz", "-o", tpath("k.html"), NULL);
+  expect_error(&r, "K = 128", "kda explore: ", "K = 128", NULL);
+  kda(&r, "explore", npz, NULL);
+  expect_error(&r, "no -o", "kda explore: ", "-o", NULL);
+  kda(&r, "explore", npz, "--tokens", "0:8", "--result", tpath("none.npz"), "-o", tpath("n.html"), NULL);
+  expect_error(&r, "missing result", "kda explore: ", "none.npz", NULL);
+  ck_assert(read_all(tpath("n.html"), NULL) == NULL);
+  run_free(&r);
+}
+END_TEST
+
 static void setup(void) { make_tmpdir(); }
 static void teardown(void) { remove_tmpdir(); }
 
@@ -416,6 +490,8 @@ static Suite *study_suite(void) {
   tcase_add_test(tc, test_trace_matches_ref);
   tcase_add_test(tc, test_trace_text);
   tcase_add_test(tc, test_trace_errors);
+  tcase_add_test(tc, test_explore_page);
+  tcase_add_test(tc, test_explore_refuses_big);
   suite_add_tcase(s, tc);
   return s;
 }
