@@ -45,6 +45,9 @@ static const char help_text[] =
     "  -o, --out DIR             write results.jsonl, summary.json and junit.xml into DIR\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
     "      --max-lines N         failure lines shown per case (default 5)\n"
+    "      --html DIR            a self-contained HTML report in DIR/index.html: verdicts and,\n"
+    "                            per case of >= 256 tokens, error per 64-token window vs\n"
+    "                            position per backend (log-log, cap and allowance drawn)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
     "  -h, --help                print this help and exit\n"
@@ -62,6 +65,7 @@ typedef struct conform_args {
   int n_plugins;
   const char *params, *candidate, *export_dir, *waivers, *baseline, *record_baseline;
   const char *out_dir, *jsonl, *summary, *junit;
+  const char *html; /* --html DIR */
   int32_t cls;
   int quiet, bench;
   int64_t max_lines;
@@ -122,6 +126,7 @@ static int collect(const char *path, path_list *l) {
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH };
+  enum { O_HTML = 512 };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -134,6 +139,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"jsonl", required_argument, NULL, O_JSONL}, {"summary", required_argument, NULL, O_SUMMARY},
       {"junit", required_argument, NULL, O_JUNIT}, {"max-lines", required_argument, NULL, O_MAXLINES},
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
+      {"html", required_argument, NULL, O_HTML},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -184,6 +190,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
+      case O_HTML: a->html = optarg; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
@@ -309,6 +316,8 @@ static int write_reports(const conform_args *a, run_state *s) {
   f = open_out(a->out_dir, "junit.xml", a->junit, buf);
   if ((a->out_dir || a->junit) && !f) return kda_tool_fail(SUB, "cannot write the JUnit report");
   if (f) kda_report_junit(f, s->reports, s->n), fclose(f);
+  if (a->html && kda_report_html_write(a->html, s->reports, s->n, buf, sizeof buf) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", buf);
   if (a->record_baseline) {
     f = fopen(a->record_baseline, "w");
     if (!f) return kda_tool_fail(SUB, "%s: cannot write", a->record_baseline);

@@ -477,6 +477,41 @@ START_TEST(test_explore_refuses_big) {
 }
 END_TEST
 
+/* ---- kda conform --html. */
+
+static int count_of(const char *s, const char *what) {
+  int n = 0;
+  for (; (s = strstr(s, what)) != NULL; s++) n++;
+  return n;
+}
+
+/* A row per report, a plot per backend of the long case only, a point per 64-token window. */
+START_TEST(test_conform_html) {
+  run_result r = {0};
+  kda(&r, "conform", "-q", "-b", "ref-f64", "-b", "ref-f32", "--no-prefix", "--html",
+      tpath("rep"), "golden/L1/t5000-long.npz", "golden/L1/disc-exp2.npz", NULL);
+  ck_assert_msg(r.status == 0, "kda conform --html: exit %d: %s", r.status, r.err);
+  expect_self_contained(tpath("rep/index.html"));
+  char *html = (char *)read_all(tpath("rep/index.html"), NULL);
+  ck_assert_int_eq(count_of(html, "<tr>") + count_of(html, "<tr class"), 1 + 4);
+  ck_assert_int_eq(count_of(html, "<svg"), 2);
+  ck_assert_int_eq(count_of(html, "<section class=\"case\"><h3>t5000-long"), 1);
+  ck_assert_int_eq(count_of(html, "disc-exp2 ("), 0);
+  ck_assert_int_eq(count_of(html, "class=\"cap\""), 2);
+  ck_assert_int_eq(count_of(html, "class=\"allowance\""), 2);
+  const char *pts = strstr(html, "class=\"err\"");
+  ck_assert_ptr_nonnull(pts);
+  pts = strstr(pts, "points=\"") + 8;
+  int n = 1;
+  for (; *pts != '"'; pts++) n += *pts == ' ';
+  ck_assert_int_eq(n, (5000 + 63) / 64);
+  free(html);
+  kda(&r, "conform", "-q", "-b", "ref-f64", "--html", tpath("none/sub"), "golden/L1/disc-exp2.npz", NULL);
+  expect_error(&r, "--html under a missing directory", "kda conform: ", "none/sub", NULL);
+  run_free(&r);
+}
+END_TEST
+
 static void setup(void) { make_tmpdir(); }
 static void teardown(void) { remove_tmpdir(); }
 
@@ -492,6 +527,7 @@ static Suite *study_suite(void) {
   tcase_add_test(tc, test_trace_errors);
   tcase_add_test(tc, test_explore_page);
   tcase_add_test(tc, test_explore_refuses_big);
+  tcase_add_test(tc, test_conform_html);
   suite_add_tcase(s, tc);
   return s;
 }
