@@ -27,32 +27,33 @@
 extern const char kda_explore_page_head[], kda_explore_page_tail[]; /* kda_explore_page.c */
 
 static const char help_text[] =
-    "Usage: kda explore CASE.npz -o EXPLORER.html [--seq N] [--head HV] [--tokens A:B]\n"
-    "                   [--result RESULT.npz]\n"
+    "Usage: kda explore CASE.npz -o EXPLORER.html [--seq N] [--head HV]\n"
+    "                   [--tokens A:B] [--result RESULT.npz]\n"
     "\n"
-    "Writes one self-contained HTML file (no network, no external scripts; the data is\n"
-    "embedded as JSON) that steps the state of one value head token by token: the K x V\n"
-    "state as a heatmap with its numbers, the four sub-steps of SPEC.md section 3.1\n"
-    "(decay, erase, write, readout) highlighted in turn, the per-channel decay factors as\n"
-    "bars, the prediction, correction and output vectors, and the plain accumulator\n"
-    "(S += b k^ v^T, no decay, no erase) beside the delta rule on the same inputs with the\n"
-    "total state mass ||S||_F of both.  With --result, the error of that result file's o\n"
-    "against the truth (the case's certified o, else the float64 reference) along the\n"
-    "whole sequence.  Keys: Right/Left step, Space play/pause, Home/End; the page opens\n"
-    "at EXPLORER.html#step=N (N = 4 x token + sub-step).\n"
+    "Writes one self-contained HTML file (no network, no external scripts; the data\n"
+    "is embedded as JSON) that steps the state of one value head token by token:\n"
+    "the K x V state as a heatmap with its numbers, the four sub-steps of SPEC.md\n"
+    "section 3.1 (decay, erase, write, readout) highlighted in turn, the per-channel\n"
+    "decay factors as bars, the prediction, correction and output vectors, and the\n"
+    "plain accumulator (S += b k^ v^T: no decay, no erase) beside the delta rule on\n"
+    "the same inputs, with the total state mass ||S||_F of both.  With --result, the\n"
+    "error of that result file's o against the truth (the case's certified o, else\n"
+    "the float64 reference) along the whole sequence.  Keys: Right/Left step, Space\n"
+    "play/pause, Home/End.  EXPLORER.html#step=N opens at sub-step N (4 per token).\n"
     "\n"
     "Options:\n"
-    "  -o, --output FILE    the HTML file to write (required)\n"
-    "  -s, --seq N          the sequence (default 0)\n"
-    "  -H, --head HV        the value head (default 0)\n"
-    "  -t, --tokens A:B     positions A .. B-1 of the sequence to step through (default all;\n"
-    "                       at most 65536 / (K V) tokens, K and V at most 64)\n"
-    "  -r, --result FILE    a result file (kda ref -o, a backend's output) to compare\n"
-    "  -h, --help           print this help and exit\n"
+    "  -o, --output FILE   the HTML file to write (required)\n"
+    "  -s, --seq N         the sequence (default 0)\n"
+    "  -H, --head HV       the value head (default 0)\n"
+    "  -t, --tokens A:B    step through positions A .. B-1 of the sequence (default\n"
+    "                      all); at most 65536 / (K V) tokens, K and V at most 64\n"
+    "  -r, --result FILE   a result file (kda ref -o, a backend's output) to compare\n"
+    "  -h, --help          print this help and exit\n"
     "\n"
     "Exit status:\n"
     "  0  the page was written\n"
-    "  2  usage error, I/O error, bad input or a case too big to show (one line on stderr)\n";
+    "  2  usage error, I/O error, bad input or a case too big to show (one line on\n"
+    "     standard error)\n";
 
 typedef struct explore_args {
   const char *path, *output, *tokens, *result;
@@ -202,18 +203,6 @@ static int result_errors(const explore_args *a, kda_study *st, kda_sbuf *b) {
   return rc;
 }
 
-/* JSON string: the id comes from a file, so escape everything but plain printable ASCII. */
-static void jstr(kda_sbuf *b, const char *s) {
-  kda_sbuf_printf(b, "\"");
-  for (; s && *s; s++) {
-    const unsigned char c = (unsigned char)*s;
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\' && c != '<' && c != '>' && c != '&')
-      kda_sbuf_printf(b, "%c", c);
-    else
-      kda_sbuf_printf(b, "\\u%04x", c);
-  }
-  kda_sbuf_printf(b, "\"");
-}
 
 static int build(const explore_args *a, kda_study *st, page *pg) {
   const kda_problem *p = &st->c.p;
@@ -234,7 +223,7 @@ static int build(const explore_args *a, kda_study *st, page *pg) {
   kda_sbuf *b = &pg->b;
   kda_sbuf_printf(b, "%s", kda_explore_page_head);
   kda_sbuf_printf(b, "{\"case\":");
-  jstr(b, st->c.id ? st->c.id : "");
+  kda_study_json_str(b, st->c.id ? st->c.id : "");
   kda_sbuf_printf(b, ",\"family\":\"%s\",\"gate\":\"%s\",\"beta\":\"%s\",\"K\":%lld,\"V\":%lld,"
                      "\"seq\":%lld,\"head\":%lld,\"qk_head\":%lld,\"bos\":%lld,\"len\":%lld,"
                      "\"first\":%lld,\"decays\":%d,\"erases\":%d",
@@ -245,7 +234,7 @@ static int build(const explore_args *a, kda_study *st, page *pg) {
                   p->family != KDA_FAMILY_LINEAR);
   if (a->result) {
     kda_sbuf_printf(b, ",\"result\":");
-    jstr(b, a->result);
+    kda_study_json_str(b, a->result);
     int rc = result_errors(a, st, b);
     if (rc) return rc;
   }

@@ -24,31 +24,33 @@
 #define CERT_MAX_VALUES 131072  /* T HV K V up to which the MPFR reference certifies */
 
 static const char help_text[] =
-    "Usage: kda trace CASE.npz [--seq N] [--head HV] [--tokens A:B] [--channels A:B]\n"
-    "                          [--json] [--no-certify]\n"
+    "Usage: kda trace CASE.npz [--seq N] [--head HV] [--tokens A:B]\n"
+    "                          [--channels A:B] [--json] [--no-certify]\n"
     "       kda trace --l0 CASE.npz\n"
     "\n"
-    "Prints every step of one value head as SPEC.md section 3.1 defines it: the gate and\n"
-    "beta after their modes (g_eff, a = exp(g_eff), b), the normalised q^ and k^, the\n"
-    "decayed state, the prediction p = S^T k^, the correction c = b (v - p), the written\n"
-    "state and the output o = S^T q^.  Each value is shown in float64 (the reference,\n"
-    "ref-f64) with the float32 twin (ref-f32) below it; for small cases\n"
-    "(T HV K V <= 131072) the written state and o also get the certified value (the MPFR\n"
-    "reference, SPEC.md section 8) and the decimal digits float64 got right ('=': all, it\n"
-    "is the correctly rounded value).  Text fits 80 columns; more than 8 channels are\n"
-    "elided (0..3, ..., last 3) unless --channels picks at most 8.\n"
+    "Prints every step of one value head as SPEC.md section 3.1 defines it: the\n"
+    "gate and beta after their modes (g_eff, a = exp(g_eff), b), the normalised q^\n"
+    "and k^, the decayed state, the prediction p = S^T k^, the correction\n"
+    "c = b (v - p), the written state and the output o = S^T q^.  Each value is\n"
+    "shown in float64 (the reference ref-f64) with the float32 twin (ref-f32) below\n"
+    "it; for small cases (T HV K V <= 131072) the written state and o also get the\n"
+    "certified value (the MPFR reference, SPEC.md section 8) and the decimal digits\n"
+    "float64 got right ('=': all of them, it is the correctly rounded value).  Text\n"
+    "fits 80 columns; more than 8 channels are elided (0..3, ..., the last 3).\n"
     "\n"
     "Options:\n"
-    "  -s, --seq N          the sequence (default 0)\n"
-    "  -H, --head HV        the value head (default 0); its q/k head follows the head map\n"
-    "  -t, --tokens A:B     positions A .. B-1 of the sequence to print (default all; the\n"
-    "                       recurrence still runs from the sequence's first token)\n"
-    "  -c, --channels A:B   key and value channels A .. B-1 to show in text (default all)\n"
-    "  -j, --json           one JSON object (schema kda-trace/1) with every channel\n"
-    "      --no-certify     skip the MPFR certification\n"
-    "      --l0             print the golden L0 trace of a golden/L0 case file, byte for byte\n"
-    "                       the committed golden/L0/<id>.txt (exact hex floats)\n"
-    "  -h, --help           print this help and exit\n"
+    "  -s, --seq N         the sequence (default 0)\n"
+    "  -H, --head HV       the value head (default 0); its q/k head follows the\n"
+    "                      head map\n"
+    "  -t, --tokens A:B    print positions A .. B-1 of the sequence (default all;\n"
+    "                      the recurrence still runs from its first token)\n"
+    "  -c, --channels A:B  key and value channels A .. B-1 shown in text (default\n"
+    "                      all)\n"
+    "  -j, --json          one JSON object (schema kda-trace/1), every channel\n"
+    "      --no-certify    skip the MPFR certification\n"
+    "      --l0            print the golden L0 trace of a golden/L0 case file: byte\n"
+    "                      for byte golden/L0/<id>.txt (exact hex floats)\n"
+    "  -h, --help          print this help and exit\n"
     "\n"
     "Exit status:\n"
     "  0  the trace was printed\n"
@@ -322,10 +324,9 @@ static void header_json(walk *w) {
   const kda_study *s = w->st;
   const kda_problem *p = &s->c.p;
   kda_sbuf *b = &w->out;
-  kda_sbuf_printf(b, "{\"schema\":\"kda-trace/1\",\"case\":\"");
-  for (const char *c = s->c.id ? s->c.id : ""; *c; c++)
-    kda_sbuf_printf(b, (*c == '"' || *c == '\\') ? "\\%c" : ((unsigned char)*c < 32 ? "?" : "%c"), *c);
-  kda_sbuf_printf(b, "\",\"problem\":{\"family\":\"%s\",\"gate\":\"%s\",\"beta\":\"%s\","
+  kda_sbuf_printf(b, "{\"schema\":\"kda-trace/1\",\"case\":");
+  kda_study_json_str(b, s->c.id ? s->c.id : "");
+  kda_sbuf_printf(b, ",\"problem\":{\"family\":\"%s\",\"gate\":\"%s\",\"beta\":\"%s\","
                      "\"l2\":\"%s\",\"N\":%lld,\"T\":%lld,\"H\":%lld,\"HV\":%lld,\"K\":%lld,"
                      "\"V\":%lld},\"sequence\":%lld,\"head\":%lld,\"qk_head\":%lld,"
                      "\"tokens\":[%lld,%lld],\"certified\":",

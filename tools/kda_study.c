@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_ref.h"
 #include "kda_tool.h"
 
 #if defined(__has_include)
@@ -36,7 +37,7 @@ int kda_study_open(const char *sub, const char *path, int64_t n, int64_t hv, kda
   }
   kda_case_tensors(&s->c, &s->ts);
   s->n = n, s->hv = hv;
-  s->h = p->head_map == KDA_HEADMAP_MOD ? hv % p->H : hv / (p->HV / p->H);
+  s->h = kda_ref_head(p->head_map, p->H, p->HV, hv);
   s->bos = s->c.cu_seqlens[n], s->eos = s->c.cu_seqlens[n + 1];
   return 0;
 }
@@ -134,4 +135,14 @@ void kda_study_json_num(kda_sbuf *b, double x) {
   if (isnan(x)) kda_sbuf_printf(b, "\"nan\"");
   else if (isinf(x)) kda_sbuf_printf(b, x < 0 ? "\"-inf\"" : "\"inf\"");
   else kda_sbuf_printf(b, "%.17g", x);
+}
+
+void kda_study_json_str(kda_sbuf *b, const char *s) {
+  kda_sbuf_printf(b, "\"");
+  for (; s && *s; s++) {
+    const unsigned char c = (unsigned char)*s;
+    if (c >= 0x20 && c < 0x7f && !strchr("\"\\<>&", c)) kda_sbuf_printf(b, "%c", c);
+    else kda_sbuf_printf(b, "\\u%04x", c);
+  }
+  kda_sbuf_printf(b, "\"");
 }

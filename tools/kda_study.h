@@ -46,4 +46,8 @@ int kda_study_digits(double x, double c);
  * "-inf" or "nan" (JSON has no such numbers). */
 void kda_study_json_num(kda_sbuf *b, double x);
 
+/* A JSON string of text from a file: printable ASCII as is except " \\ < > & (so that it can
+ * sit inside an HTML <script> element too), every other byte as \u00XX. */
+void kda_study_json_str(kda_sbuf *b, const char *s);
+
 #endif

@@ -253,6 +253,32 @@ static json_t *trace_json(run_result *r, const char *path, const char *seq, cons
   return j;
 }
 
+/* ---- Help. */
+
+/* kda --help lists the subcommands; each documents every option it takes. */
+START_TEST(test_help) {
+  run_result r = {0};
+  kda(&r, "--help", NULL);
+  expect_ok(&r, "kda --help");
+  ck_assert_ptr_nonnull(strstr(r.out, "\n  trace "));
+  ck_assert_ptr_nonnull(strstr(r.out, "\n  explore "));
+  const char *trace_opts[] = {"--seq", "--head", "--tokens", "--channels", "--json",
+                              "--no-certify", "--l0", "--help", NULL};
+  const char *explore_opts[] = {"--output", "--seq", "--head", "--tokens", "--result", "--help", NULL};
+  const struct { const char *sub; const char *const *opts; } subs[] = {
+      {"trace", trace_opts}, {"explore", explore_opts}};
+  for (int i = 0; i < 2; i++) {
+    kda(&r, subs[i].sub, "--help", NULL);
+    expect_ok(&r, subs[i].sub);
+    for (const char *const *o = subs[i].opts; *o; o++)
+      ck_assert_msg(strstr(r.out, *o) != NULL, "kda %s --help lacks %s", subs[i].sub, *o);
+  }
+  kda(&r, "conform", "--help", NULL);
+  ck_assert_ptr_nonnull(strstr(r.out, "--html DIR"));
+  run_free(&r);
+}
+END_TEST
+
 /* ---- kda trace. */
 
 /* The committed L0 traces are exactly what kda trace --l0 prints (it runs the step function
@@ -520,6 +546,7 @@ static Suite *study_suite(void) {
   TCase *tc = tcase_create("trace");
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_help);
   tcase_add_test(tc, test_trace_l0_files);
   tcase_add_test(tc, test_trace_l0_json_values);
   tcase_add_test(tc, test_trace_matches_ref);
