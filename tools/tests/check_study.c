@@ -538,6 +538,29 @@ START_TEST(test_conform_html) {
 }
 END_TEST
 
+/* A case id is text from a file: it must not become markup in either page. */
+START_TEST(test_hostile_id) {
+  run_result r = {0};
+  kda(&r, "gen", "seed=1 T=4 K=2 V=2 id=</script><i>zz'&", "-o", tpath("evil.npz"), NULL);
+  expect_ok(&r, "kda gen");
+  kda(&r, "explore", tpath("evil.npz"), "-o", tpath("evil.html"), NULL);
+  expect_ok(&r, "kda explore");
+  char *html = (char *)read_all(tpath("evil.html"), NULL);
+  ck_assert_ptr_nonnull(html);
+  ck_assert_ptr_null(strstr(html, "<i>zz"));
+  ck_assert_ptr_nonnull(strstr(html, "\\u003c/script\\u003e\\u003ci\\u003ezz"));
+  free(html);
+  kda(&r, "conform", "-q", "-b", "ref-f64", "--html", tpath("rep"), tpath("evil.npz"), NULL);
+  ck_assert_int_eq(r.status, 0);
+  html = (char *)read_all(tpath("rep/index.html"), NULL);
+  ck_assert_ptr_nonnull(html);
+  ck_assert_ptr_null(strstr(html, "<i>zz"));
+  ck_assert_ptr_nonnull(strstr(html, "&lt;/script&gt;&lt;i&gt;zz&#39;&amp;"));
+  free(html);
+  run_free(&r);
+}
+END_TEST
+
 static void setup(void) { make_tmpdir(); }
 static void teardown(void) { remove_tmpdir(); }
 
@@ -555,6 +578,7 @@ static Suite *study_suite(void) {
   tcase_add_test(tc, test_explore_page);
   tcase_add_test(tc, test_explore_refuses_big);
   tcase_add_test(tc, test_conform_html);
+  tcase_add_test(tc, test_hostile_id);
   suite_add_tcase(s, tc);
   return s;
 }
