@@ -304,9 +304,14 @@ static void header_text(walk *w) {
   const kda_study *s = w->st;
   const kda_problem *p = &s->c.p;
   kda_sbuf *b = &w->out;
-  kda_sbuf_printf(b, "kda trace %s: sequence %lld (tokens %lld..%lld), value head %lld (q/k "
-                     "head %lld)\n", s->c.id ? s->c.id : w->a->path, (long long)s->n,
-                  (long long)s->bos, (long long)s->eos - 1, (long long)s->hv, (long long)s->h);
+  char span[64];
+  if (s->eos > s->bos)
+    snprintf(span, sizeof span, "tokens %lld..%lld", (long long)s->bos, (long long)s->eos - 1);
+  else
+    snprintf(span, sizeof span, "empty: no tokens");
+  kda_sbuf_printf(b, "kda trace %s: sequence %lld (%s), value head %lld (q/k head %lld)\n",
+                  s->c.id ? s->c.id : w->a->path, (long long)s->n, span, (long long)s->hv,
+                  (long long)s->h);
   kda_sbuf_printf(b, "problem: family=%s gate=%s beta=%s l2=%s scale=%.6g\n",
                   kda_family_name(p->family), kda_gate_name(p->gate_mode),
                   kda_beta_name(p->beta_mode), kda_l2_name(p->l2_mode), p->scale);
