@@ -160,6 +160,14 @@ check-conform: $(KDA) $(PLUGINS)
 check: check-unit check-numpy check-golden check-conform check-install check-symbols check-asan
 	@echo "make check: all suites passed"
 
+# The study pages (kda explore, kda conform --html) in headless Chromium: no script errors,
+# stepping changes the state shown; screenshots kept in $(BUILD)/browser.  Skipped, saying
+# so, where Chromium is not installed (.ci/run installs it).
+.PHONY: check-browser
+check: check-browser
+check-browser: $(KDA)
+	@KDA_BIN=$(abspath $(KDA)) sh tools/tests/browser_check.sh $(BUILD)/browser
+
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
 $(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) \
     conformance/tests/plugin_f64.h | $(DEPS_STAMP)

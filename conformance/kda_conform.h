@@ -251,6 +251,11 @@ typedef struct kda_score {
   double alpha_fit;         /* least-squares slope of log err against log position */
   double *hc_each;          /* [C] worst state error at each checkpoint (owned), or NULL */
   int64_t n_hc_each;
+  double *win_each;         /* [n_win_each] mean per-token o error (class units, without the
+                               step allowance) of each window of `window` tokens, the last one
+                               possibly shorter (owned), or NULL; for the report's plots */
+  int64_t n_win_each;
+  int64_t win_tokens;       /* tokens the windows cover (T) */
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
   int32_t reserved0;
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
@@ -419,6 +424,13 @@ int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n);
 /* A baseline file from the reports: kda-baseline/1 when they hold one backend, else
  * kda-baseline/2 with one entry per backend. */
 int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n);
+/* A self-contained HTML page: the verdict table and, per case of at least 256 tokens, an
+ * error-versus-position plot (log-log, per window, cap and step allowance drawn) per backend
+ * as inline SVG (kda_report_html.c).  _write puts it in DIR/index.html atomically, creating
+ * DIR.  Return KDA_OK, KDA_EIO, KDA_ENOMEM (KDA_EINVAL: DIR too long). */
+int kda_report_html(FILE *f, const kda_case_report *rs, int64_t n);
+int kda_report_html_write(const char *dir, const kda_case_report *rs, int64_t n, char *err,
+                          size_t errlen);
 
 #ifdef __cplusplus
 }

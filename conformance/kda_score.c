@@ -229,8 +229,24 @@ static void growth(kda_score *s, const double *tok, const kda_case *c, double *t
                                : KDA_GROWTH_UNSTABLE;
 }
 
+/* Per-window means of the per-token error for plots; a failed allocation leaves them out
+ * (they are not a metric, so scoring goes on). */
+static void window_series(kda_score *s, const double *tok, int64_t T) {
+  const int64_t W = s->window, n = T > 0 ? (T + W - 1) / W : 0;
+  s->win_each = n > 0 ? malloc((size_t)n * sizeof *s->win_each) : NULL;
+  s->n_win_each = s->win_each ? n : 0;
+  s->win_tokens = T;
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    const int64_t a = w * W, b = a + W < T ? a + W : T;
+    double sum = 0;
+    for (int64_t t = a; t < b; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
+    s->win_each[w] = sum / (double)(b - a);
+  }
+}
+
 static void windows(kda_score *s, const double *tok, int64_t T) {
   s->window = T < 64 ? (T > 0 ? T : 1) : 64;
+  window_series(s, tok, T);
   int64_t W = s->window;
   s->win_first = s->win_last = s->win_worst = 0.0;
   s->win_worst_start = 0;
@@ -355,6 +371,9 @@ void kda_score_free(kda_score *s) {
   free(s->hc_each);
   s->hc_each = NULL;
   s->n_hc_each = 0;
+  free(s->win_each);
+  s->win_each = NULL;
+  s->n_win_each = 0;
 }
 
 int kda_score_within_caps(const kda_score *s) {

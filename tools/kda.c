@@ -22,6 +22,8 @@ static const char usage_text[] =
     "  golden   write or verify the golden sets (golden/L0, golden/L1)\n"
     "  conform  score backends, plugins or result files (SPEC.md section 7)\n"
     "  bench    throughput of the simd backend against ref-f32 and the FMA peak\n"
+    "  trace    every step of one head: float64, float32 twin, certified value\n"
+    "  explore  write a self-contained HTML explorer of one head's state\n"
     "\n"
     "Options:\n"
     "  -h, --help     print this help and exit\n"
@@ -53,6 +55,8 @@ static const subcommand subcommands[] = {
     {"golden", kda_cmd_golden},
     {"conform", kda_cmd_conform},
     {"bench", kda_cmd_bench},
+    {"trace", kda_cmd_trace},
+    {"explore", kda_cmd_explore},
 };
 
 /* Runs one subcommand, then makes sure everything it printed reached standard output. */

@@ -78,6 +78,10 @@ static const char help_text[] =
     "                            must be a regular file and not an input)\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
     "      --max-lines N         failure lines shown per case (default 5)\n"
+    "      --html DIR            self-contained HTML report DIR/index.html: verdicts\n"
+    "                            and, per case of >= 256 tokens and backend, the o\n"
+    "                            error per 64-token window against the position\n"
+    "                            (log-log, cap and allowance drawn)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
     "  -h, --help                print this help and exit\n"
@@ -99,6 +103,7 @@ typedef struct conform_args {
   const char *filters[MAX_ITEMS]; /* -k patterns */
   int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
+  const char *html; /* --html DIR */
   int32_t cls;
   int quiet, bench, strict;
   int64_t max_lines;
@@ -185,6 +190,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
+  enum { O_HTML = 512 };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -202,6 +208,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"strict", no_argument, NULL, O_STRICT},
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
+      {"html", required_argument, NULL, O_HTML},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -265,6 +272,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_BENCH: a->bench = 1; break;
       case O_STRICT: a->strict = 1; break;
       case O_FAILREG: a->opts.fail_on_regression = 1; break;
+      case O_HTML: a->html = optarg; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
@@ -458,6 +466,8 @@ static int write_reports(const conform_args *a, run_state *s, const kda_run_info
   int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s);
   if (rc == 0) rc = write_report(out_path(a->out_dir, "junit.xml", a->junit, buf), rep_junit, s);
   if (rc == 0) rc = write_report(a->record_baseline, rep_baseline, s);
+  if (rc == 0 && a->html && kda_report_html_write(a->html, s->reports, s->n, buf, sizeof buf) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", buf);
   return rc;
 }
 

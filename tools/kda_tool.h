@@ -56,5 +56,7 @@ int kda_cmd_gen(int argc, char **argv);
 int kda_cmd_inspect(int argc, char **argv);
 int kda_cmd_conform(int argc, char **argv);
 int kda_cmd_bench(int argc, char **argv); /* tools/kda_cmd_bench.c */
+int kda_cmd_trace(int argc, char **argv);   /* tools/kda_cmd_trace.c */
+int kda_cmd_explore(int argc, char **argv); /* tools/kda_cmd_explore.c */
 
 #endif

@@ -139,6 +139,14 @@ int kda_golden_owns(int32_t level, const char *name);
  * libzip 1.7.3, jansson 2.14" (static storage). */
 const char *kda_golden_versions(void);
 
+/* The L0 trace (the text of golden/L0/<id>.txt) of a golden case file: its inputs, its
+ * manifest's golden.comment and certification method, and its certified o / ht / hc members,
+ * through the same tracer `kda golden --write` uses (kda_golden_trace.c).  *text freed by the
+ * caller.  Returns KDA_OK, the file's status (KDA_EIO, KDA_EFORMAT, ...), KDA_ENOTFOUND (not a
+ * golden case file: no golden object or no certified o), KDA_EINVAL (the case is not an L0
+ * case: see kda_golden_trace), KDA_ENOMEM. */
+int kda_golden_trace_file(const char *path, char **text, char *err, size_t errlen);
+
 /* Seconds on a monotonic clock. */
 double kda_golden_now(void);
 

@@ -75,6 +75,7 @@ static int32_t run_one(const kda_backend *b, const char *params, size_t i,
   char err[KDA_ERRLEN];
   ck_assert_msg(kda_conform_case(b, params, &cases[i], &truths[i], o, r, err, sizeof err) == KDA_OK,
                 "%s", err);
+  kda_case_report_free(r); /* the scalar fields stay; r is reused from call to call */
   return r->verdict;
 }
 
@@ -496,10 +497,13 @@ static kda_worker *start_plugin(const char *name, const char *params, const kda_
   return w;
 }
 
+/* The report's scalar fields land in *r; its heap parts (score arrays) are freed at once, as
+ * the tests reuse r from call to call. */
 static int32_t run_worker(kda_worker *w, size_t i, const kda_conform_opts *o, kda_case_report *r) {
   char err[KDA_ERRLEN];
   ck_assert_msg(kda_conform_case_worker(w, &cases[i], &truths[i], o, r, err, sizeof err) == KDA_OK,
                 "%s", err);
+  kda_case_report_free(r);
   return r->verdict;
 }
 
