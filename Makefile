@@ -7,14 +7,19 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make example         the main job until the runner lands: kda ref on the bundled example
-#   make install PREFIX=/usr/local DESTDIR=
+#   make check-symbols   libkda.so exports exactly the functions of the installed headers,
+#                        and each installed header compiles on its own
+#   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
 
-VERSION   := 0.1.0
+# The version is written once, in ref/kda_version.h (KDA_VERSION_STRING); -DKDA_VERSION passes
+# the same string to code written before kda_version() (prefer kda_version()).
+VERSION   := $(shell sed -n 's/^\#define KDA_VERSION_STRING "\([0-9.]*\)".*/\1/p' ref/kda_version.h)
 BUILD     ?= build
 PREFIX    ?= /usr/local
+DATADIR   ?= $(PREFIX)/share/kda
 DESTDIR   ?=
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
@@ -44,6 +49,13 @@ ISA_CFLAGS :=
 $(BUILD)/conformance/backends/simd/kda_simd_avx2.o: ISA_CFLAGS := -mavx2 -mfma
 $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -mavx2 -mfma
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
+# The installed kda finds its golden sets in $(DATADIR)/golden (tools/kda_tool_golden.c); the
+# stamp recompiles that one object when PREFIX or DATADIR changes.
+$(BUILD)/tools/kda_tool_golden.o: ALL_CFLAGS += -DKDA_DATADIR=\"$(DATADIR)\"
+$(BUILD)/tools/kda_tool_golden.o: $(BUILD)/.datadir
+$(BUILD)/.datadir: FORCE
+	@mkdir -p $(BUILD); echo '$(DATADIR)' | cmp -s - $@ || echo '$(DATADIR)' > $@
+FORCE:
 
 # Library: every .c directly under the library modules (tests and backends live in folders).
 LIB_SRC   := $(wildcard ref/*.c) $(wildcard vectors/*.c) $(wildcard conformance/*.c)
@@ -51,6 +63,8 @@ LIB_SRC   += $(wildcard conformance/backends/*/*.c)
 # Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
 PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
 PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/tests/kda_plugin_%.so)
+# A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
+PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(wildcard tools/*.c)
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
@@ -59,14 +73,17 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
              $(wildcard conformance/backends/*/*.h)
-PUB_HEADERS := ref/kda_problem.h ref/kda_ref.h vectors/kda_npz.h vectors/kda_prng.h \
-               vectors/kda_case.h $(wildcard ref/kda_mpfr.h) $(wildcard conformance/kda_backend.h)
+# The installed headers: the whole public surface of libkda.so (make check-symbols).
+PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
+               vectors/kda_npz.h vectors/kda_prng.h vectors/kda_case.h $(wildcard ref/kda_mpfr.h) \
+               conformance/kda_backend.h conformance/kda_conform.h
 
 LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
+LIBMAP    := $(BUILD)/libkda.map
 KDA       := $(BUILD)/kda
 
-.PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
+.PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden check-symbols
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(KDA)
@@ -83,8 +100,22 @@ $(LIBA): $(LIB_OBJ)
 	@rm -f $@
 	ar rcs $@ $^
 
-$(LIBSO): $(LIB_OBJ)
-	$(CC) -shared -Wl,-soname,libkda.so.0 -o $@ $^ $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+# libkda.so exports what the installed headers declare and nothing else: a version script
+# generated from them (tools/kda_symbols.sh).  libkda.a keeps every symbol for the kda
+# command and the tests.
+SYMBOLS_ENV = CC="$(CC)" CPPFLAGS="$(BASEFLAGS) $(PKG_CFLAGS)"
+$(LIBMAP): $(PUB_HEADERS) tools/kda_symbols.sh | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(SYMBOLS_ENV) sh tools/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+
+$(LIBSO): $(LIB_OBJ) $(LIBMAP)
+	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
+	  $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+
+# Fails on an export no installed header declares, a declared function not exported, or an
+# installed header that does not compile on its own (C11, -pedantic, from one flat directory).
+check-symbols: $(LIBSO)
+	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
 
 $(KDA): $(TOOL_OBJ) $(LIBA)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
@@ -116,18 +147,41 @@ golden: $(KDA)
 	$(KDA) golden --write golden
 
 # kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
-# kind validates against conformance/tests/junit.xsd.
+# kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
+# baselines, exit 5, summary.json); plugins of ABI 1 and 2 pass.
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/ci_semantics.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_abi.sh
 
-check: check-unit check-numpy check-golden check-conform check-asan
+check: check-unit check-numpy check-golden check-conform check-install check-symbols check-asan
 	@echo "make check: all suites passed"
 
+# The study pages (kda explore, kda conform --html) in headless Chromium: no script errors,
+# stepping changes the state shown; screenshots kept in $(BUILD)/browser.  Skipped, saying
+# so, where Chromium is not installed (.ci/run installs it).
+.PHONY: check-browser
+check: check-browser
+check-browser: $(KDA)
+	@KDA_BIN=$(abspath $(KDA)) sh tools/tests/browser_check.sh $(BUILD)/browser
+
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
-$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) | $(DEPS_STAMP)
+$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) \
+    conformance/tests/plugin_f64.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+
+# Its quoted includes resolve next to it first: the frozen kda_backend.h and kda_problem.h.
+$(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.c \
+    $(wildcard conformance/tests/abi_v1/*.h) conformance/tests/plugin_f64.h | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+
+# The fault plugin runs plugin_mutants.c's correct implementation (it includes that file).
+$(BUILD)/conformance/tests/kda_plugin_faults.so: conformance/tests/plugin_mutants.c
 
 # The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
 conform: $(KDA)
@@ -146,22 +200,43 @@ install: all
 	ln -sf libkda.so.0 $(DESTDIR)$(PREFIX)/lib/libkda.so
 	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kda/
 	install -m 755 $(KDA) $(DESTDIR)$(PREFIX)/bin/kda
-	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' tools/kda.pc.in \
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
+	  tools/kda.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kda.pc
+	cd golden && for f in SHA256SUMS $$(awk '{print $$2}' SHA256SUMS); do \
+	  install -D -m 644 "$$f" "$(DESTDIR)$(DATADIR)/golden/$$f" || exit 1; done
+
+# make install into a staging directory, then the installed kda run from elsewhere finds its
+# golden sets through KDA_GOLDEN and through the compiled-in $(DATADIR) (tools/tests/install.sh).
+check-install: all
+	@MAKE="$(MAKE)" BUILD=$(BUILD) sh tools/tests/install.sh
 
 clean:
 	rm -rf $(BUILD)
 
-# libFuzzer run of the .npy header parser (vectors/tests/fuzz_npy.c; needs clang with
-# libFuzzer): make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/corpus.
+# libFuzzer runs (need clang with libFuzzer), under ASan + UBSan: the whole reader path of
+# vector files (vectors/tests/fuzz_files.c: archive, members, headers, manifest, case and
+# result loaders) for FUZZ_SECONDS, then the .npy header parser alone (fuzz_npy.c) for
+# FUZZ_NPY_SECONDS: make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
-fuzz:
-	@mkdir -p $(BUILD)/fuzz/corpus
+FUZZ_NPY_SECONDS ?= 10
+FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+                -ffp-contract=off -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
+                -Iref -Ivectors -DKDA_VERSION=\"$(VERSION)\"
+FUZZ_LIB_SRC := $(wildcard ref/*.c) $(wildcard vectors/*.c)
+fuzz: $(KDA)
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
+	$(KDA) ref golden/example/example.npz -o $(BUILD)/fuzz/files-seeds/result.npz
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) vectors/tests/fuzz_files.c $(FUZZ_LIB_SRC) \
+	  -o $(BUILD)/fuzz/fuzz_files $(PKG_LIBS) -lm
+	$(BUILD)/fuzz/fuzz_files -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	  -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=1024 $(BUILD)/fuzz/files-corpus \
+	  $(BUILD)/fuzz/files-seeds golden/example golden/L0 vectors/tests/fixtures
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  -ffp-contract=off -Iref -Ivectors vectors/tests/fuzz_npy.c vectors/kda_npy.c \
 	  -o $(BUILD)/fuzz/fuzz_npy
-	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
+	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_NPY_SECONDS) -print_final_stats=1 \
 	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy
 
 # The Python package kda-conform (python/): pip install into $(BUILD)/python-site, then its

@@ -17,12 +17,22 @@
  * no enum, no bool, no size_t.  The problem record is kda_problem of kda_problem.h (installed
  * next to this header), whose fields obey the same rule.
  *
- * Data.  Every tensor is a host buffer in SPEC.md §2.3's canonical packed, token-major,
- * C-order layout (h0, ht and hc in the layout the problem's state_layout names).  A backend
- * declares one element type for its float inputs and one for its float outputs
- * (KDA_BACKEND_DTYPE_F64 or _F32) and the runner converts: inputs are rounded to nearest from
+ * Data.  Every tensor the runner passes is a host buffer in SPEC.md §2.3's canonical packed,
+ * token-major, C-order layout (h0, ht and hc in the layout the problem's state_layout names).
+ * A backend declares one element type for its float inputs and one for its float outputs
+ * (KDA_PRECISION_FP64 or _FP32) and the runner converts: inputs are rounded to nearest from
  * the case's float64 values (exact for a case whose input precision the type holds), outputs
- * are widened exactly.  Index arrays (cu_seqlens, checkpoints) are always int64.
+ * are widened exactly.  Index arrays (cu_seqlens, checkpoints) are always int64.  Version 2
+ * adds optional device-resident copies (buffers_create and the slots after it), created
+ * from and read back into such host buffers.
+ *
+ * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
+ * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
+ * field the runner filled.  A backend of ABI >= 2 may read it and treats a field it knows
+ * that lies at or past struct_size as absent (at its kda_problem_init default).  A
+ * version-1 backend, compiled without struct_size, never looks past KDA_PROBLEM_V1_SIZE and
+ * needs nothing there.  A field appended later is set away from its default only for
+ * backends whose ABI version knows it.  Backends never write the problem.
  *
  * Contract (a backend that breaks it is scored Fail or Crash):
  *   - A backend never prints, never reads stdin, never calls exit/abort, never installs signal
@@ -48,6 +58,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kda_precision.h"
 #include "kda_problem.h"
 
 #ifdef __cplusplus
@@ -57,17 +68,19 @@ extern "C" {
 #define KDA_BACKEND_ABI_VERSION 2
 #define KDA_BACKEND_ENTRY_SYMBOL "kda_backend_entry"
 
-/* ---- Precision classes (SPEC.md §7.2): the accuracy a backend claims and is scored in. */
-#define KDA_CLASS_FP64 0      /* float64 everywhere (u = 2^-53) */
-#define KDA_CLASS_FP32 1      /* float32 inputs, state, arithmetic and outputs (u = 2^-24) */
-#define KDA_CLASS_TF32 2      /* float32 storage, products with 10-bit fractions (u = 2^-11) */
-#define KDA_CLASS_BF16 3      /* bfloat16 inputs and outputs, float32 state (u = 2^-8) */
-#define KDA_CLASS_FP16 4      /* binary16 inputs and outputs, float32 state (u = 2^-11) */
-#define KDA_CLASS_COUNT 5
-
-/* ---- Element types of the float buffers a backend sees. */
-#define KDA_BACKEND_DTYPE_F64 0 /* double */
-#define KDA_BACKEND_DTYPE_F32 1 /* float */
+/* ---- Precisions: KDA_PRECISION_* of kda_precision.h (SPEC.md §7.2, §10.3) name both the
+ * precision class a backend claims and is scored in and the element type of its float
+ * buffers (KDA_PRECISION_FP64: double, KDA_PRECISION_FP32: float).  The KDA_CLASS_* and
+ * KDA_BACKEND_DTYPE_* names below are aliases kept for the source compatibility of plugins
+ * written against 0.1; their values are the ABI's and never change. */
+#define KDA_CLASS_FP64 KDA_PRECISION_FP64
+#define KDA_CLASS_FP32 KDA_PRECISION_FP32
+#define KDA_CLASS_TF32 KDA_PRECISION_TF32
+#define KDA_CLASS_BF16 KDA_PRECISION_BF16
+#define KDA_CLASS_FP16 KDA_PRECISION_FP16
+#define KDA_CLASS_COUNT KDA_PRECISION_COUNT
+#define KDA_BACKEND_DTYPE_F64 KDA_PRECISION_FP64
+#define KDA_BACKEND_DTYPE_F32 KDA_PRECISION_FP32
 
 /* The buffers of one forward call.  Float pointers point at elements of the type named by
  * in_dtype (inputs) and out_dtype (outputs), which equal the backend's declared input_dtype
@@ -77,8 +90,8 @@ extern "C" {
  * ht is NULL when want_final_state is 0; hc is NULL when n_checkpoints is 0. */
 typedef struct kda_backend_tensors {
   uint32_t struct_size; /* sizeof(kda_backend_tensors) of the runner; appended to only */
-  int32_t in_dtype;     /* KDA_BACKEND_DTYPE_* of q k v g beta A_log dt_bias h0 */
-  int32_t out_dtype;    /* KDA_BACKEND_DTYPE_* of o ht hc */
+  int32_t in_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of q k v g beta A_log dt_bias h0 */
+  int32_t out_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of o ht hc */
   int32_t reserved0;    /* zero */
   const void *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
   const int64_t *cu_seqlens;  /* [N + 1] */
@@ -109,9 +122,9 @@ struct kda_backend {
   uint32_t struct_size;    /* sizeof(kda_backend) as the backend was compiled */
   const char *name;        /* short name, [a-z0-9._-]+ ("ref-f32"); shown in reports */
   const char *description; /* one line, may be NULL */
-  int32_t precision_class; /* KDA_CLASS_*: the class its results are scored in */
-  int32_t input_dtype;     /* KDA_BACKEND_DTYPE_* of its float inputs */
-  int32_t output_dtype;    /* KDA_BACKEND_DTYPE_* of its float outputs */
+  int32_t precision_class; /* KDA_PRECISION_*: the class its results are scored in */
+  int32_t input_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of its float inputs */
+  int32_t output_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of its float outputs */
   int32_t reserved0;       /* zero */
 
   /* Creates a handle.  params is a backend-defined string ("" when none is given, never
@@ -133,21 +146,54 @@ struct kda_backend {
   const char *(*last_error)(void *handle);
   /* Methods above are valid for version 1.  Later versions append here. */
 
-  /* ---- Version 2 (read only when abi_version >= 2 and struct_size covers the slot; every
-   * version-2 slot may be NULL: the runner then does without it). */
-  /* Describes what the handle runs on (device, ISA, peak figures) for reports and bench. */
+  /* ---- Version 2 (SPEC.md §7.8).  Read only when abi_version >= 2 and struct_size covers
+   * the slot (KDA_BACKEND_HAS); the runner never reads these from a version-1 table.  Every
+   * version-2 slot may be NULL, with two rules kda_backend_validate enforces: the four buffer
+   * slots (buffers_create, forward_buffers, buffers_read, buffers_destroy) are all set or
+   * all NULL, and synchronize is set when they are.  Threading as for version 1: one thread
+   * at a time per handle, and every slot below takes the handle open returned. */
+
+  /* Describes what the handle runs on, for reports and `kda bench`.  The runner zeroes *info
+   * and sets info->struct_size to its sizeof(kda_backend_info); the backend writes only
+   * fields that struct_size covers (it may refuse a smaller one with KDA_EINVAL), fills what
+   * it knows, leaves the rest zero and NUL-terminates device and isa.  peak_flops counts an
+   * FMA as 2 FLOP.  Returns KDA_OK; KDA_EINVAL (info NULL or too small); KDA_EUNSUPPORTED
+   * (nothing to say, e.g. no device: the runner reports unknowns); KDA_EIO (the device could
+   * not be queried).  Keeps nothing of info after it returns. */
   int32_t (*describe)(void *handle, kda_backend_info *info);
-  /* Device-resident buffers (SPEC.md §7.8): copies the inputs of t to wherever forward_buffers
-   * reads them (a GPU's memory) and allocates the outputs there, once.  t's output pointers
-   * are ignored.  Returns KDA_OK and sets *buffers, or a KDA_* error (last_error says why). */
+  /* Device-resident buffers, for timing without host copies (`kda bench`): the runner
+   * creates them once and calls forward_buffers on them repeatedly.  buffers_create copies
+   * the inputs of t (host buffers, laid out as for forward) to wherever forward_buffers reads
+   * them (a GPU's memory) and allocates the outputs there; t's o / ht / hc are ignored and
+   * may be NULL.  The backend keeps nothing of t or p after it returns (it copies the problem
+   * if it needs it).  supports(p) has accepted p.  Returns KDA_OK and sets *buffers (an
+   * opaque pointer the backend owns until buffers_destroy); or KDA_EINVAL (a dtype or buffer
+   * it cannot take), KDA_ENOMEM (host or device memory), KDA_EUNSUPPORTED, KDA_EIO (a device
+   * error), with *buffers NULL, nothing left allocated and last_error saying why. */
   int32_t (*buffers_create)(void *handle, const kda_problem *p, const kda_backend_tensors *t,
                             void **buffers);
-  /* forward on resident buffers; may return before the work has finished (synchronize). */
+  /* Runs forward on resident buffers: the same computation as forward on the inputs given
+   * to buffers_create, into the resident outputs.  p equals (field for field) the problem
+   * given to buffers_create; a backend may check and return KDA_EINVAL otherwise.  May
+   * return as soon as the work is issued (asynchronous): synchronize waits for it.  Returns
+   * KDA_OK, KDA_EINVAL, or KDA_EIO (the launch failed); last_error says why.  An error of
+   * issued work may instead surface from synchronize or buffers_read. */
   int32_t (*forward_buffers)(void *handle, const kda_problem *p, void *buffers);
-  /* Copies the resident outputs into t's o / ht / hc (host buffers as in forward). */
+  /* Copies the resident outputs into t's o, and ht / hc when the problem has them (host
+   * buffers in the runner's out_dtype, as for forward; t's inputs are ignored).  Ordered
+   * after every forward_buffers issued on these buffers (it waits for them, as a copy on
+   * the same stream does), so the outputs are those of the last one; the outputs are
+   * unspecified before the first.  Returns KDA_OK, KDA_EINVAL (a needed output pointer is
+   * NULL), KDA_EIO (a device error, also one of earlier issued work); last_error says why. */
   int32_t (*buffers_read)(void *handle, void *buffers, const kda_backend_tensors *t);
+  /* Frees buffers (NULL: nothing), first waiting for or abandoning work issued on them.
+   * Cannot fail; buffers is invalid afterwards.  The runner destroys every buffer set before
+   * it closes the handle. */
   void (*buffers_destroy)(void *handle, void *buffers);
-  /* Waits until all work issued on handle has finished; KDA_OK or an error. */
+  /* Waits until all work issued on handle (every forward_buffers so far) has finished, so
+   * that the time between an issue and synchronize's return is the computation's.  Returns
+   * KDA_OK (also when nothing was issued) or KDA_EIO (issued work failed; last_error says
+   * why).  Required when the buffer slots are present. */
   int32_t (*synchronize)(void *handle);
   /* Version 2 ends here.  Later versions append here. */
 };

@@ -4,10 +4,23 @@
  *
  * Flow of one case: the truth (golden float64 outputs when the case file carries them, else
  * the float64 reference) and its magnitude scales are computed once (kda_truth_compute); each
- * backend runs in a child process (kda_call_forward); its outputs are scored in units of its
+ * backend runs in a worker process (kda_worker_call); its outputs are scored in units of its
  * precision class (kda_score_outputs); a verdict is formed (kda_conform_case) and reported
  * (kda_report_*).  Library functions never print except into the FILE* they are given, never
  * exit, and return KDA_* statuses with one-line messages.
+ *
+ * Installed (include/kda), so that programs and bindings can drive the runner; libkda.so
+ * exports exactly what is declared here and in the other installed headers (make
+ * check-symbols).  Stability until 1.0 (SPEC.md §7.8):
+ *   - stable: the registry, kda_backend_resolve / kda_backend_validate, kda_plugin_load /
+ *     unload, the class functions (kda_class_*), the KDA_CALL_* and KDA_VERDICT_* values and
+ *     their name functions;
+ *   - UNSTABLE: the layout of every struct below (kda_backend_ref, kda_call_opts,
+ *     kda_call_result, kda_outputs, kda_truth, kda_score, kda_case_report, kda_conform_opts,
+ *     kda_tally, ...) and the functions that take them: fields may be added, resized or
+ *     reordered in any 0.x release, so a program using them is rebuilt against each
+ *     release's headers (it must not be given a struct by a library of another version).
+ *     Use kda_conform_opts_init and the library's allocators rather than filling them by hand.
  */
 #ifndef KDA_CONFORM_H
 #define KDA_CONFORM_H
@@ -28,8 +41,11 @@ const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or
 /* 1 when built-in i is in the set `kda conform` scores when no backend is named (every
  * built-in but the slow mpfr), else 0. */
 int kda_backend_builtin_is_default(int32_t i);
-/* Checks a table: version, size, required slots, name, class and dtypes.  Returns KDA_OK or
- * KDA_EINVAL (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
+/* Checks a table (SPEC.md §7.8): version, struct_size against the version's prefix
+ * (KDA_BACKEND_V1_SIZE or KDA_BACKEND_V2_SIZE), reserved0 zero, required slots, name, class
+ * and dtypes; for version 2 the buffer slots all or none, with synchronize when present.
+ * Reads nothing past the version's prefix.  Returns KDA_OK or KDA_EINVAL with a message
+ * (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
 
 /* ---- One way to name a backend (SPEC.md §7.8), shared by every subcommand.
@@ -70,8 +86,10 @@ void kda_plugin_unload(kda_plugin *p);
 typedef struct kda_caps {
   double o, ht, hc; /* allowed error in class units at the magnitude scale of §7.3 */
 } kda_caps;
-const char *kda_class_name(int32_t cls); /* "fp64" "fp32" "tf32" "bf16" "fp16", or NULL */
-int kda_class_parse(const char *name, int32_t *cls); /* KDA_OK or KDA_EINVAL */
+/* Class names are kda_precision_name / kda_precision_parse of kda_precision.h (SPEC.md §10.3);
+ * the 0.1 names remain as aliases for source compatibility. */
+#define kda_class_name kda_precision_name
+#define kda_class_parse kda_precision_parse
 double kda_class_unit(int32_t cls);                  /* the unit roundoff u, or 0 */
 double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, or 0 (§7.3) */
 /* The step allowance L(n) = max(1, n / KDA_STEP_ALLOWANCE_N0) of an element n steps into its
@@ -114,9 +132,11 @@ void kda_truth_free(kda_truth *t);
 #define KDA_CALL_INPUT 6       /* the backend modified an input buffer */
 
 typedef struct kda_call_opts {
-  double timeout_s; /* per call; <= 0: no limit */
-  int32_t isolate;  /* 1: fork a child per call; 0: in-process (debugging, benchmarks) */
+  double timeout_s; /* per wait on the backend (load, open, call, close); <= 0: no limit */
+  int32_t isolate;  /* 1: a worker process per backend (§7.8); 0: in-process (debugging) */
   int32_t reserved0;
+  int64_t memory_limit; /* the worker's address space in bytes; 0: automatic, sized from each
+                           call's buffers (§7.8); -1: none */
 } kda_call_opts;
 
 typedef struct kda_call_result {
@@ -129,11 +149,60 @@ const char *kda_call_outcome_name(int32_t outcome);
 
 /* Runs open(params), supports, forward and close of backend b on problem p with the float64
  * inputs in (outputs of in are ignored), writing float64 outputs into out (allocated by the
- * caller with kda_outputs_alloc).  Returns KDA_OK when the call ran to an outcome (read
+ * caller with kda_outputs_alloc), in a worker started for this one call (kda_worker_start;
+ * opts->isolate 0: in-process).  Returns KDA_OK when the call ran to an outcome (read
  * r->outcome) or KDA_ENOMEM / KDA_EIO when the runner itself failed (fork, mmap, pipe). */
 int kda_call_forward(const kda_backend *b, const char *params, const kda_problem *p,
                      const kda_tensors_f64 *in, kda_outputs *out, const kda_call_opts *opts,
                      kda_call_result *r, char *err, size_t errlen);
+
+/* ---- Persistent isolated workers (SPEC.md §7.8).
+ * One child process per (backend, parameters), started once and serving every call of a run
+ * over a socket and a shared memory region; the plugin is loaded only inside it.  A crash or
+ * time-out kills its process group and is that call's outcome; the next call starts a fresh
+ * worker.  A load failure (dlopen, the entry, the table, a constructor that crashes or
+ * changes the floating-point environment) is recorded once and is the outcome of every call.
+ * A handle is opened by the first call after kda_worker_end_case and closed by it: one handle
+ * per case. */
+typedef struct kda_worker kda_worker;
+typedef kda_call_opts kda_worker_opts; /* timeout_s, isolate, memory_limit */
+#define KDA_WORKER_LOG_MAX 4096 /* bytes of the backend's stdout/stderr kept per case */
+/* Starts the worker of ref (a built-in table, or a plugin path, and params) and waits (bounded
+ * by o->timeout_s) until it has loaded the backend.  Returns KDA_OK and sets *w, also when the
+ * backend failed to load (kda_worker_load_result), or KDA_ENOMEM / KDA_EIO (fork, socket,
+ * memfd).  o NULL: isolated, 60 s, automatic memory limit. */
+int kda_worker_start(const kda_backend_ref *ref, const kda_worker_opts *o, kda_worker **w,
+                     char *err, size_t errlen);
+/* The outcome of loading the backend (KDA_CALL_ERROR, _CRASH, _TIMEOUT, _FPENV and why), or
+ * NULL when it loaded. */
+const kda_call_result *kda_worker_load_result(const kda_worker *w);
+/* The backend's table as read inside the worker (sent to the runner after loading).  Before a
+ * successful load the name is the spec's file name and the class is -1. */
+const char *kda_worker_name(const kda_worker *w);
+const char *kda_worker_description(const kda_worker *w);
+int32_t kda_worker_class(const kda_worker *w);
+int32_t kda_worker_input_dtype(const kda_worker *w);
+int32_t kda_worker_output_dtype(const kda_worker *w);
+uint32_t kda_worker_abi_version(const kda_worker *w);
+int64_t kda_worker_pid(const kda_worker *w);    /* the worker's pid (its process group), 0 */
+int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
+/* supports and forward on p (opening a handle first when none is open), with the same
+ * outcomes and return values as kda_call_forward. */
+int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                    kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* The backend's describe (ABI version 2) on the open handle (opening one when none is):
+ * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
+int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
+                        size_t errlen);
+/* Closes the open handle (r: close's outcome; KDA_CALL_OK when none was open). */
+int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen);
+/* Moves what the backend printed since the last take into buf (cap bytes, NUL-terminated,
+ * the first KDA_WORKER_LOG_MAX - 1 bytes kept); *total: bytes printed.  Returns the length. */
+size_t kda_worker_take_log(kda_worker *w, char *buf, size_t cap, uint64_t *total);
+/* Kills the worker's process group and reaps it (bounded); w may be NULL. */
+void kda_worker_stop(kda_worker *w);
+/* 1 when the worker applies the memory limit (0 under AddressSanitizer). */
+int kda_worker_limits_memory(void);
 
 /* ---- Metrics (SPEC.md §7.5). */
 typedef struct kda_where {
@@ -182,6 +251,11 @@ typedef struct kda_score {
   double alpha_fit;         /* least-squares slope of log err against log position */
   double *hc_each;          /* [C] worst state error at each checkpoint (owned), or NULL */
   int64_t n_hc_each;
+  double *win_each;         /* [n_win_each] mean per-token o error (class units, without the
+                               step allowance) of each window of `window` tokens, the last one
+                               possibly shorter (owned), or NULL; for the report's plots */
+  int64_t n_win_each;
+  int64_t win_tokens;       /* tokens the windows cover (T) */
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
   int32_t reserved0;
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
@@ -206,23 +280,38 @@ const char *kda_verdict_name(int32_t v); /* "Pass", "Fail", ... */
 /* 1 for the verdicts that make the run fail (Fail, Crash, Timeout). */
 int kda_verdict_is_failure(int32_t v);
 
-/* Waivers: a JSON file {"waivers":[{"case":GLOB,"backend":GLOB,"flag":NAME,"reason":TEXT,
- * "link":URL}, ...]}; a waiver matches when every key it gives matches. */
+/* Waivers (SPEC.md §7.6, conformance/kda_ci.c): a JSON file {"waivers":[{"case":GLOB,
+ * "backend":GLOB,"flag":NAME,"reason":TEXT,"link":URL}, ...]} (optional "schema":
+ * "kda-waivers/1"); a waiver matches when every key it gives matches.  The loader rejects
+ * unknown keys, non-string or empty values, a missing reason and a waiver that selects nothing,
+ * naming the file and the waiver's index (KDA_EFORMAT). */
 typedef struct kda_waivers kda_waivers;
 int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen);
 void kda_waivers_free(kda_waivers *w);
-/* The reason and link of the first matching waiver, or NULL. */
-const char *kda_waivers_match(const kda_waivers *w, const char *case_id, const char *backend,
-                              const char *manifest_json, const char **link);
+int64_t kda_waivers_count(const kda_waivers *w); /* 0 for NULL */
+/* Index of the first waiver matching the case, or -1. */
+int64_t kda_waivers_find(const kda_waivers *w, const char *case_id, const char *backend,
+                         const char *manifest_json);
+const char *kda_waivers_reason(const kda_waivers *w, int64_t i);
+const char *kda_waivers_link(const kda_waivers *w, int64_t i); /* NULL when none */
+/* "waiver I case=... backend=... flag=..." for messages. */
+void kda_waivers_describe(const kda_waivers *w, int64_t i, char *buf, size_t cap);
 
-/* Baselines: {"schema":"kda-baseline/1","backend":NAME,"class":NAME,"cases":{ID:{"o":x,
- * "ht":y,"hc":z}}}, the worst errors in class units recorded for one backend. */
+/* Baselines (SPEC.md §7.6): the worst errors in class units, either of one backend
+ * {"schema":"kda-baseline/1","backend":NAME,"class":NAME,"cases":{ID:{"o":x,"ht":y,"hc":z}}}
+ * or of several {"schema":"kda-baseline/2","backends":{NAME:{"class":NAME,"cases":{...}}}}.
+ * Values are numbers >= 0 or null; anything else is KDA_EFORMAT naming the file. */
 typedef struct kda_baseline kda_baseline;
 int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen);
 void kda_baseline_free(kda_baseline *b);
-/* Looks up a case; returns 1 and fills the three values (NaN when absent), else 0. */
-int kda_baseline_get(const kda_baseline *b, const char *case_id, double *o, double *ht,
-                     double *hc);
+/* Whether b may score backend in class cls: KDA_OK; KDA_EINVAL when a kda-baseline/1 file
+ * names another backend or the class differs (a usage error: its errors are in other units);
+ * KDA_ENOTFOUND when a kda-baseline/2 map has no entry for backend. */
+int kda_baseline_check(const kda_baseline *b, const char *backend, int32_t cls, char *err,
+                       size_t errlen);
+/* Looks up a case of backend; returns 1 and fills the three values (NaN when absent), else 0. */
+int kda_baseline_get(const kda_baseline *b, const char *backend, const char *case_id, double *o,
+                     double *ht, double *hc);
 
 typedef struct kda_conform_opts {
   kda_call_opts call;
@@ -231,6 +320,8 @@ typedef struct kda_conform_opts {
   int32_t prefix;        /* 1: prefix-resume and causality checks */
   int32_t reserved0;
   double baseline_factor;        /* QualityWarning above factor x baseline (default 2) */
+  int32_t fail_on_regression;    /* 1: a regression above the factor is a Fail */
+  int32_t reserved1;
   const kda_waivers *waivers;    /* may be NULL */
   const kda_baseline *baseline;  /* may be NULL */
 } kda_conform_opts;
@@ -252,10 +343,25 @@ typedef struct kda_case_report {
   int32_t repeat_done;
   int32_t repeat_identical;
   uint64_t bytes_scored;    /* truth plus candidate bytes */
+  int32_t waiver_no;        /* 1 + index of the waiver that applied, 0 when none */
+  int32_t baseline_state;   /* KDA_BASELINE_* */
+  char waiver_link[512];    /* link of the waiver that applied, or "" */
+  int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
+  int32_t reserved1;
+  uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
+  char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;
+#define KDA_BASELINE_NONE 0     /* no --baseline, or the case did not pass the caps */
+#define KDA_BASELINE_COMPARED 1 /* compared with the recorded errors */
+#define KDA_BASELINE_ABSENT 2   /* the baseline has no entry for this case and backend */
 
-/* Scores backend b (params may be NULL) on case c with truth t.  Always fills r; returns
- * KDA_OK or a runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
+/* Scores the backend of worker w on case c with truth t: every call of the case (repeat,
+ * prefix, causality) goes to w, then its handle is closed.  Always fills r; returns KDA_OK or a
+ * runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
+int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                            const kda_conform_opts *o, kda_case_report *r, char *err,
+                            size_t errlen);
+/* The same with a worker started for this case from table b (params may be NULL). */
 int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
                      char *err, size_t errlen);
@@ -279,12 +385,52 @@ typedef struct kda_tally {
 void kda_tally_add(kda_tally *t, const kda_case_report *r);
 /* The final plain line "N passed, N failed, N skipped". */
 void kda_report_final(FILE *f, const kda_tally *t);
-int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n);
+
+/* ---- Exit status of a run (SPEC.md §12.2; conformance/kda_ci.c), counts in, status out. */
+#define KDA_RUN_OK 0      /* nothing failed */
+#define KDA_RUN_FAILED 1  /* Fail, Crash or Timeout; with strict also QualityWarning, Waived
+                             or a waiver that waived nothing */
+#define KDA_RUN_NOTHING 5 /* nothing ran: no case, or every report NotSupported (pytest's 5) */
+/* Reports whose verdict is not NotSupported (Waived cases ran: they count). */
+int64_t kda_tally_ran(const kda_tally *t);
+int32_t kda_run_status(const kda_tally *t, int64_t unused_waivers, int32_t strict);
+/* Waivers that waived no report (waiver_no); unused[i] set for each when unused is not NULL
+ * (kda_waivers_count(w) entries).  Returns their number. */
+int64_t kda_waivers_unused(const kda_waivers *w, const kda_case_report *rs, int64_t n,
+                           uint8_t *unused);
+/* What summary.json says about the run besides the reports (SPEC.md §7.9); every pointer may
+ * be NULL. */
+typedef struct kda_run_target_info {
+  const char *name, *class_name, *params, *plugin; /* plugin: its path, NULL for a built-in */
+} kda_run_target_info;
+typedef struct kda_run_info {
+  const kda_run_target_info *targets;
+  int64_t n_targets;
+  const char *const *case_paths; /* the case files and directories given, or the default */
+  int64_t n_case_paths;
+  int64_t n_case_files;
+  const char *golden_dir;        /* the golden set the cases came from, or NULL */
+  const char *golden_sha256sums; /* SHA-256 (hex) of its SHA256SUMS file, or NULL */
+  const kda_waivers *waivers;
+  const char *baseline;          /* --baseline path */
+  int32_t strict;
+  int32_t exit_status;           /* kda_run_status */
+} kda_run_info;
+int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n,
+                            const kda_run_info *info);
 /* JUnit XML (testsuites/testsuite/testcase with failure, error and skipped children);
  * reports are grouped into one testsuite per backend. */
 int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n);
-/* A baseline file from reports of one backend. */
+/* A baseline file from the reports: kda-baseline/1 when they hold one backend, else
+ * kda-baseline/2 with one entry per backend. */
 int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n);
+/* A self-contained HTML page: the verdict table and, per case of at least 256 tokens, an
+ * error-versus-position plot (log-log, per window, cap and step allowance drawn) per backend
+ * as inline SVG (kda_report_html.c).  _write puts it in DIR/index.html atomically, creating
+ * DIR.  Return KDA_OK, KDA_EIO, KDA_ENOMEM (KDA_EINVAL: DIR too long). */
+int kda_report_html(FILE *f, const kda_case_report *rs, int64_t n);
+int kda_report_html_write(const char *dir, const kda_case_report *rs, int64_t n, char *err,
+                          size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -122,6 +122,25 @@ static int valid_name(const char *s) {
   return 1;
 }
 
+/* SPEC.md §7.8: the version-2 slots of a table of ABI 2 or later.  The device-buffer slots
+ * come as a set (a runner that creates buffers must be able to run, read and free them),
+ * and a backend whose forward_buffers may return early must say when it has finished. */
+static int validate_v2(const kda_backend *b, char *err, size_t errlen) {
+  const int nbuf = !!b->buffers_create + !!b->forward_buffers + !!b->buffers_read +
+                   !!b->buffers_destroy;
+  if (nbuf != 0 && nbuf != 4)
+    return snprintf(err, errlen,
+                    "backend '%s' has %d of the 4 buffer functions (buffers_create, "
+                    "forward_buffers, buffers_read, buffers_destroy: all or none)",
+                    b->name, nbuf),
+           KDA_EINVAL;
+  if (nbuf == 4 && !b->synchronize)
+    return snprintf(err, errlen, "backend '%s' has buffer functions but no synchronize",
+                    b->name),
+           KDA_EINVAL;
+  return KDA_OK;
+}
+
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
   if (!b) return snprintf(err, errlen, "backend table is NULL"), KDA_EINVAL;
   if (b->abi_version < 1 || b->abi_version > KDA_BACKEND_ABI_VERSION) {
@@ -129,25 +148,31 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
              (unsigned)b->abi_version, KDA_BACKEND_ABI_VERSION);
     return KDA_EUNSUPPORTED;
   }
-  if (b->struct_size < KDA_BACKEND_V1_SIZE) {
-    snprintf(err, errlen, "backend table size %u is smaller than the version-1 table (%u)",
-             (unsigned)b->struct_size, (unsigned)KDA_BACKEND_V1_SIZE);
+  /* The prefix the table's version promises; nothing past it is read (a version-1 table's
+   * memory may end at its last version-1 slot). */
+  const uint32_t need = b->abi_version >= 2 ? KDA_BACKEND_V2_SIZE : KDA_BACKEND_V1_SIZE;
+  if (b->struct_size < need) {
+    snprintf(err, errlen, "backend table size %u is smaller than the version-%u table (%u)",
+             (unsigned)b->struct_size, (unsigned)b->abi_version, (unsigned)need);
     return KDA_EINVAL;
   }
+  if (b->reserved0 != 0)
+    return snprintf(err, errlen, "backend table's reserved0 is %d, not 0", (int)b->reserved0),
+           KDA_EINVAL;
   if (!valid_name(b->name))
     return snprintf(err, errlen, "backend name is missing or not [A-Za-z0-9._-]{1,63}"),
            KDA_EINVAL;
   if (!b->open || !b->close || !b->supports || !b->forward || !b->last_error)
     return snprintf(err, errlen, "backend '%s' lacks a required function", b->name), KDA_EINVAL;
-  if (!kda_class_name(b->precision_class))
+  if (!kda_precision_name(b->precision_class))
     return snprintf(err, errlen, "backend '%s' declares unknown precision class %d", b->name,
                     (int)b->precision_class),
            KDA_EINVAL;
-  if ((b->input_dtype != KDA_BACKEND_DTYPE_F64 && b->input_dtype != KDA_BACKEND_DTYPE_F32) ||
-      (b->output_dtype != KDA_BACKEND_DTYPE_F64 && b->output_dtype != KDA_BACKEND_DTYPE_F32))
+  if ((b->input_dtype != KDA_PRECISION_FP64 && b->input_dtype != KDA_PRECISION_FP32) ||
+      (b->output_dtype != KDA_PRECISION_FP64 && b->output_dtype != KDA_PRECISION_FP32))
     return snprintf(err, errlen, "backend '%s' declares an unknown buffer dtype", b->name),
            KDA_EINVAL;
-  return KDA_OK;
+  return b->abi_version >= 2 ? validate_v2(b, err, errlen) : KDA_OK;
 }
 
 struct kda_plugin {
@@ -198,40 +223,30 @@ void kda_plugin_unload(kda_plugin *p) {
 
 /* ---- Precision classes: unit roundoff and caps (SPEC.md §7.2, §7.4). */
 typedef struct class_row {
-  const char *name;
   double unit; /* unit roundoff u */
   double tiny; /* smallest positive subnormal of the class's output format (§7.3 floor) */
   kda_caps caps;
 } class_row;
 
-static const class_row class_table[KDA_CLASS_COUNT] = {
-    {"fp64", 0x1p-53, 0x1p-1074, {64.0, 64.0, 64.0}},
-    {"fp32", 0x1p-24, 0x1p-149, {64.0, 64.0, 64.0}},
-    {"tf32", 0x1p-11, 0x1p-149, {32.0, 32.0, 32.0}},
-    {"bf16", 0x1p-8, 0x1p-133, {8.0, 4.0, 4.0}},
-    {"fp16", 0x1p-11, 0x1p-24, {16.0, 16.0, 16.0}},
+/* Indexed by KDA_PRECISION_*; the names are kda_precision_name's (SPEC.md §10.3). */
+static const class_row class_table[KDA_PRECISION_COUNT] = {
+    /* fp64 */ {0x1p-53, 0x1p-1074, {64.0, 64.0, 64.0}},
+    /* fp32 */ {0x1p-24, 0x1p-149, {64.0, 64.0, 64.0}},
+    /* tf32 */ {0x1p-11, 0x1p-149, {32.0, 32.0, 32.0}},
+    /* bf16 */ {0x1p-8, 0x1p-133, {8.0, 4.0, 4.0}},
+    /* fp16 */ {0x1p-11, 0x1p-24, {16.0, 16.0, 16.0}},
 };
 
-const char *kda_class_name(int32_t cls) {
-  return (cls >= 0 && cls < KDA_CLASS_COUNT) ? class_table[cls].name : NULL;
-}
-
-int kda_class_parse(const char *name, int32_t *cls) {
-  for (int32_t i = 0; name && i < KDA_CLASS_COUNT; i++)
-    if (strcmp(name, class_table[i].name) == 0) return *cls = i, KDA_OK;
-  return KDA_EINVAL;
-}
-
 double kda_class_unit(int32_t cls) {
-  return kda_class_name(cls) ? class_table[cls].unit : 0.0;
+  return kda_precision_name(cls) ? class_table[cls].unit : 0.0;
 }
 
 double kda_class_tiny(int32_t cls) {
-  return kda_class_name(cls) ? class_table[cls].tiny : 0.0;
+  return kda_precision_name(cls) ? class_table[cls].tiny : 0.0;
 }
 
 int kda_class_caps(int32_t cls, kda_caps *caps) {
-  if (!kda_class_name(cls)) return KDA_EINVAL;
+  if (!kda_precision_name(cls)) return KDA_EINVAL;
   *caps = class_table[cls].caps;
   return KDA_OK;
 }

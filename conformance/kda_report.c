@@ -38,14 +38,16 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     qtext(a, sizeof a, "o", &s->o, s->caps.o);
     qtext(b, sizeof b, "ht", &s->ht, s->caps.ht);
     qtext(c, sizeof c, "hc", &s->hc, s->caps.hc);
-    fprintf(f, " %s %s  %s  %s  rms %.2g", kda_class_name(s->cls), a, b, c, s->o.rms_ratio);
+    fprintf(f, " %s %s  %s  %s  rms %.2g", kda_precision_name(s->cls), a, b, c, s->o.rms_ratio);
     if (s->growth_kind != KDA_GROWTH_NA)
       fprintf(f, "  growth %s (%.2f)", kda_growth_name(s->growth_kind), s->alpha);
     if (r->prefix_done) fprintf(f, "  prefix %.3g%s", r->prefix_worst, r->causal_ok ? "" : " NONCAUSAL");
     if (r->repeat_done) fprintf(f, "  repeat %s", r->repeat_identical ? "same" : "DIFFERS");
   }
   if (r->reason[0]) fprintf(f, "  -- %s", r->reason);
-  if (r->waiver[0]) fprintf(f, " [waiver: %s]", r->waiver);
+  if (r->waiver[0]) fprintf(f, " [waiver: %s%s%s]", r->waiver, r->waiver_link[0] ? " " : "",
+                            r->waiver_link);
+  if (r->baseline_state == KDA_BASELINE_ABSENT) fputs("  (not in the baseline)", f);
   fputc('\n', f);
   int32_t n = s->n_lines < max_lines ? s->n_lines : max_lines;
   if (r->verdict == KDA_VERDICT_PASS) n = 0;
@@ -55,19 +57,26 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     where_text(l, w, sizeof w);
     fprintf(f, "    %s  expected %a (%.17g)  observed %a (%.17g)  err %.4g > %g %s units\n", w,
             l->expected, l->expected, l->observed, l->observed, l->err, l->allowed,
-            kda_class_name(s->cls));
+            kda_precision_name(s->cls));
   }
   if (r->verdict != KDA_VERDICT_PASS && s->n_lines > n)
     fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
             (int)(s->n_lines - n),
             (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail));
+  if (r->verdict != KDA_VERDICT_PASS && r->log_bytes) { /* what the backend printed (§7.8) */
+    fprintf(f, "    backend output (%llu bytes%s):\n", (unsigned long long)r->log_bytes,
+            r->log_bytes > strlen(r->log) ? ", beginning" : "");
+    for (const char *l = r->log; *l;) {
+      size_t k = strcspn(l, "\n");
+      fprintf(f, "    | %.*s\n", (int)k, l);
+      l += k + (l[k] == '\n');
+    }
+  }
 }
 
-/* JSON numbers must be finite: Inf and NaN become strings. */
-static json_t *jnum(double x) {
-  if (isfinite(x)) return json_real(x);
-  return json_string(isnan(x) ? "nan" : (x > 0 ? "inf" : "-inf"));
-}
+/* JSON numbers must be finite: a NaN or infinite value is written as null, so that every
+ * numeric field holds a number or null, never a string (SPEC.md §7.9). */
+static json_t *jnum(double x) { return isfinite(x) ? json_real(x) : json_null(); }
 
 static json_t *jmetric(const kda_qmetric *m, double cap) {
   if (!m->count) return json_null();
@@ -84,10 +93,17 @@ static json_t *report_json(const kda_case_report *r) {
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
                         jnum(r->seconds));
   if (!j) return NULL;
-  if (r->waiver[0]) json_object_set_new(j, "waiver", json_string(r->waiver));
+  if (r->waiver_no)
+    json_object_set_new(j, "waiver",
+                        json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1, "reason",
+                                  r->waiver, "link",
+                                  r->waiver_link[0] ? json_string(r->waiver_link) : json_null()));
+  static const char *const bstate[] = {NULL, "compared", "absent"};
+  if (r->baseline_state > 0 && r->baseline_state <= KDA_BASELINE_ABSENT)
+    json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));
   if (!r->has_score) return j;
   const kda_score *s = &r->score;
-  json_object_set_new(j, "class", json_string(kda_class_name(s->cls)));
+  json_object_set_new(j, "class", json_string(kda_precision_name(s->cls)));
   json_object_set_new(j, "o", jmetric(&s->o, s->caps.o));
   json_object_set_new(j, "ht", jmetric(&s->ht, s->caps.ht));
   json_object_set_new(j, "hc", jmetric(&s->hc, s->caps.hc));
@@ -133,15 +149,105 @@ void kda_report_final(FILE *f, const kda_tally *t) {
   fputc('\n', f);
 }
 
-int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n) {
+/* The version string in one place (the abi engineer's kda_version() may replace it). */
+static const char *report_version(void) {
+#ifdef KDA_VERSION
+  return KDA_VERSION;
+#else
+  return "unknown";
+#endif
+}
+
+static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }
+
+static json_t *summary_backends(const kda_run_info *info) {
+  json_t *a = json_array();
+  for (int64_t i = 0; info && i < info->n_targets; i++) {
+    const kda_run_target_info *t = &info->targets[i];
+    json_array_append_new(a, json_pack("{s:o,s:o,s:o,s:o}", "name", jstr(t->name), "class",
+                                       jstr(t->class_name), "params", jstr(t->params), "plugin",
+                                       jstr(t->plugin)));
+  }
+  return a;
+}
+
+static json_t *summary_case_set(const kda_run_info *info) {
+  json_t *paths = json_array();
+  for (int64_t i = 0; info && i < info->n_case_paths; i++)
+    json_array_append_new(paths, jstr(info->case_paths[i]));
+  json_t *golden = info && info->golden_dir
+                       ? json_pack("{s:s,s:o}", "dir", info->golden_dir, "sha256sums",
+                                   jstr(info->golden_sha256sums))
+                       : json_null();
+  return json_pack("{s:o,s:I,s:o}", "paths", paths, "files",
+                   (json_int_t)(info ? info->n_case_files : 0), "golden", golden);
+}
+
+/* Reports that make this run fail: Fail, Crash, Timeout, and with strict QualityWarning and
+ * Waived. */
+static json_t *summary_failing(const kda_case_report *rs, int64_t n, int32_t strict) {
+  json_t *a = json_array();
+  for (int64_t i = 0; i < n; i++) {
+    int32_t v = rs[i].verdict;
+    int bad = kda_verdict_is_failure(v) ||
+              (strict && (v == KDA_VERDICT_QUALITY_WARNING || v == KDA_VERDICT_WAIVED));
+    if (bad)
+      json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "case", rs[i].case_id, "backend",
+                                         rs[i].backend, "verdict", kda_verdict_name(v), "reason",
+                                         rs[i].reason));
+  }
+  return a;
+}
+
+static json_t *summary_unused(const kda_case_report *rs, int64_t n, const kda_run_info *info) {
+  json_t *a = json_array();
+  const kda_waivers *w = info ? info->waivers : NULL;
+  int64_t nw = kda_waivers_count(w);
+  uint8_t *unused = nw ? calloc((size_t)nw, 1) : NULL;
+  if (nw && !unused) return json_decref(a), NULL;
+  kda_waivers_unused(w, rs, n, unused);
+  for (int64_t i = 0; i < nw; i++) {
+    if (!unused[i]) continue;
+    char d[512];
+    kda_waivers_describe(w, i, d, sizeof d);
+    json_array_append_new(a, json_pack("{s:I,s:s,s:o}", "index", (json_int_t)i, "waiver", d,
+                                       "reason", jstr(kda_waivers_reason(w, i))));
+  }
+  free(unused);
+  return a;
+}
+
+static json_t *summary_baseline(const kda_case_report *rs, int64_t n, const kda_run_info *info) {
+  if (!info || !info->baseline) return json_null();
+  json_int_t compared = 0, absent = 0;
+  for (int64_t i = 0; i < n; i++) {
+    compared += rs[i].baseline_state == KDA_BASELINE_COMPARED;
+    absent += rs[i].baseline_state == KDA_BASELINE_ABSENT;
+  }
+  return json_pack("{s:s,s:I,s:I}", "path", info->baseline, "compared", compared, "absent",
+                   absent);
+}
+
+int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n,
+                            const kda_run_info *info) {
   json_t *by = json_object();
   for (int32_t v = 0; v <= KDA_VERDICT_TIMEOUT; v++)
     json_object_set_new(by, kda_verdict_name(v), json_integer(t->by_verdict[v]));
-  json_t *j = json_pack("{s:s,s:I,s:I,s:I,s:I,s:o}", "schema", "kda-conform-summary/1", "cases",
-                        (json_int_t)n, "passed", (json_int_t)t->passed, "failed",
-                        (json_int_t)t->failed, "skipped", (json_int_t)t->skipped, "by_verdict",
-                        by);
+  int32_t strict = info ? info->strict : 0;
+  json_t *j = json_pack("{s:s,s:s,s:I,s:I,s:I,s:I,s:o}", "schema", "kda-conform-summary/2",
+                        "kda_version", report_version(), "cases", (json_int_t)n, "passed",
+                        (json_int_t)t->passed, "failed", (json_int_t)t->failed, "skipped",
+                        (json_int_t)t->skipped, "by_verdict", by);
   if (!j) return KDA_ENOMEM;
+  int bad = json_object_set_new(j, "exit_status", info ? json_integer(info->exit_status)
+                                                       : json_null());
+  bad |= json_object_set_new(j, "strict", json_boolean(strict));
+  bad |= json_object_set_new(j, "backends", summary_backends(info));
+  bad |= json_object_set_new(j, "case_set", summary_case_set(info));
+  bad |= json_object_set_new(j, "failing", summary_failing(rs, n, strict));
+  bad |= json_object_set_new(j, "unused_waivers", summary_unused(rs, n, info));
+  bad |= json_object_set_new(j, "baseline", summary_baseline(rs, n, info));
+  if (bad) return json_decref(j), KDA_ENOMEM;
   int rc = json_dumpf(j, f, JSON_INDENT(1));
   json_decref(j);
   fputc('\n', f);
@@ -163,38 +269,69 @@ static void xml_text(FILE *f, const char *s) {
   }
 }
 
+static void junit_property(FILE *f, const char *name, const char *value) {
+  fprintf(f, "        <property name=\"%s\" value=\"", name);
+  xml_text(f, value);
+  fputs("\"/>\n", f);
+}
+
+/* Warnings and waivers as testcase properties, which Jenkins, GitLab and pytest's junit
+ * readers show next to the case (SPEC.md §7.9). */
+static void junit_properties(FILE *f, const kda_case_report *r) {
+  int warn = r->verdict == KDA_VERDICT_QUALITY_WARNING, waived = r->verdict == KDA_VERDICT_WAIVED;
+  if (!warn && !waived) return;
+  fputs("      <properties>\n", f);
+  junit_property(f, "verdict", kda_verdict_name(r->verdict));
+  if (warn) junit_property(f, "warning", r->reason);
+  if (waived) junit_property(f, "waiver", r->waiver);
+  if (waived && r->waiver_link[0]) junit_property(f, "waiver_link", r->waiver_link);
+  fputs("      </properties>\n", f);
+}
+
+/* <skipped>: NotSupported with its reason; Waived with "waived: REASON" and, as text, what
+ * it would have been. */
+static void junit_skipped(FILE *f, const kda_case_report *r) {
+  fputs("      <skipped message=\"", f);
+  if (r->verdict == KDA_VERDICT_WAIVED) fputs("waived: ", f), xml_text(f, r->waiver);
+  else xml_text(f, r->reason);
+  fprintf(f, "\" type=\"%s\"", kda_verdict_name(r->verdict));
+  if (r->verdict != KDA_VERDICT_WAIVED) return (void)fputs("/>\n", f);
+  fputc('>', f);
+  xml_text(f, r->reason);
+  if (r->waiver_link[0]) fputs(" -- ", f), xml_text(f, r->waiver_link);
+  fputs("</skipped>\n", f);
+}
+
+static void junit_problem(FILE *f, const kda_case_report *r, const char *tag) {
+  fprintf(f, "      <%s message=\"", tag);
+  xml_text(f, r->reason);
+  fprintf(f, "\" type=\"%s\">", kda_verdict_name(r->verdict));
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *m = open_memstream(&buf, &len);
+  if (m) {
+    kda_report_human(m, r, KDA_MAX_FAIL_LINES);
+    fclose(m);
+    xml_text(f, buf);
+    free(buf);
+  }
+  fprintf(f, "</%s>\n", tag);
+}
+
 static void junit_case(FILE *f, const kda_case_report *r) {
   fputs("    <testcase classname=\"kda.conform.", f);
   xml_text(f, r->backend);
   fputs("\" name=\"", f);
   xml_text(f, r->case_id);
   fprintf(f, "\" time=\"%.6f\"", r->seconds);
-  const char *tag = NULL;
-  if (r->verdict == KDA_VERDICT_FAIL) tag = "failure";
-  else if (r->verdict == KDA_VERDICT_CRASH || r->verdict == KDA_VERDICT_TIMEOUT) tag = "error";
-  else if (r->verdict == KDA_VERDICT_NOT_SUPPORTED || r->verdict == KDA_VERDICT_WAIVED) tag = "skipped";
-  if (!tag && !r->reason[0]) return (void)fputs("/>\n", f);
+  int32_t v = r->verdict;
+  if (v == KDA_VERDICT_PASS && !r->reason[0]) return (void)fputs("/>\n", f);
   fputs(">\n", f);
-  if (tag) {
-    fprintf(f, "      <%s message=\"", tag);
-    xml_text(f, r->reason);
-    fprintf(f, "\" type=\"%s\"", kda_verdict_name(r->verdict));
-    if (strcmp(tag, "skipped") == 0) fputs("/>\n", f);
-    else {
-      fputs(">", f);
-      char *buf = NULL;
-      size_t len = 0;
-      FILE *m = open_memstream(&buf, &len);
-      if (m) {
-        kda_report_human(m, r, KDA_MAX_FAIL_LINES);
-        fclose(m);
-        xml_text(f, buf);
-        free(buf);
-      }
-      fprintf(f, "</%s>\n", tag);
-    }
-  }
-  if (r->verdict == KDA_VERDICT_QUALITY_WARNING) {
+  junit_properties(f, r);
+  if (v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED) junit_skipped(f, r);
+  else if (v == KDA_VERDICT_CRASH || v == KDA_VERDICT_TIMEOUT) junit_problem(f, r, "error");
+  else if (v == KDA_VERDICT_FAIL) junit_problem(f, r, "failure");
+  if (v == KDA_VERDICT_QUALITY_WARNING) {
     fputs("      <system-out>QualityWarning: ", f);
     xml_text(f, r->reason);
     fputs("</system-out>\n", f);
@@ -231,20 +368,41 @@ int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n) {
   return ferror(f) ? KDA_EIO : KDA_OK;
 }
 
-int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n) {
+/* {ID: {"o", "ht", "hc"}} of one backend's scored reports. */
+static json_t *baseline_cases(const kda_case_report *rs, int64_t n, const char *backend) {
   json_t *cases = json_object();
-  const char *backend = n > 0 ? rs[0].backend : "";
-  int32_t cls = n > 0 ? rs[0].score.cls : 0;
   for (int64_t i = 0; i < n; i++) {
-    if (!rs[i].has_score) continue;
+    if (!rs[i].has_score || strcmp(rs[i].backend, backend) != 0) continue;
     const kda_score *s = &rs[i].score;
     json_object_set_new(cases, rs[i].case_id,
                         json_pack("{s:o,s:o,s:o}", "o", jnum(s->o.worst), "ht",
                                   s->ht.count ? jnum(s->ht.worst) : json_null(), "hc",
                                   s->hc.count ? jnum(s->hc.worst) : json_null()));
   }
-  json_t *j = json_pack("{s:s,s:s,s:s,s:o}", "schema", "kda-baseline/1", "backend", backend,
-                        "class", kda_class_name(cls) ? kda_class_name(cls) : "?", "cases", cases);
+  return cases;
+}
+
+static const char *class_text(int32_t cls) {
+  return kda_precision_name(cls) ? kda_precision_name(cls) : "?";
+}
+
+int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n) {
+  int several = 0;
+  for (int64_t i = 1; i < n; i++) several |= strcmp(rs[i].backend, rs[0].backend) != 0;
+  json_t *j;
+  if (!several) {
+    const char *backend = n > 0 ? rs[0].backend : "";
+    j = json_pack("{s:s,s:s,s:s,s:o}", "schema", "kda-baseline/1", "backend", backend, "class",
+                  class_text(n > 0 ? rs[0].score.cls : 0), "cases", baseline_cases(rs, n, backend));
+  } else {
+    json_t *bs = json_object();
+    for (int64_t i = 0; i < n; i++)
+      if (!json_object_get(bs, rs[i].backend))
+        json_object_set_new(bs, rs[i].backend,
+                            json_pack("{s:s,s:o}", "class", class_text(rs[i].score.cls), "cases",
+                                      baseline_cases(rs, n, rs[i].backend)));
+    j = json_pack("{s:s,s:o}", "schema", "kda-baseline/2", "backends", bs);
+  }
   if (!j) return KDA_ENOMEM;
   int rc = json_dumpf(j, f, JSON_INDENT(1) | JSON_REAL_PRECISION(17));
   json_decref(j);

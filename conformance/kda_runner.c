@@ -30,109 +30,7 @@ void kda_conform_opts_init(kda_conform_opts *o) {
   o->baseline_factor = 2.0;
 }
 
-/* ---- Waivers. */
-struct kda_waivers {
-  json_t *list;
-};
-
-int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
-  *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  json_t *list = json_object_get(root, "waivers");
-  if (!json_is_array(list)) {
-    json_decref(root);
-    return snprintf(err, errlen, "%s: no \"waivers\" array", path), KDA_EFORMAT;
-  }
-  kda_waivers *w = calloc(1, sizeof *w);
-  if (!w) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  w->list = root;
-  *out = w;
-  return KDA_OK;
-}
-
-void kda_waivers_free(kda_waivers *w) {
-  if (!w) return;
-  json_decref(w->list);
-  free(w);
-}
-
-/* 1 when the case manifest's golden.flags (or top-level flags) array holds flag. */
-static int has_flag(const char *manifest_json, const char *flag) {
-  if (!manifest_json) return 0;
-  json_t *m = json_loads(manifest_json, 0, NULL);
-  if (!m) return 0;
-  json_t *g = json_object_get(m, "golden");
-  json_t *flags = json_object_get(g ? g : m, "flags");
-  int found = 0;
-  size_t i;
-  json_t *f;
-  json_array_foreach(flags, i, f) if (json_is_string(f) && strcmp(json_string_value(f), flag) == 0)
-      found = 1;
-  json_decref(m);
-  return found;
-}
-
-static int glob_ok(json_t *w, const char *key, const char *value) {
-  const char *pat = json_string_value(json_object_get(w, key));
-  return !pat || fnmatch(pat, value ? value : "", 0) == 0;
-}
-
-const char *kda_waivers_match(const kda_waivers *ws, const char *case_id, const char *backend,
-                              const char *manifest_json, const char **link) {
-  if (!ws) return NULL;
-  size_t i;
-  json_t *w;
-  json_array_foreach(json_object_get(ws->list, "waivers"), i, w) {
-    const char *flag = json_string_value(json_object_get(w, "flag"));
-    if (!glob_ok(w, "case", case_id) || !glob_ok(w, "backend", backend)) continue;
-    if (flag && !has_flag(manifest_json, flag)) continue;
-    if (link) *link = json_string_value(json_object_get(w, "link"));
-    const char *reason = json_string_value(json_object_get(w, "reason"));
-    return reason ? reason : "waived";
-  }
-  return NULL;
-}
-
-/* ---- Baselines. */
-struct kda_baseline {
-  json_t *root;
-};
-
-int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
-  *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, 0, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  if (!json_is_object(json_object_get(root, "cases"))) {
-    json_decref(root);
-    return snprintf(err, errlen, "%s: no \"cases\" object", path), KDA_EFORMAT;
-  }
-  kda_baseline *b = calloc(1, sizeof *b);
-  if (!b) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  b->root = root;
-  *out = b;
-  return KDA_OK;
-}
-
-void kda_baseline_free(kda_baseline *b) {
-  if (!b) return;
-  json_decref(b->root);
-  free(b);
-}
-
-static double num_or_nan(json_t *x) { return json_is_number(x) ? json_number_value(x) : NAN; }
-
-int kda_baseline_get(const kda_baseline *b, const char *case_id, double *o, double *ht,
-                     double *hc) {
-  json_t *c = b ? json_object_get(json_object_get(b->root, "cases"), case_id) : NULL;
-  if (!c) return 0;
-  *o = num_or_nan(json_object_get(c, "o"));
-  *ht = num_or_nan(json_object_get(c, "ht"));
-  *hc = num_or_nan(json_object_get(c, "hc"));
-  return 1;
-}
+/* Waivers and baselines are read in kda_ci.c. */
 
 /* ---- One case. */
 static void report_init(kda_case_report *r, const kda_case *c, const char *backend,
@@ -186,7 +84,7 @@ static void verdict_from_score(kda_case_report *r) {
   char msg[KDA_ERRLEN];
   snprintf(msg, sizeof msg,
            "%s error %.4g %s units > %g allowed (%llu elements over, %llu NaN, %llu Inf)%s",
-           q, m->worst, kda_class_name(s->cls), cap, (unsigned long long)m->n_fail,
+           q, m->worst, kda_precision_name(s->cls), cap, (unsigned long long)m->n_fail,
            (unsigned long long)(s->o.n_nan + s->ht.n_nan + s->hc.n_nan),
            (unsigned long long)(s->o.n_inf + s->ht.n_inf + s->hc.n_inf),
            s->first_fail_token >= 0 ? "" : "");
@@ -198,29 +96,39 @@ static void verdict_from_score(kda_case_report *r) {
   }
 }
 
-/* Regression against a recorded baseline, and systematic growth: QualityWarning. */
+/* The case's entry in the baseline, and whether the worst error regressed beyond the factor
+ * (baselines below 1 unit count as 1, SPEC.md §7.6): 1 with msg filled, else 0. */
+static int baseline_regressed(kda_case_report *r, const kda_conform_opts *o, char *msg,
+                              size_t cap) {
+  const kda_score *s = &r->score;
+  double base[3];
+  if (!o->baseline) return 0;
+  if (!kda_baseline_get(o->baseline, r->backend, r->case_id, &base[0], &base[1], &base[2]))
+    return r->baseline_state = KDA_BASELINE_ABSENT, 0;
+  r->baseline_state = KDA_BASELINE_COMPARED;
+  const double obs[3] = {s->o.worst, s->ht.worst, s->hc.worst};
+  const uint64_t count[3] = {s->o.count, s->ht.count, s->hc.count};
+  static const char *const names[3] = {"o", "ht", "hc"};
+  for (int q = 0; q < 3; q++) {
+    if (isnan(base[q]) || !count[q]) continue;
+    if (obs[q] > o->baseline_factor * fmax(base[q], 1.0))
+      return snprintf(msg, cap, "regression: %s error %.4g > %g x baseline %.4g", names[q],
+                      obs[q], o->baseline_factor, base[q]), 1;
+  }
+  return 0;
+}
+
+/* Regression against a recorded baseline (a Fail with fail_on_regression), and systematic
+ * growth: QualityWarning. */
 static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
   const kda_score *s = &r->score;
-  double bo, bht, bhc;
   if (r->verdict != KDA_VERDICT_PASS) return;
-  if (kda_baseline_get(o->baseline, r->case_id, &bo, &bht, &bhc)) {
-    const double obs[3] = {s->o.worst, s->ht.worst, s->hc.worst};
-    const double base[3] = {bo, bht, bhc};
-    static const char *const names[3] = {"o", "ht", "hc"};
-    for (int q = 0; q < 3; q++) {
-      if (isnan(base[q])) continue;
-      double limit = o->baseline_factor * fmax(base[q], 1.0);
-      if (obs[q] > limit) {
-        char msg[KDA_ERRLEN];
-        snprintf(msg, sizeof msg, "regression: %s error %.4g > %g x baseline %.4g", names[q],
-                 obs[q], o->baseline_factor, base[q]);
-        return set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
-      }
-    }
-  }
+  char msg[KDA_ERRLEN];
+  if (baseline_regressed(r, o, msg, sizeof msg))
+    return set_reason(r, o->fail_on_regression ? KDA_VERDICT_FAIL : KDA_VERDICT_QUALITY_WARNING,
+                      msg);
   if ((s->growth_kind == KDA_GROWTH_SYSTEMATIC || s->growth_kind == KDA_GROWTH_UNSTABLE) &&
       s->win_last > s->caps.o / 8) {
-    char msg[KDA_ERRLEN];
     snprintf(msg, sizeof msg, "error grows %s along the sequence (alpha %.2f, last window %.3g)",
              kda_growth_name(s->growth_kind), s->alpha, s->win_last);
     set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
@@ -229,10 +137,12 @@ static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
 
 static void apply_waiver(kda_case_report *r, const kda_case *c, const kda_conform_opts *o) {
   if (r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_NOT_SUPPORTED) return;
-  const char *link = NULL;
-  const char *why = kda_waivers_match(o->waivers, r->case_id, r->backend, c->manifest_json, &link);
-  if (!why) return;
-  snprintf(r->waiver, sizeof r->waiver, "%s%s%s", why, link ? " " : "", link ? link : "");
+  int64_t i = kda_waivers_find(o->waivers, r->case_id, r->backend, c->manifest_json);
+  if (i < 0) return;
+  const char *link = kda_waivers_link(o->waivers, i);
+  snprintf(r->waiver, sizeof r->waiver, "%s", kda_waivers_reason(o->waivers, i));
+  snprintf(r->waiver_link, sizeof r->waiver_link, "%s", link ? link : "");
+  r->waiver_no = (int32_t)(i + 1);
   size_t n = strlen(r->reason);
   snprintf(r->reason + n, sizeof r->reason - n, "%s(was %s)", n ? " " : "",
            kda_verdict_name(r->verdict));
@@ -243,9 +153,15 @@ static int same_bits(const double *a, const double *b, uint64_t n) {
   return n == 0 || !a || !b || memcmp(a, b, (size_t)n * sizeof *a) == 0;
 }
 
-/* A second identical call: any bitwise difference is nondeterminism. */
-static int repeat_check(const kda_backend *b, const char *params, const kda_case *c,
-                        const kda_outputs *first, const kda_conform_opts *o,
+static int same_outputs(const kda_outputs *a, const kda_outputs *b) {
+  return same_bits(a->o, b->o, a->n_o) && same_bits(a->ht, b->ht, a->n_ht) &&
+         same_bits(a->hc, b->hc, a->n_hc);
+}
+
+static const char nondet_reason[] = "nondeterministic: a repeated call gave different bits";
+
+/* A second identical call: any bitwise difference is nondeterminism (SPEC.md §7.6). */
+static int repeat_check(kda_worker *w, const kda_case *c, const kda_outputs *first,
                         kda_case_report *r, char *err, size_t errlen) {
   kda_outputs out2;
   int st = kda_outputs_alloc(&c->p, &out2, err, errlen);
@@ -253,7 +169,7 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
   kda_call_result cr;
-  st = kda_call_forward(b, params, &c->p, &in, &out2, &o->call, &cr, err, errlen);
+  st = kda_worker_call(w, &c->p, &in, &out2, &cr, err, errlen);
   if (st == KDA_OK) {
     r->repeat_done = 1;
     if (cr.outcome != KDA_CALL_OK) {
@@ -261,12 +177,10 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
       snprintf(msg, sizeof msg, "repeated call: %.400s", cr.msg);
       set_reason(r, outcome_verdict(cr.outcome), msg);
     } else {
-      r->repeat_identical = same_bits(first->o, out2.o, first->n_o) &&
-                            same_bits(first->ht, out2.ht, first->n_ht) &&
-                            same_bits(first->hc, out2.hc, first->n_hc);
+      r->repeat_identical = same_outputs(first, &out2);
+      r->nondeterministic = !r->repeat_identical;
       if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
-        set_reason(r, KDA_VERDICT_QUALITY_WARNING,
-                   "nondeterministic: a repeated call gave different bits");
+        set_reason(r, KDA_VERDICT_QUALITY_WARNING, nondet_reason);
     }
   }
   kda_outputs_free(&out2);
@@ -274,8 +188,7 @@ static int repeat_check(const kda_backend *b, const char *params, const kda_case
 }
 
 typedef struct prefix_ctx {
-  const kda_backend *b;
-  const char *params;
+  kda_worker *w;
   const kda_case *c;
   const kda_truth *t;
   const kda_conform_opts *o;
@@ -287,7 +200,7 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   int st = kda_outputs_alloc(p, out, err, errlen);
   if (st != KDA_OK) return st;
   kda_call_result cr;
-  st = kda_call_forward(x->b, x->params, p, in, out, &x->o->call, &cr, err, errlen);
+  st = kda_worker_call(x->w, p, in, out, &cr, err, errlen);
   if (st != KDA_OK) return st;
   if (cr.outcome == KDA_CALL_OK) return KDA_OK;
   char msg[KDA_ERRLEN];
@@ -296,20 +209,21 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   return -1; /* reported in r */
 }
 
-/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the
- * outputs of the two resumed calls joined together, and of the final state. */
-static double resumed_worst(prefix_ctx *x, int64_t P, const kda_outputs *o1,
-                            const kda_outputs *o2, char *err, size_t errlen, int *st) {
+/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the o of
+ * tokens [0, P) taken from a, [P, T) from b, and of the final state ht (NULL: not scored). */
+static double joined_worst(prefix_ctx *x, int64_t P, const double *a, const double *b,
+                           uint64_t n_b, const double *ht, char *err, size_t errlen, int *st) {
   const kda_problem *p0 = &x->c->p;
   uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
   kda_outputs joined = {0};
-  joined.o = malloc((size_t)(o1->n_o + o2->n_o + 1) * sizeof(double));
+  joined.o = malloc((size_t)(n1 + n_b + 1) * sizeof(double));
   if (!joined.o) return *st = KDA_ENOMEM, snprintf(err, errlen, "out of memory"), INFINITY;
-  memcpy(joined.o, o1->o, (size_t)n1 * sizeof(double));
-  memcpy(joined.o + n1, o2->o, (size_t)o2->n_o * sizeof(double));
-  joined.ht = o2->ht;
+  memcpy(joined.o, a, (size_t)n1 * sizeof(double));
+  memcpy(joined.o + n1, b, (size_t)n_b * sizeof(double));
+  joined.ht = (double *)ht;
   kda_truth t = *x->t;
-  t.out.hc = NULL; /* the resumed calls ask for no checkpoints */
+  t.out.hc = NULL; /* no checkpoints in the joined outputs */
+  if (!ht) t.out.ht = NULL;
   kda_score sc;
   *st = kda_score_outputs(x->c, &t, &joined, x->r->score.cls, &sc, err, errlen);
   free(joined.o);
@@ -341,7 +255,7 @@ static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
     st = run_call(x, &p2, &in2, &o2, "prefix resume, second part", err, errlen);
   }
   if (st == KDA_OK) {
-    x->r->prefix_worst = resumed_worst(x, P, &o1, &o2, err, errlen, &st);
+    x->r->prefix_worst = joined_worst(x, P, o1.o, o2.o, o2.n_o, o2.ht, err, errlen, &st);
     x->r->prefix_done = st == KDA_OK;
     double cap = fmin(x->r->score.caps.o, x->r->score.caps.ht);
     if (st == KDA_OK && !(x->r->prefix_worst <= cap)) {
@@ -356,7 +270,27 @@ static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
   return st < 0 ? KDA_OK : st;
 }
 
-/* Causality: perturb q and v after P; outputs before P must keep their bits. */
+/* Changed bits before P under a perturbation are blamed on it only when the unperturbed call
+ * repeats bit for bit (SPEC.md §7.7).  Returns 1 when the backend is nondeterministic (an
+ * unperturbed repeat differs from the first call), 0 when not, -1 when the repeat failed (r
+ * says why) and a KDA_* error through *st. */
+static int repeats_differ(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen,
+                          int *st) {
+  *st = KDA_OK;
+  if (x->r->nondeterministic) return 1;
+  kda_tensors_f64 in;
+  kda_case_tensors(x->c, &in);
+  kda_outputs o3 = {0};
+  *st = run_call(x, &x->c->p, &in, &o3, "causality check, unperturbed repeat", err, errlen);
+  int differ = *st == KDA_OK ? !same_outputs(first, &o3) : -1;
+  kda_outputs_free(&o3);
+  if (*st < 0) *st = KDA_OK;
+  x->r->nondeterministic = differ == 1;
+  return differ;
+}
+
+/* Causality: perturb q and v after P; outputs before P must keep their bits, or, for a
+ * nondeterministic backend, stay within the caps of the truth. */
 static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *err,
                      size_t errlen) {
   const kda_problem *p = &x->c->p;
@@ -372,18 +306,42 @@ static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *e
   in.q = q, in.v = v;
   kda_outputs o2 = {0};
   int st = run_call(x, p, &in, &o2, "causality check", err, errlen);
-  if (st == KDA_OK) {
-    x->r->causal_ok = same_bits(first->o, o2.o, (uint64_t)(P * p->HV * p->V));
-    if (!x->r->causal_ok) {
-      char msg[KDA_ERRLEN];
-      snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
-               "tokens were perturbed", (long long)P);
+  uint64_t n1 = (uint64_t)(P * p->HV * p->V);
+  int differ = 0;
+  if (st == KDA_OK && !same_bits(first->o, o2.o, n1))
+    differ = repeats_differ(x, first, err, errlen, &st);
+  if (st == KDA_OK && differ == 1) {
+    /* Bits cannot tell: the prefix of the perturbed run must be as good as the backend's
+     * unperturbed output, i.e. within the caps of the truth. */
+    double worst = joined_worst(x, P, o2.o, x->t->out.o + n1, x->t->out.n_o - n1, NULL, err,
+                                errlen, &st);
+    double cap = x->r->score.caps.o;
+    char msg[KDA_ERRLEN];
+    if (st == KDA_OK && !(worst <= cap)) {
+      x->r->causal_ok = 0;
+      snprintf(msg, sizeof msg, "causality: outputs before token %lld moved %.4g units (> %g) "
+               "when later tokens were perturbed (nondeterministic backend)", (long long)P,
+               worst, cap);
       set_reason(x->r, KDA_VERDICT_FAIL, msg);
+    } else if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) {
+      snprintf(msg, sizeof msg, "%s; causality judged within the caps (prefix error %.3g units)",
+               nondet_reason, worst);
+      set_reason(x->r, KDA_VERDICT_QUALITY_WARNING, msg);
     }
+  } else if (st == KDA_OK && differ == 0 && !same_bits(first->o, o2.o, n1)) {
+    x->r->causal_ok = 0;
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
+             "tokens were perturbed (an unperturbed repeat gave the same bits)", (long long)P);
+    set_reason(x->r, KDA_VERDICT_FAIL, msg);
   }
   free(q), free(v);
   kda_outputs_free(&o2);
   return st < 0 ? KDA_OK : st;
+}
+
+static int judged(const kda_case_report *r) {
+  return r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_QUALITY_WARNING;
 }
 
 static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
@@ -392,22 +350,44 @@ static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, siz
   int64_t P = p->T * 5 / 8 + 1;
   x->r->prefix_P = P;
   int st = prefix_resume(x, P, err, errlen);
-  if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) st = causality(x, P, first, err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = causality(x, P, first, err, errlen);
   return st;
 }
 
-int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
-                     const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
-                     char *err, size_t errlen) {
-  report_init(r, c, b->name, "case");
-  int32_t cls = o->cls >= 0 ? o->cls : b->precision_class;
+/* After the case: close's outcome, and what the backend printed (SPEC.md §7.8: a warning,
+ * shown with the report). */
+static int finish_case(kda_worker *w, kda_case_report *r, char *err, size_t errlen) {
+  kda_call_result cr;
+  int st = kda_worker_end_case(w, &cr, err, errlen);
+  if (st != KDA_OK) return st;
+  if (cr.outcome != KDA_CALL_OK && !kda_verdict_is_failure(r->verdict)) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "close: %.400s", cr.msg);
+    set_reason(r, outcome_verdict(cr.outcome), msg);
+  }
+  kda_worker_take_log(w, r->log, sizeof r->log, &r->log_bytes);
+  if (r->log_bytes && r->verdict == KDA_VERDICT_PASS) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "the backend printed %llu bytes (stdout/stderr)",
+             (unsigned long long)r->log_bytes);
+    set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+  }
+  return KDA_OK;
+}
+
+int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                            const kda_conform_opts *o, kda_case_report *r, char *err,
+                            size_t errlen) {
+  report_init(r, c, kda_worker_name(w), "case");
+  int32_t wcls = kda_worker_class(w);
+  int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
   kda_outputs out;
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
   kda_call_result cr;
-  st = kda_call_forward(b, params, &c->p, &in, &out, &o->call, &cr, err, errlen);
+  st = kda_worker_call(w, &c->p, &in, &out, &cr, err, errlen);
   if (st != KDA_OK) return kda_outputs_free(&out), st;
   r->seconds = cr.seconds;
   r->score.cls = cls;
@@ -418,43 +398,35 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
     if (st != KDA_OK) return kda_outputs_free(&out), st;
     r->bytes_scored = 2 * 8 * (out.n_o + out.n_ht + out.n_hc);
     verdict_from_score(r);
-    if (o->repeat && st == KDA_OK) st = repeat_check(b, params, c, &out, o, r, err, errlen);
-    prefix_ctx x = {b, params, c, t, o, r};
-    if (o->prefix && st == KDA_OK && r->verdict == KDA_VERDICT_PASS)
+    if (o->repeat && st == KDA_OK) st = repeat_check(w, c, &out, r, err, errlen);
+    prefix_ctx x = {w, c, t, o, r};
+    if (o->prefix && st == KDA_OK && (r->verdict == KDA_VERDICT_PASS || r->nondeterministic))
       st = prefix_checks(&x, &out, err, errlen);
     quality_checks(r, o);
   }
+  if (st == KDA_OK) st = finish_case(w, r, err, errlen);
   apply_waiver(r, c, o);
   kda_outputs_free(&out);
   return st;
 }
 
-/* ---- Candidate result files. */
-static int read_candidate(const char *path, const kda_case *c, kda_outputs *out, char *msg,
-                          size_t msglen) {
-  kda_npz *z;
-  int st = kda_npz_open(path, &z, msg, msglen);
+int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
+                     const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
+                     char *err, size_t errlen) {
+  kda_backend_ref ref;
+  memset(&ref, 0, sizeof ref);
+  ref.builtin = b;
+  snprintf(ref.params, sizeof ref.params, "%s", params ? params : "");
+  snprintf(ref.spec, sizeof ref.spec, "%s", b->name ? b->name : "backend");
+  kda_worker *w;
+  int st = kda_worker_start(&ref, &o->call, &w, err, errlen);
   if (st != KDA_OK) return st;
-  char *man = NULL;
-  st = kda_npz_read_blob(z, "manifest.json", &man, NULL, msg, msglen);
-  json_t *m = st == KDA_OK ? json_loads(man, 0, NULL) : NULL;
-  const char *schema = json_string_value(json_object_get(m, "schema"));
-  const char *cid = json_string_value(json_object_get(m, "case_id"));
-  if (st == KDA_OK && (!schema || strcmp(schema, "kda-result/1") != 0))
-    st = KDA_EFORMAT, snprintf(msg, msglen, "%s: manifest schema is not kda-result/1", path);
-  else if (st == KDA_OK && cid && c->id && strcmp(cid, c->id) != 0)
-    st = KDA_EINVAL, snprintf(msg, msglen, "%s: case_id '%s' is not '%s'", path, cid, c->id);
-  const char *names[3] = {"o", "ht", "hc"};
-  double *dst[3] = {out->o, out->ht, out->hc};
-  uint64_t ns[3] = {out->n_o, out->n_ht, out->n_hc};
-  for (int b = 0; b < 3 && st == KDA_OK; b++)
-    if (dst[b]) st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], msg, msglen);
-  json_decref(m);
-  free(man);
-  kda_npz_close(z);
+  st = kda_conform_case_worker(w, c, t, o, r, err, errlen);
+  kda_worker_stop(w);
   return st;
 }
 
+/* ---- Candidate result files: read strictly by kda_result_load (kda_case.h). */
 int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
                           int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                           char *err, size_t errlen) {
@@ -464,7 +436,12 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;
   char msg[KDA_ERRLEN] = "";
-  if (read_candidate(result_path, c, &out, msg, sizeof msg) != KDA_OK) {
+  int rs = kda_result_load(result_path, c, out.o, out.ht, out.hc, msg, sizeof msg);
+  if (rs == KDA_EUNSUPPORTED) { /* the candidate's manifest says so (SPEC.md §7.9) */
+    char why[KDA_ERRLEN];
+    snprintf(why, sizeof why, "candidate: not supported: %.400s", msg);
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, why);
+  } else if (rs != KDA_OK) { /* missing or malformed: a Fail of the case */
     set_reason(r, KDA_VERDICT_FAIL, msg);
   } else {
     st = kda_score_outputs(c, t, &out, cls, &r->score, err, errlen);

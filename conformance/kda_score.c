@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_golden.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
@@ -82,20 +83,23 @@ static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, dou
   }
 }
 
-static int load_golden(const char *path, kda_truth *t, int *found, char *err, size_t errlen) {
+static int load_golden(const char *path, const kda_problem *p, kda_truth *t, int *found,
+                       char *err, size_t errlen) {
   *found = 0;
   if (!path) return KDA_OK;
   kda_npz *z;
   int st = kda_npz_open(path, &z, err, errlen);
   if (st != KDA_OK) return st;
   if (!kda_npz_has(z, "o")) return kda_npz_close(z), KDA_OK;
-  const char *names[3] = {"o", "ht", "hc"};
-  double *dst[3] = {t->out.o, t->out.ht, t->out.hc};
-  uint64_t ns[3] = {t->out.n_o, t->out.n_ht, t->out.n_hc};
-  for (int b = 0; b < 3 && st == KDA_OK; b++) {
-    if (!dst[b]) continue;
-    st = kda_npz_read(z, names[b], KDA_DTYPE_F64, dst[b], ns[b], err, errlen);
+  /* Golden outputs are the truth only once every member's bytes match the SHA-256 its
+   * manifest records (golden.members_sha256, SPEC.md §8.10): a damaged o must not be blamed
+   * on every backend. */
+  char msg[KDA_ERRLEN];
+  if (kda_golden_check_members(path, msg, sizeof msg) != KDA_OK) {
+    kda_npz_close(z);
+    return snprintf(err, errlen, "golden outputs not verified: %s", msg), KDA_EFORMAT;
   }
+  st = kda_output_members_read(z, path, p, t->out.o, t->out.ht, t->out.hc, err, errlen);
   kda_npz_close(z);
   if (st == KDA_OK) *found = 1;
   return st;
@@ -115,7 +119,7 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
     return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
   }
   int golden = 0;
-  st = load_golden(path, t, &golden, err, errlen);
+  st = load_golden(path, p, t, &golden, err, errlen);
   if (st == KDA_OK && !golden) {
     kda_tensors_f64 ts;
     kda_case_tensors(c, &ts);
@@ -225,8 +229,24 @@ static void growth(kda_score *s, const double *tok, const kda_case *c, double *t
                                : KDA_GROWTH_UNSTABLE;
 }
 
+/* Per-window means of the per-token error for plots; a failed allocation leaves them out
+ * (they are not a metric, so scoring goes on). */
+static void window_series(kda_score *s, const double *tok, int64_t T) {
+  const int64_t W = s->window, n = T > 0 ? (T + W - 1) / W : 0;
+  s->win_each = n > 0 ? malloc((size_t)n * sizeof *s->win_each) : NULL;
+  s->n_win_each = s->win_each ? n : 0;
+  s->win_tokens = T;
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    const int64_t a = w * W, b = a + W < T ? a + W : T;
+    double sum = 0;
+    for (int64_t t = a; t < b; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
+    s->win_each[w] = sum / (double)(b - a);
+  }
+}
+
 static void windows(kda_score *s, const double *tok, int64_t T) {
   s->window = T < 64 ? (T > 0 ? T : 1) : 64;
+  window_series(s, tok, T);
   int64_t W = s->window;
   s->win_first = s->win_last = s->win_worst = 0.0;
   s->win_worst_start = 0;
@@ -351,6 +371,9 @@ void kda_score_free(kda_score *s) {
   free(s->hc_each);
   s->hc_each = NULL;
   s->n_hc_each = 0;
+  free(s->win_each);
+  s->win_each = NULL;
+  s->n_win_each = 0;
 }
 
 int kda_score_within_caps(const kda_score *s) {

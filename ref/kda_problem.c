@@ -27,6 +27,7 @@ void kda_problem_init(kda_problem *p, int64_t T, int64_t H, int64_t HV, int64_t 
   p->scale = K > 0 ? 1.0 / sqrt((double)K) : 1.0; /* SPEC.md §3.1: default K^-1/2 */
   p->lower_bound = -5.0;
   p->l2_eps = 1e-6;
+  p->struct_size = (uint32_t)sizeof *p;
 }
 
 int64_t kda_problem_gate_width(const kda_problem *p) {
@@ -90,6 +91,12 @@ static int gate_ok(const kda_problem *p, char *err, size_t errlen) {
 
 int kda_problem_check(const kda_problem *p, char *err, size_t errlen) {
   if (!p) return kda_fail(KDA_EINVAL, err, errlen, "problem is NULL");
+  /* A problem made by this library's kda_problem_init: a mismatch means a caller compiled
+   * against another version of kda_problem.h (or one that never called kda_problem_init). */
+  if (p->struct_size != sizeof *p)
+    return kda_fail(KDA_EINVAL, err, errlen,
+                    "problem struct_size %u is not %u (make problems with kda_problem_init)",
+                    (unsigned)p->struct_size, (unsigned)sizeof *p);
   if (p->N < 1 || p->T < 0 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1 ||
       p->n_checkpoints < 0)
     return kda_fail(KDA_EINVAL, err, errlen,
@@ -115,8 +122,8 @@ int kda_problem_check(const kda_problem *p, char *err, size_t errlen) {
   if (p->l2_mode != KDA_L2_OFF && !(p->l2_eps > 0.0 && isfinite(p->l2_eps)))
     return kda_fail(KDA_EINVAL, err, errlen, "l2_eps %.17g must be finite and > 0 when l2 is %s",
                     p->l2_eps, kda_l2_name(p->l2_mode));
-  if (p->reserved0 != 0)
-    return kda_fail(KDA_EINVAL, err, errlen, "reserved0 must be 0");
+  if (p->reserved0 != 0 || p->reserved1 != 0)
+    return kda_fail(KDA_EINVAL, err, errlen, "reserved0 and reserved1 must be 0");
   return gate_ok(p, err, errlen);
 }
 

@@ -98,7 +98,15 @@ typedef struct kda_problem {
   double scale;       /* readout scale applied to q; kda_problem_init sets K^-1/2 */
   double lower_bound; /* lb of KDA_GATE_LOWER_BOUND, in [-5, 0) */
   double l2_eps;      /* eps of the L2 modes; kda_problem_init sets 1e-6 */
+  /* ---- Appended in 0.2.0 (backend ABI 2, SPEC.md §7.8).  Later fields are appended here. */
+  uint32_t struct_size; /* sizeof(kda_problem) of whoever filled it (kda_problem_init sets it);
+                           fields at or past this offset are absent */
+  int32_t reserved1;    /* zero */
 } kda_problem;
+
+/* The size of kda_problem before struct_size was appended: what a backend written against
+ * 0.1 (backend ABI 1) knows.  Fixed forever. */
+#define KDA_PROBLEM_V1_SIZE ((uint32_t)offsetof(kda_problem, struct_size))
 
 /* The buffers of one float64 call.  Inputs a mode does not use may be NULL. */
 typedef struct kda_tensors_f64 {
@@ -120,7 +128,7 @@ typedef struct kda_tensors_f32 {
   float *hc;
 } kda_tensors_f32;
 
-/* Defaults: N = 1, KDA family, pre-gated g, beta as probability, no L2, head map DIV, K-major
+/* Defaults: struct_size = sizeof(kda_problem), N = 1, KDA family, pre-gated g, beta as probability, no L2, head map DIV, K-major
  * state, no initial state, final state wanted, scale = K^-1/2 (set from K, so set K first or
  * call again), lower_bound = -5, l2_eps = 1e-6. Shapes are copied from the arguments. */
 void kda_problem_init(kda_problem *p, int64_t T, int64_t H, int64_t HV, int64_t K, int64_t V);
@@ -129,7 +137,7 @@ void kda_problem_init(kda_problem *p, int64_t T, int64_t H, int64_t HV, int64_t 
 int64_t kda_problem_gate_width(const kda_problem *p);
 
 /* Checks every field and every size product against SIZE_MAX (SPEC.md §2, §4).
- * Returns KDA_OK, KDA_EINVAL (bad mode, non-positive dimension, HV not a multiple of H,
+ * Returns KDA_OK, KDA_EINVAL (struct_size not sizeof(kda_problem), bad mode, non-positive dimension, HV not a multiple of H,
  * lower_bound out of range, scale or eps not finite) or KDA_ESHAPE (a size overflows). */
 int kda_problem_check(const kda_problem *p, char *err, size_t errlen);
 

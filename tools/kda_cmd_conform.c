@@ -2,6 +2,7 @@
  * SPDX-License-Identifier: MIT
  */
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_conform_list.h"
+#include "kda_sha256.h"
+#include "kda_files.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -20,9 +23,12 @@
 static const char help_text[] =
     "Usage: kda conform [OPTION]... [CASE.npz|DIR]...\n"
     "\n"
-    "Scores KDA implementations on case files (default: golden/L1, else golden/example)\n"
+    "Scores KDA implementations on case files (default: GOLDEN/L1, else GOLDEN/example, where\n"
+    "GOLDEN is $KDA_GOLDEN, else ./golden, else the installed share/kda/golden)\n"
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
-    "Every backend call runs in a child process with a time limit.\n"
+    "Every backend runs in its own worker process (loaded there, never in the runner), with a\n"
+    "time limit on every wait and a memory limit; a crash, hang or stray print is that backend's\n"
+    "verdict, and the worker is restarted for the next call (SPEC.md section 7.8).\n"
     "\n"
     "What to score (default: every built-in backend but mpfr):\n"
     "  -b, --backend SPEC        a backend, SPEC = NAME[:PARAMS] or PATH[:PARAMS]: a built-in\n"
@@ -42,23 +48,40 @@ static const char help_text[] =
     "                            class, dtypes, source, ISA or device picked, and whether it runs\n"
     "                            on this machine (and why not); exit 0\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
-    "                            directory holding CASE_ID.npz for each case\n"
+    "                            directory holding CASE_ID.npz for each case; members o,\n"
+    "                            ht, hc of exactly the problem's shapes as <f4 or <f8; a\n"
+    "                            manifest with \"not_supported\": REASON is NotSupported\n"
     "      --class NAME          precision class to score in: fp64 fp32 tf32 bf16 fp16\n"
     "                            (default: the backend's own; fp32 for candidates)\n"
     "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit\n"
     "Checks:\n"
-    "  -t, --timeout SECONDS     time limit per backend call (default 60)\n"
+    "  -t, --timeout SECONDS     time limit per backend call, load, open and close (default 60)\n"
+    "      --memory-limit BYTES|auto|none  address-space limit of each worker (suffix k M G;\n"
+    "                            default auto: a multiple of each call's buffers plus 4 GiB)\n"
     "      --repeat              run every case twice and flag bitwise differences\n"
     "      --no-prefix           skip the prefix-resume and causality checks\n"
-    "      --no-isolate          call backends in-process (debugging; a crash ends the run)\n"
-    "      --waivers FILE        waivers (JSON, SPEC.md section 7.6)\n"
-    "      --baseline FILE       recorded baseline; QualityWarning above FACTOR x baseline\n"
+    "      --no-isolate          call backends in-process (debugging; a crash ends the run,\n"
+    "                            prints are not captured, no guard pages or memory limit)\n"
+    "      --waivers FILE        waivers (JSON, SPEC.md section 7.6); an unknown key, a missing\n"
+    "                            reason or a waiver selecting nothing is an error (exit 2); a\n"
+    "                            waiver that waived nothing is reported after the run\n"
+    "      --baseline FILE       recorded baseline; QualityWarning above FACTOR x baseline; it\n"
+    "                            must name the backend and class scored (exit 2 otherwise)\n"
     "      --baseline-factor X   (default 2)\n"
+    "      --fail-on-regression  a regression above the baseline factor is a Fail\n"
+    "      --strict              QualityWarning, Waived and unused waivers fail the run (CI)\n"
     "      --record-baseline FILE  write the worst errors of this run as a baseline\n"
+    "                            (kda-baseline/2, a map by backend, when several were scored)\n"
     "Reports:\n"
     "  -o, --out DIR             write results.jsonl, summary.json and junit.xml into DIR\n"
+    "                            (every report is written atomically; an existing target\n"
+    "                            must be a regular file and not an input)\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
     "      --max-lines N         failure lines shown per case (default 5)\n"
+    "      --html DIR            self-contained HTML report DIR/index.html: verdicts\n"
+    "                            and, per case of >= 256 tokens and backend, the o\n"
+    "                            error per 64-token window against the position\n"
+    "                            (log-log, cap and allowance drawn)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
     "  -h, --help                print this help and exit\n"
@@ -66,8 +89,10 @@ static const char help_text[] =
     "The last line is 'N passed, N failed' (', N skipped' when some were skipped).\n"
     "Exit status:\n"
     "  0  nothing failed\n"
-    "  1  a case got Fail, Crash or Timeout\n"
-    "  2  usage error, I/O error or bad input (one line on standard error)\n";
+    "  1  a case got Fail, Crash or Timeout (with --strict also QualityWarning or Waived,\n"
+    "     or a waiver waived nothing)\n"
+    "  2  usage error, I/O error or bad input (one line on standard error)\n"
+    "  5  nothing ran: no case files, or every case NotSupported by every backend\n";
 
 typedef struct conform_args {
   const char *backends[MAX_ITEMS];
@@ -78,8 +103,9 @@ typedef struct conform_args {
   const char *filters[MAX_ITEMS]; /* -k patterns */
   int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
+  const char *html; /* --html DIR */
   int32_t cls;
-  int quiet, bench;
+  int quiet, bench, strict;
   int64_t max_lines;
   kda_conform_opts opts;
   char **paths;
@@ -146,10 +172,25 @@ static int check_spec(const char *spec, int plugin_only) {
   return 0;
 }
 
+/* --memory-limit: "auto" (0), "none" (-1), or bytes with an optional binary suffix. */
+static int parse_memory_limit(const char *s, int64_t *out) {
+  if (strcmp(s, "auto") == 0) return *out = 0, 0;
+  if (strcmp(s, "none") == 0) return *out = -1, 0;
+  char *end;
+  errno = 0;
+  unsigned long long x = strtoull(s, &end, 10);
+  int shift = *end == 'k' || *end == 'K' ? 10 : *end == 'M' ? 20 : *end == 'G' ? 30 : 0;
+  if (shift) end++;
+  if (errno || end == s || *end || s[0] == '-' || x == 0 || x > (1ULL << (62 - shift))) return -1;
+  *out = (int64_t)(x << shift);
+  return 0;
+}
+
 static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
-         O_LISTCASES = 400, O_LISTBACKENDS };
+         O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
+  enum { O_HTML = 512 };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -164,6 +205,10 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"quiet", no_argument, NULL, 'q'}, {"bench", no_argument, NULL, O_BENCH},
       {"list-cases", no_argument, NULL, O_LISTCASES},
       {"list-backends", no_argument, NULL, O_LISTBACKENDS},
+      {"strict", no_argument, NULL, O_STRICT},
+      {"fail-on-regression", no_argument, NULL, O_FAILREG},
+      {"memory-limit", required_argument, NULL, O_MEMLIMIT},
+      {"html", required_argument, NULL, O_HTML},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -194,7 +239,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_PARAMS: a->params = optarg; break;
       case 'c': a->candidate = optarg; break;
       case O_CLASS:
-        if (kda_class_parse(optarg, &a->cls) != KDA_OK)
+        if (kda_precision_parse(optarg, &a->cls) != KDA_OK)
           return kda_tool_usage(SUB, "unknown class '%s' (fp64 fp32 tf32 bf16 fp16)", optarg);
         break;
       case O_EXPORT: a->export_dir = optarg; break;
@@ -219,23 +264,33 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_MAXLINES:
         if (kda_tool_parse_count(optarg, &a->max_lines)) return kda_tool_usage(SUB, "bad --max-lines");
         break;
+      case O_MEMLIMIT:
+        if (parse_memory_limit(optarg, &a->opts.call.memory_limit))
+          return kda_tool_usage(SUB, "bad --memory-limit '%s' (BYTES[k|M|G], auto, none)", optarg);
+        break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
+      case O_STRICT: a->strict = 1; break;
+      case O_FAILREG: a->opts.fail_on_regression = 1; break;
+      case O_HTML: a->html = optarg; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
   }
   a->opts.cls = a->cls;
+  if (a->opts.fail_on_regression && !a->baseline)
+    return kda_tool_usage(SUB, "--fail-on-regression needs --baseline");
   a->paths = argv + optind;
   a->n_paths = argc - optind;
   return 0;
 }
 
-/* One scoring target: a built-in or plugin backend, or the candidate files. */
+/* One scoring target: the worker process of a built-in or plugin backend (SPEC.md §7.8). */
 typedef struct target {
-  const kda_backend *b;
-  kda_plugin *plugin;
+  kda_worker *w;
+  const kda_backend *builtin; /* the built-in table (for the up-front parameter check), or NULL */
   const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
+  char *path;         /* the plugin's path (owned), NULL for a built-in */
 } target;
 
 typedef struct run_state {
@@ -243,6 +298,8 @@ typedef struct run_state {
   int64_t n, cap;
   kda_tally tally;
   FILE *jsonl;
+  kda_atomic *jsonl_at; /* the atomic writer behind jsonl */
+  const kda_run_info *info; /* for summary.json (SPEC.md §7.9) */
   double score_s, truth_s;
   uint64_t bytes;
   int64_t selected; /* cases the -k filter let through */
@@ -284,7 +341,10 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   kda_case c;
   int st = kda_case_load(path, &c, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (!c.id) c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(path, idbuf, sizeof idbuf));
+  /* the id names the candidate's file: one path component (kda_files.h) */
+  if (c.id && kda_id_check(c.id, "case id", err, sizeof err) != KDA_OK)
+    return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);
   if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
     return kda_case_free(&c), 0; /* -k: not selected */
   s->selected++;
@@ -296,8 +356,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case(tg[i].b, tg[i].params ? tg[i].params : "", &c, &t, &a->opts, r,
-                               err, sizeof err);
+    else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
   if (st == KDA_OK && a->candidate) {
@@ -310,7 +369,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     kda_case_report *r = next_report(s);
     t0 = now_s();
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_candidate(rp, &c, &t, a->cls >= 0 ? a->cls : KDA_CLASS_FP32, &a->opts,
+    else st = kda_conform_candidate(rp, &c, &t, a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
                                     r, err, sizeof err);
     s->score_s += now_s() - t0;
     if (st == KDA_OK) s->bytes += r->bytes_scored;
@@ -327,9 +386,16 @@ static int export_prompts(const char *dir, path_list *cases) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
     kda_case c;
     if (kda_case_load(cases->v[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    const char *id = c.id ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    const char *id = c.id && c.id[0] ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    /* only validated ids become paths, and no output replaces an input (kda_files.h) */
+    int st = kda_id_check(id, "case id", err, sizeof err);
+    if (st != KDA_OK) {
+      kda_case_free(&c);
+      return kda_tool_fail(SUB, "%s: %s", cases->v[i], err);
+    }
     snprintf(out, sizeof out, "%s/%s.npz", dir, id);
-    int st = kda_case_save(out, &c, NULL, err, sizeof err);
+    st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
+    if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
     kda_case_free(&c);
     if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
     printf("%s\n", out);
@@ -337,34 +403,209 @@ static int export_prompts(const char *dir, path_list *cases) {
   return 0;
 }
 
-static FILE *open_out(const char *dir, const char *name, const char *explicit_path, char *buf) {
-  const char *p = explicit_path;
-  if (!p && dir) snprintf(buf, 4096, "%s/%s", dir, name), p = buf;
-  return p ? fopen(p, "w") : NULL;
+/* A report file: DIR/NAME under --out, or the explicit path; NULL path when neither.
+ * Reports go through the atomic writer (kda_files.h): written in full or not at all. */
+static const char *out_path(const char *dir, const char *name, const char *explicit_path,
+                            char *buf) {
+  if (explicit_path) return explicit_path;
+  if (!dir) return NULL;
+  snprintf(buf, 4096, "%s/%s", dir, name);
+  return buf;
 }
 
-static int write_reports(const conform_args *a, run_state *s) {
+typedef int (*report_fn)(FILE *f, const run_state *s);
+
+static int rep_summary(FILE *f, const run_state *s) {
+  return kda_report_summary_json(f, &s->tally, s->reports, s->n, s->info);
+}
+static int rep_junit(FILE *f, const run_state *s) { return kda_report_junit(f, s->reports, s->n); }
+static int rep_baseline(FILE *f, const run_state *s) {
+  return kda_report_baseline(f, s->reports, s->n);
+}
+
+/* Writes one report atomically; every error (the writer's status, the stream, the commit)
+ * is exit 2 with nothing left behind. */
+static int write_report(const char *path, report_fn fn, const run_state *s) {
+  char err[KDA_ERRLEN];
+  kda_atomic *at;
+  FILE *f;
+  if (!path) return 0;
+  if (kda_atomic_open(path, &at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  if (fn(f, s) != 0) {
+    kda_atomic_abort(at);
+    return kda_tool_fail(SUB, "%s: cannot write the report", path);
+  }
+  if (kda_atomic_commit(at, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  return 0;
+}
+
+/* Before any work: no report may replace one of the run's inputs (case files, waivers,
+ * baseline, a candidate file) or a target that is not a regular file. */
+static int check_report_targets(const conform_args *a, const path_list *cases) {
+  static const char *const names[4] = {"results.jsonl", "summary.json", "junit.xml", NULL};
+  const char *explicit_paths[4] = {a->jsonl, a->summary, a->junit, a->record_baseline};
+  const char **in = malloc((size_t)(cases->n + 3) * sizeof *in);
+  char buf[4096], err[KDA_ERRLEN];
+  int n = 0, rc = 0;
+  if (!in) return kda_tool_fail(SUB, "out of memory");
+  for (int i = 0; i < cases->n; i++) in[n++] = cases->v[i];
+  in[n++] = a->waivers, in[n++] = a->baseline, in[n++] = a->candidate;
+  for (int i = 0; i < 4 && rc == 0; i++) {
+    const char *p = names[i] ? out_path(a->out_dir, names[i], explicit_paths[i], buf)
+                             : explicit_paths[i];
+    if (p && kda_output_check(p, in, n, err, sizeof err) != KDA_OK)
+      rc = kda_tool_fail(SUB, "%s", err);
+  }
+  free(in);
+  return rc;
+}
+
+static int write_reports(const conform_args *a, run_state *s, const kda_run_info *info) {
   char buf[4096];
-  FILE *f = open_out(a->out_dir, "summary.json", a->summary, buf);
-  if ((a->out_dir || a->summary) && !f) return kda_tool_fail(SUB, "cannot write the summary");
-  if (f) kda_report_summary_json(f, &s->tally, s->reports, s->n), fclose(f);
-  f = open_out(a->out_dir, "junit.xml", a->junit, buf);
-  if ((a->out_dir || a->junit) && !f) return kda_tool_fail(SUB, "cannot write the JUnit report");
-  if (f) kda_report_junit(f, s->reports, s->n), fclose(f);
-  if (a->record_baseline) {
-    f = fopen(a->record_baseline, "w");
-    if (!f) return kda_tool_fail(SUB, "%s: cannot write", a->record_baseline);
-    kda_report_baseline(f, s->reports, s->n);
+  s->info = info;
+  int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s);
+  if (rc == 0) rc = write_report(out_path(a->out_dir, "junit.xml", a->junit, buf), rep_junit, s);
+  if (rc == 0) rc = write_report(a->record_baseline, rep_baseline, s);
+  if (rc == 0 && a->html && kda_report_html_write(a->html, s->reports, s->n, buf, sizeof buf) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", buf);
+  return rc;
+}
+
+/* GOLDEN/L1, else GOLDEN/example, GOLDEN found by kda_tool_golden_dir (SPEC.md §12.3); the
+ * directory scored goes into dir. */
+static int default_paths(path_list *l, char *dir, size_t cap) {
+  char g[4096];
+  const char *source;
+  if (kda_tool_golden_dir(g, sizeof g, &source) != 0)
+    return kda_tool_fail(SUB, "%s: no golden set there (from %s); set KDA_GOLDEN or give case "
+                         "files", g, source);
+  struct stat st;
+  snprintf(dir, cap, "%s/L1", g);
+  if (stat(dir, &st) != 0) {
+    printf("note: %s not found; scoring the reduced set %s/example\n", dir, g);
+    snprintf(dir, cap, "%s/example", g);
+  }
+  return collect(dir, l);
+}
+
+/* ---- What a CI job gates on (SPEC.md §7.6, §12.2). */
+
+/* A baseline must be of the backend and class scored: anything else compares errors in
+ * other units.  A kda-baseline/2 map without an entry for a backend is only noted. */
+static int check_baseline(const conform_args *a, const kda_baseline *bl, const target *tg,
+                          int nt) {
+  char err[KDA_ERRLEN], notes[8][KDA_ERRLEN];
+  int n_notes = 0;
+  for (int i = 0; i <= nt; i++) {
+    if (i == nt && !a->candidate) break;
+    const char *name = i < nt ? kda_worker_name(tg[i].w) : "candidate";
+    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? kda_worker_class(tg[i].w) : KDA_CLASS_FP32);
+    int st = kda_baseline_check(bl, name, cls, err, sizeof err);
+    if (st == KDA_ENOTFOUND && n_notes < 8) snprintf(notes[n_notes++], sizeof notes[0], "%s", err);
+    else if (st != KDA_OK && st != KDA_ENOTFOUND) return kda_tool_fail(SUB, "%s", err);
+  }
+  for (int i = 0; i < n_notes; i++) printf("note: %s; its cases are not compared\n", notes[i]);
+  return 0;
+}
+
+/* Lines for the waivers that waived nothing; returns their number. */
+static int64_t report_unused(const kda_waivers *w, const run_state *s, int strict) {
+  int64_t nw = kda_waivers_count(w);
+  uint8_t *unused = nw ? calloc((size_t)nw, 1) : NULL;
+  int64_t n = kda_waivers_unused(w, s->reports, s->n, unused);
+  for (int64_t i = 0; unused && i < nw; i++) {
+    if (!unused[i]) continue;
+    char d[512];
+    kda_waivers_describe(w, i, d, sizeof d);
+    printf("%s: unused %s: it waived no case (reason: %s)\n", strict ? "error" : "warning", d,
+           kda_waivers_reason(w, i));
+  }
+  free(unused);
+  return n;
+}
+
+/* SHA-256 of DIR/SHA256SUMS or DIR/../SHA256SUMS, the digest of the golden set scored (DIR:
+ * the case path, or the directory of a case file). */
+static int golden_digest(const char *path, char *set, size_t cap, char hex[65]) {
+  static const char *const where[] = {"%s/SHA256SUMS", "%s/../SHA256SUMS"};
+  char dir[4096];
+  struct stat st;
+  snprintf(dir, sizeof dir, "%s", path);
+  if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode)) {
+    char *slash = strrchr(dir, '/');
+    if (slash) *slash = 0;
+    else snprintf(dir, sizeof dir, ".");
+  }
+  for (int k = 0; k < 2; k++) {
+    char p[4200];
+    snprintf(p, sizeof p, where[k], dir);
+    FILE *f = fopen(p, "rb");
+    if (!f) continue;
+    kda_sha256 h;
+    kda_sha256_init(&h);
+    unsigned char buf[4096], d[KDA_SHA256_BYTES];
+    size_t got;
+    while ((got = fread(buf, 1, sizeof buf, f)) > 0) kda_sha256_update(&h, buf, got);
+    int bad = ferror(f);
     fclose(f);
+    if (bad) return 0;
+    kda_sha256_final(&h, d);
+    kda_sha256_hex(d, hex);
+    snprintf(set, cap, "%s", dir);
+    return 1;
   }
   return 0;
 }
 
-static int default_paths(path_list *l) {
-  struct stat st;
-  if (stat("golden/L1", &st) == 0) return collect("golden/L1", l);
-  printf("note: golden/L1 not found; scoring the reduced set golden/example\n");
-  return collect("golden/example", l);
+typedef struct run_summary {
+  kda_run_target_info targets[2 * MAX_ITEMS + 5];
+  char golden[4096], hex[65];
+  kda_run_info info;
+} run_summary;
+
+static void summary_info(const conform_args *a, const target *tg, int nt, const path_list *cases,
+                         const char *default_dir, const kda_waivers *w, run_summary *u) {
+  kda_run_info *in = &u->info;
+  memset(in, 0, sizeof *in);
+  for (int i = 0; i < nt; i++) {
+    int32_t cls = a->cls >= 0 ? a->cls : kda_worker_class(tg[i].w);
+    u->targets[i] = (kda_run_target_info){kda_worker_name(tg[i].w), kda_class_name(cls),
+                                          tg[i].params ? tg[i].params : "", tg[i].path};
+  }
+  if (a->candidate)
+    u->targets[nt] = (kda_run_target_info){"candidate", kda_class_name(a->cls >= 0 ? a->cls
+                                           : KDA_CLASS_FP32), NULL, NULL};
+  in->targets = u->targets;
+  in->n_targets = nt + (a->candidate ? 1 : 0);
+  static const char *one[1];
+  one[0] = default_dir;
+  in->case_paths = a->n_paths ? (const char *const *)a->paths : one;
+  in->n_case_paths = a->n_paths ? a->n_paths : 1;
+  in->n_case_files = cases->n;
+  if (golden_digest(in->case_paths[0], u->golden, sizeof u->golden, u->hex))
+    in->golden_dir = u->golden, in->golden_sha256sums = u->hex;
+  in->waivers = w;
+  in->baseline = a->baseline;
+  in->strict = a->strict;
+}
+
+/* The lines before the final one: cases the baseline lacks (SPEC.md §7.6), and why a status
+ * is other than plain pass/fail. */
+static void explain_status(const conform_args *a, const run_state *s, int64_t unused,
+                           int32_t status) {
+  const kda_tally *t = &s->tally;
+  int64_t absent = 0;
+  for (int64_t i = 0; i < s->n; i++) absent += s->reports[i].baseline_state == KDA_BASELINE_ABSENT;
+  if (absent)
+    printf("note: %lld reports have no entry in the baseline %s (not compared)\n",
+           (long long)absent, a->baseline);
+  if (status == KDA_RUN_NOTHING)
+    printf("nothing ran: %s (exit status %d)\n",
+           s->n ? "every case was NotSupported" : "no case files", KDA_RUN_NOTHING);
+  else if (a->strict && status == KDA_RUN_FAILED && !t->failed)
+    printf("strict: %lld QualityWarning, %lld Waived, %lld unused waivers count as failures\n",
+           (long long)t->by_verdict[KDA_VERDICT_QUALITY_WARNING],
+           (long long)t->by_verdict[KDA_VERDICT_WAIVED], (long long)unused);
 }
 
 /* The PARAMS of a spec (a pointer into it), or the deprecated --params when it has none. */
@@ -373,25 +614,34 @@ static const char *spec_params(const char *spec, const char *fallback) {
   return colon ? colon + 1 : fallback ? fallback : "";
 }
 
-static int load_targets(conform_args *a, target *tg, int *nt) {
+/* One worker per target.  A plugin that fails to load is not an error of the run: the
+ * worker records it and every case reports it as that backend's verdict. */
+static int start_target(conform_args *a, const char *spec, target *tg, int *nt) {
   char err[KDA_ERRLEN];
-  *nt = 0;
-  if (!a->n_backends && !a->n_plugins && !a->candidate)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
-      if (kda_backend_builtin_is_default(i))
-        tg[*nt].params = a->params, tg[(*nt)++].b = kda_backend_builtin(i);
-  for (int i = 0; i < a->n_backends + a->n_plugins; i++) {
-    const char *spec = i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends];
-    kda_backend_ref ref;
-    if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    tg[*nt].params = spec_params(spec, a->params);
-    tg[*nt].b = ref.builtin;
-    if (!ref.builtin &&
-        kda_plugin_load(ref.path, &tg[*nt].plugin, &tg[*nt].b, err, sizeof err) != KDA_OK)
-      return kda_tool_fail(SUB, "%s", err);
-    (*nt)++;
-  }
+  kda_backend_ref ref;
+  if (kda_backend_resolve(spec, &ref, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  target *t = &tg[*nt];
+  t->params = spec_params(spec, a->params);
+  snprintf(ref.params, sizeof ref.params, "%s", t->params);
+  t->builtin = ref.builtin;
+  if (!ref.builtin && !(t->path = strdup(ref.path))) return kda_tool_fail(SUB, "out of memory");
+  if (kda_worker_start(&ref, &a->opts.call, &t->w, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  (*nt)++;
   return 0;
+}
+
+static int load_targets(conform_args *a, target *tg, int *nt) {
+  *nt = 0;
+  int rc = 0;
+  if (!a->n_backends && !a->n_plugins && !a->candidate)
+    for (int32_t i = 0; i < kda_backend_builtin_count() && !rc; i++)
+      if (kda_backend_builtin_is_default(i))
+        rc = start_target(a, kda_backend_builtin(i)->name, tg, nt);
+  for (int i = 0; i < a->n_backends + a->n_plugins && !rc; i++)
+    rc = start_target(a, i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends], tg, nt);
+  return rc;
 }
 
 /* ---- The backend path (SPEC.md §7.8): the up-front parameter check. */
@@ -399,16 +649,17 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
 /* Opens every built-in target once, in-process, before the run: a parameter it rejects
  * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
  * failures (e.g. KDA_EUNSUPPORTED on this machine) are left to the cases, which report them.
- * Plugins are not opened here: the runner isolates every call into a plugin, and their
+ * Plugins are not opened here: they are only ever loaded in their worker, and their
  * parameter errors are reported by the cases. */
 static int probe_targets(const target *tg, int nt) {
   for (int i = 0; i < nt; i++) {
-    if (tg[i].plugin) continue;
+    const kda_backend *b = tg[i].builtin;
+    if (!b) continue;
     void *h = NULL;
     char err[KDA_ERRLEN] = "";
-    int32_t st = tg[i].b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
-    if (st == KDA_OK) tg[i].b->close(h);
-    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", tg[i].b->name, err);
+    int32_t st = b->open(tg[i].params ? tg[i].params : "", &h, err, sizeof err);
+    if (st == KDA_OK) b->close(h);
+    else if (st == KDA_EINVAL) return kda_tool_fail(SUB, "backend '%s': %s", b->name, err);
   }
   return 0;
 }
@@ -425,8 +676,9 @@ int kda_cmd_conform(int argc, char **argv) {
   }
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);
-  if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases);
-  if (rc == 0 && cases.n == 0) rc = kda_tool_fail(SUB, "no case files found");
+  char default_dir[4200] = "";
+  if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases, default_dir, sizeof default_dir);
+  if (rc == 0 && cases.n == 0 && a.export_dir) rc = kda_tool_fail(SUB, "no case files found");
   if (rc == 0 && a.list_cases) {
     rc = kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
     goto done;
@@ -448,32 +700,49 @@ int kda_cmd_conform(int argc, char **argv) {
   int nt = 0;
   if (rc == 0) rc = load_targets(&a, tg, &nt);
   if (rc == 0) rc = probe_targets(tg, nt);
+  if (rc == 0 && bl) rc = check_baseline(&a, bl, tg, nt);
   run_state s;
   memset(&s, 0, sizeof s);
   char buf[4096];
+  if (rc == 0) rc = check_report_targets(&a, &cases);
   if (rc == 0 && a.out_dir) mkdir(a.out_dir, 0777);
-  if (rc == 0 && (a.jsonl || a.out_dir)) {
-    s.jsonl = open_out(a.out_dir, "results.jsonl", a.jsonl, buf);
-    if (!s.jsonl) rc = kda_tool_fail(SUB, "cannot write the JSON Lines report");
-  }
+  if (rc == 0 && (a.jsonl || a.out_dir) &&
+      kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,
+                      err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
   double t0 = now_s();
   for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
-  if (s.jsonl) fclose(s.jsonl);
-  if (rc == 0 && s.selected == 0) rc = kda_tool_fail(SUB, "no case matches the -k patterns");
-  if (rc == 0) rc = write_reports(&a, &s);
+  if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at);
+  else if (s.jsonl_at && kda_atomic_commit(s.jsonl_at, err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
+  if (rc == 0 && s.selected == 0 && a.n_filters > 0)
+    printf("note: no case matches the -k patterns\n"); /* nothing ran: status 5 below */
+  int64_t unused = 0;
+  int32_t status = KDA_RUN_OK;
+  run_summary *u = rc == 0 ? calloc(1, sizeof *u) : NULL;
+  if (rc == 0 && !u) rc = kda_tool_fail(SUB, "out of memory");
+  if (rc == 0) {
+    unused = report_unused(w, &s, a.strict);
+    status = kda_run_status(&s.tally, unused, a.strict);
+    summary_info(&a, tg, nt, &cases, default_dir, w, u);
+    u->info.exit_status = status;
+    rc = write_reports(&a, &s, &u->info);
+  }
+  free(u);
   if (rc == 0 && a.bench)
     printf("bench: candidate scoring %llu bytes (truth + candidate, as float64) in %.3f s: "
            "%.1f MB/s; truth and magnitudes %.3f s; wall %.3f s for %lld reports\n",
            (unsigned long long)s.bytes, s.score_s, s.score_s > 0 ? s.bytes / s.score_s / 1e6 : 0.0,
            s.truth_s, wall, (long long)s.n);
   if (rc == 0) {
+    explain_status(&a, &s, unused, status);
     kda_report_final(stdout, &s.tally);
-    rc = s.tally.failed ? KDA_EXIT_CHECK : KDA_EXIT_OK;
+    rc = status;
   }
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
-  for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin);
+  for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);
 done:

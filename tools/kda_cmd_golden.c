@@ -37,7 +37,8 @@ static const char help_text[] =
     "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
     "\n"
     "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
-    "outputs certified by the MPFR reference, under DIR (default: golden).\n"
+    "outputs certified by the MPFR reference, under DIR (default: golden; for --verify\n"
+    "$KDA_GOLDEN, else ./golden, else the installed share/kda/golden).\n"
     "\n"
     "  --write       regenerate DIR/L0 and DIR/L1 (case files, L0 traces, manifests) and\n"
     "                DIR/SHA256SUMS; print the generation time and the float64 reference's\n"
@@ -110,6 +111,20 @@ static int parse_option(gargs *a, int c) {
   }
 }
 
+/* --verify without DIR checks the set kda conform would score: $KDA_GOLDEN, ./golden, or the
+ * installed one (SPEC.md §12.3).  --write keeps ./golden: it never writes an installed set. */
+static const char default_dir[] = "golden";
+
+static int find_default(gargs *a) {
+  static char dir[4096];
+  const char *source;
+  if (kda_tool_golden_dir(dir, sizeof dir, &source) != 0)
+    return kda_tool_fail(SUB, "%s: no golden set there (from %s); set KDA_GOLDEN or give DIR",
+                         dir, source);
+  a->dir = dir;
+  return -1;
+}
+
 static int parse_args(int argc, char **argv, gargs *a) {
   static const struct option longopts[] = {
       {"write", no_argument, NULL, 'w'},      {"verify", no_argument, NULL, 'v'},
@@ -118,7 +133,7 @@ static int parse_args(int argc, char **argv, gargs *a) {
       {"K", required_argument, NULL, 'K'},    {"V", required_argument, NULL, 'V'},
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  *a = (gargs){MODE_NONE, -1, 2, "golden", 128, 128, 8};
+  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8};
   opterr = 0;
   optind = 0;
   int c;
@@ -135,7 +150,7 @@ static int parse_args(int argc, char **argv, gargs *a) {
     a->dir = argv[optind++];
   }
   if (optind < argc) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind]);
-  return -1;
+  return a->mode == MODE_VERIFY && a->dir == default_dir ? find_default(a) : -1;
 }
 
 /* ---- Progress on a terminal. */

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kda_case.h"
+#include "kda_golden.h"
 #include "kda_npz.h"
 #include "kda_tool.h"
 
@@ -22,13 +23,15 @@ static const char help_text[] =
     "Checks the CRC-32 of every member of the vector file FILE.npz, then prints its array\n"
     "members (name, dtype, shape, bytes), its manifest.json and, for a case or result\n"
     "file, a one-line summary of the problem.  A case file is also validated as kda ref\n"
-    "would load it (shapes, index arrays, finite values).  Nothing is printed when the\n"
-    "file is bad.\n"
+    "would load it (shapes, index arrays, finite values).  When the manifest records\n"
+    "golden.members_sha256, a last line says whether every member's SHA-256 matches it\n"
+    "(\"golden hashes: verified\" or \"golden hashes: MISMATCH: ...\"; golden outputs are\n"
+    "used as truth only when they verify).  Nothing is printed when the file is bad.\n"
     "\n"
     "Options:\n"
     "  -j, --json           print one JSON object instead of text: {\"file\", \"verified\",\n"
     "                       \"members\": [{\"name\", \"dtype\", \"shape\", \"count\", \"bytes\",\n"
-    "                       \"values\"}], \"manifest\", \"summary\"}\n"
+    "                       \"values\"}], \"manifest\", \"summary\", \"golden_hashes\"}\n"
     "  -n, --values N       also print the first N values of each member (C order; NaN and\n"
     "                       infinities are written as the strings \"nan\", \"inf\", \"-inf\"\n"
     "                       in JSON)\n"
@@ -61,6 +64,8 @@ typedef struct inspection {
   member *m;
   json_t *manifest;  /* NULL when the file has no manifest.json */
   char summary[1024]; /* the problem in one line; empty unless a case or result file */
+  char hashes[KDA_ERRLEN + 64]; /* golden.members_sha256 checked; empty when not recorded */
+  int hashes_ok;
 } inspection;
 
 static void inspection_free(inspection *s) {
@@ -117,13 +122,28 @@ static int gather_members(kda_npz *z, const inspect_args *a, inspection *s, char
   return KDA_OK;
 }
 
+/* Golden outputs are truth only when their recorded hashes verify (SPEC.md §8.10): say so. */
+static void check_hashes(inspection *s) {
+  json_t *g = s->manifest ? json_object_get(s->manifest, "golden") : NULL;
+  if (!json_object_get(g, "members_sha256")) return;
+  char msg[KDA_ERRLEN];
+  s->hashes_ok = kda_golden_check_members(s->path, msg, sizeof msg) == KDA_OK;
+  if (s->hashes_ok)
+    snprintf(s->hashes, sizeof s->hashes, "golden hashes: verified (every member matches "
+             "golden.members_sha256)");
+  else
+    snprintf(s->hashes, sizeof s->hashes, "golden hashes: MISMATCH: %s", msg);
+}
+
 static int gather_manifest(kda_npz *z, inspection *s, char *err, size_t errlen) {
   char *text = NULL;
-  int st = kda_npz_read_blob(z, MANIFEST, &text, NULL, err, errlen);
+  size_t len = 0;
+  int st = kda_npz_read_blob(z, MANIFEST, &text, &len, err, errlen);
   if (st == KDA_ENOTFOUND) return KDA_OK; /* a plain .npz: nothing to show */
   if (st != KDA_OK) return st;
   json_error_t je;
-  s->manifest = json_loads(text, JSON_REJECT_DUPLICATES, &je);
+  /* the member's whole length: bytes after the JSON (a NUL and garbage) are an error */
+  s->manifest = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   free(text);
   if (!s->manifest || !json_is_object(s->manifest)) {
     snprintf(err, errlen, "%s: member '%s' is not a JSON object (line %d: %s)",
@@ -194,6 +214,7 @@ static int gather(const inspect_args *a, inspection *s, char *err, size_t errlen
   st = kda_npz_verify(z, err, errlen);
   if (st == KDA_OK) st = gather_members(z, a, s, err, errlen);
   if (st == KDA_OK) st = gather_manifest(z, s, err, errlen);
+  if (st == KDA_OK) check_hashes(s);
   if (st == KDA_OK) st = gather_case(z, s, err, errlen);
   kda_npz_close(z);
   return st;
@@ -251,6 +272,7 @@ static void print_text(const inspect_args *a, const inspection *s) {
     printf("manifest: none\n");
   }
   if (s->summary[0]) printf("%s\n", s->summary);
+  if (s->hashes[0]) printf("%s\n", s->hashes);
 }
 
 /* ---- JSON output. */
@@ -289,6 +311,8 @@ static int print_json(const inspect_args *a, const inspection *s) {
   json_object_set_new(root, "members", members);
   json_object_set(root, "manifest", s->manifest ? s->manifest : json_null());
   if (s->summary[0]) json_object_set_new(root, "summary", json_string(s->summary));
+  if (s->hashes[0])
+    json_object_set_new(root, "golden_hashes", json_string(s->hashes_ok ? "verified" : s->hashes));
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);
   json_decref(root);
   if (!text) return kda_tool_fail(SUB, "%s: out of memory formatting JSON", s->path);

@@ -14,6 +14,7 @@
 #include "kda_conform.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
+#include "kda_files.h"
 #include "kda_tool.h"
 
 #define SUB "ref"
@@ -164,7 +165,7 @@ static int run_backend(const ref_args *a, const kda_backend *b, const kda_case *
   if (st != KDA_OK) return st;
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
-  kda_call_opts opts = {0, 0, 0}; /* in-process, no time limit */
+  kda_call_opts opts = {.timeout_s = 0, .isolate = 0}; /* in-process, no time limit */
   kda_call_result r;
   st = kda_call_forward(b, a->backend.params, &c->p, &in, out, &opts, &r, err, errlen);
   if (st != KDA_OK) return st;
@@ -184,6 +185,11 @@ int kda_cmd_ref(int argc, char **argv) {
   char err[KDA_ERRLEN] = "";
   kda_case c;
   memset(&c, 0, sizeof c);
+  const char *inputs[1] = {a.input};
+  if (kda_output_check(a.output, inputs, 1, err, sizeof err) != KDA_OK) { /* never the input */
+    kda_plugin_unload(pl);
+    return kda_tool_fail(SUB, "%s", err);
+  }
   if (kda_case_load(a.input, &c, err, sizeof err) != KDA_OK) {
     kda_plugin_unload(pl);
     return fail_with(a.input, err);

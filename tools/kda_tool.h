@@ -19,10 +19,6 @@
 #define KDA_EXIT_CHECK 1
 #define KDA_EXIT_USAGE 2
 
-#ifndef KDA_VERSION
-#define KDA_VERSION "unknown"
-#endif
-
 /* Prints "kda SUB: message" and a newline on stderr (sub may be NULL: "kda: message").
  * The message is flattened to one line (newlines become spaces).  Returns KDA_EXIT_USAGE. */
 int kda_tool_fail(const char *sub, const char *fmt, ...)
@@ -49,11 +45,18 @@ int kda_tool_parse_count(const char *s, int64_t *out);
  * into buf ("nan", "inf", "-inf" for non-finite values).  Returns buf. */
 char *kda_tool_format_value(double x, int32_t dtype, char *buf, size_t cap);
 
+/* The golden sets' directory (tools/kda_tool_golden.c): $KDA_GOLDEN, else ./golden in a
+ * source tree, else the installed KDA_DATADIR/golden.  Writes it into buf and the rule that
+ * chose it into *source; returns 0, or -1 when that directory does not exist. */
+int kda_tool_golden_dir(char *buf, size_t cap, const char **source);
+
 /* Subcommands: argv[0] is the subcommand's name; each returns an exit status. */
 int kda_cmd_ref(int argc, char **argv);
 int kda_cmd_gen(int argc, char **argv);
 int kda_cmd_inspect(int argc, char **argv);
 int kda_cmd_conform(int argc, char **argv);
 int kda_cmd_bench(int argc, char **argv); /* tools/kda_cmd_bench.c */
+int kda_cmd_trace(int argc, char **argv);   /* tools/kda_cmd_trace.c */
+int kda_cmd_explore(int argc, char **argv); /* tools/kda_cmd_explore.c */
 
 #endif

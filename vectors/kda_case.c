@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_files.h"
 #include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_sha256.h"
@@ -40,34 +41,19 @@ static int prefix_err(int status, char *err, size_t errlen, const char *path, co
   return status;
 }
 
-/* ---- Precisions. */
-static const char *const prec_names[] = {"f64", "f32", "bf16", "f16"};
-
-const char *kda_prec_name(int32_t prec) {
-  return prec >= 0 && prec < 4 ? prec_names[prec] : NULL;
-}
-
-int kda_prec_parse(const char *name, int32_t *prec) {
-  for (int32_t i = 0; name && i < 4; i++)
-    if (strcmp(name, prec_names[i]) == 0) {
-      if (prec) *prec = i;
-      return KDA_OK;
-    }
-  return KDA_EINVAL;
-}
-
+/* ---- Precisions (names: ref/kda_precision.h, SPEC.md §10.3). */
 int32_t kda_case_member_prec(int member, int32_t prec) {
   if (member == KDA_M_CU_SEQLENS || member == KDA_M_CHECKPOINTS) return -1;
-  if ((member == KDA_M_A_LOG || member == KDA_M_DT_BIAS) && prec != KDA_PREC_F64)
-    return KDA_PREC_F32;
+  if ((member == KDA_M_A_LOG || member == KDA_M_DT_BIAS) && prec != KDA_PRECISION_FP64)
+    return KDA_PRECISION_FP32;
   return prec;
 }
 
 double kda_case_round(int32_t prec, double x) {
   switch (prec) {
-  case KDA_PREC_F32: return (double)kda_round_f32(x);
-  case KDA_PREC_BF16: return kda_round_bf16(x);
-  case KDA_PREC_F16: return kda_round_f16(x);
+  case KDA_PRECISION_FP32: return (double)kda_round_f32(x);
+  case KDA_PRECISION_BF16: return kda_round_bf16(x);
+  case KDA_PRECISION_FP16: return kda_round_f16(x);
   default: return x;
   }
 }
@@ -75,8 +61,8 @@ double kda_case_round(int32_t prec, double x) {
 /* The .npy dtype a member of precision prec is stored in. */
 static int32_t prec_dtype(int32_t prec) {
   switch (prec) {
-  case KDA_PREC_F64: return KDA_DTYPE_F64;
-  case KDA_PREC_F16: return KDA_DTYPE_F16;
+  case KDA_PRECISION_FP64: return KDA_DTYPE_F64;
+  case KDA_PRECISION_FP16: return KDA_DTYPE_F16;
   default: return KDA_DTYPE_F32;
   }
 }
@@ -84,7 +70,7 @@ static int32_t prec_dtype(int32_t prec) {
 /* The manifest's name of a member's precision ("i64" for the index members). */
 static const char *member_prec_name(int m, int32_t prec) {
   int32_t mp = kda_case_member_prec(m, prec);
-  return mp < 0 ? "i64" : kda_prec_name(mp);
+  return mp < 0 ? "i64" : kda_precision_file_name(mp);
 }
 
 /* ---- Which members a problem uses (the same rules as the reference). */
@@ -270,7 +256,7 @@ static int check_member_values(const char *path, const kda_case *c, int m,
                       "%s: member '%s' element %llu %s = %.17g is not exact in %s "
                       "(input_precision %s)",
                       path, kda_case_member_names[m], (unsigned long long)i, at, xi,
-                      kda_prec_name(prec), kda_prec_name(c->input_precision));
+                      kda_precision_file_name(prec), kda_precision_file_name(c->input_precision));
     }
   }
   return KDA_OK;
@@ -358,8 +344,10 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   *out = NULL;
   int st = problem_json_ok(&c->p, err, errlen);
   if (st) return st;
-  if (!kda_prec_name(c->input_precision))
+  if (!kda_precision_file_name(c->input_precision))
     return kda_fail(KDA_EINVAL, err, errlen, "invalid input precision %d", (int)c->input_precision);
+  if (c->id && c->id[0] && (st = kda_id_check(c->id, "case id", err, errlen)) != KDA_OK)
+    return st;
   json_t *gi = NULL;
   st = generator_info(c, extra_json, &gi, err, errlen);
   if (st) return st;
@@ -369,11 +357,11 @@ int kda_case_manifest_text(const kda_case *c, const char *extra_json, char **out
   int bad = !o || !members;
   if (!bad) {
     bad |= json_object_set_new(o, "schema", json_string(KDA_CASE_SCHEMA));
-    bad |= json_object_set_new(o, "generator", json_string("kda " KDA_VERSION));
+    bad |= json_object_set_new(o, "generator", json_string(KDA_GENERATOR));
     bad |= json_object_set_new(o, "id", json_string(c->id ? c->id : ""));
     bad |= json_object_set_new(o, "problem", problem_json(&c->p));
     bad |= json_object_set_new(o, "input_precision",
-                               json_string(kda_prec_name(c->input_precision)));
+                               json_string(kda_precision_file_name(c->input_precision)));
     for (int m = 0; m < KDA_M_COUNT; m++)
       if (s[m].used)
         bad |= json_object_set_new(members, kda_case_member_names[m],
@@ -476,15 +464,24 @@ static int parse_problem(const char *path, json_t *pj, kda_problem *p, char *err
   return KDA_OK; /* scale, when absent, is K^-1/2 of this K (kda_problem_init) */
 }
 
-/* Top level: schema, problem, input_precision, id. */
-static int parse_manifest(const char *path, const char *text, kda_case *c, json_t **root,
-                          char *err, size_t errlen) {
+json_t *kda_json_load_exact(const char *path, const char *text, size_t len, char *err,
+                            size_t errlen) {
   json_error_t je;
-  json_t *m = json_loads(text, JSON_REJECT_DUPLICATES, &je);
-  *root = m;
+  /* json_loadb with the member's length: bytes after the value (a NUL and garbage) are an
+   * error, where json_loads would stop at the NUL (SPEC.md §10.2). */
+  json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   if (!m)
-    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)",
-                    path, je.line, je.text);
+    kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)", path,
+             je.line, je.text);
+  return m;
+}
+
+/* Top level: schema, problem, input_precision, id. */
+static int parse_manifest(const char *path, const char *text, size_t len, kda_case *c,
+                          json_t **root, char *err, size_t errlen) {
+  json_t *m = kda_json_load_exact(path, text, len, err, errlen);
+  *root = m;
+  if (!m) return KDA_EFORMAT;
   if (!json_is_object(m))
     return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not a JSON object", path);
   json_t *schema = json_object_get(m, "schema");
@@ -499,12 +496,16 @@ static int parse_manifest(const char *path, const char *text, kda_case *c, json_
   if (!prec)
     return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: manifest key 'input_precision' is missing",
                     path);
-  if (!json_is_string(prec) || kda_prec_parse(json_string_value(prec), &c->input_precision))
+  if (!json_is_string(prec) || kda_precision_parse(json_string_value(prec), &c->input_precision) ||
+      !kda_precision_file_name(c->input_precision))
     return kda_fail(KDA_EINVAL, err, errlen,
                     "%s: manifest input_precision is not one of f64, f32, bf16, f16", path);
   json_t *id = json_object_get(m, "id");
   if (id && !json_is_string(id))
     return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest key 'id' is not a string", path);
+  if (id && json_string_length(id) > 0 && /* "" is allowed: no id (SPEC.md §10.2) */
+      kda_id_check(json_string_value(id), "manifest id", err, errlen) != KDA_OK)
+    return prefix_err(KDA_EFORMAT, err, errlen, path, "");
   if (id && !(c->id = strdup(json_string_value(id))))
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   return KDA_OK;
@@ -531,7 +532,7 @@ static int check_members_map(const char *path, json_t *root, const kda_case *c, 
                       "%s: member '%s' is declared precision '%s' in the "
                       "manifest, expected '%s' (input_precision %s)",
                       path, kda_case_member_names[m], json_string_value(pr), want,
-                      kda_prec_name(c->input_precision));
+                      kda_precision_file_name(c->input_precision));
   }
   return KDA_OK;
 }
@@ -606,13 +607,14 @@ static int default_cu_seqlens(kda_case *c, char *err, size_t errlen) {
 
 static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_t errlen) {
   char *text = NULL;
-  int st = kda_npz_read_blob(z, "manifest.json", &text, NULL, err, errlen);
+  size_t len = 0;
+  int st = kda_npz_read_blob(z, "manifest.json", &text, &len, err, errlen);
   if (st == KDA_ENOTFOUND)
     return kda_fail(st, err, errlen, "%s: missing member 'manifest.json'", path);
   if (st) return st;
   c->manifest_json = text;
   json_t *root = NULL;
-  st = parse_manifest(path, text, c, &root, err, errlen);
+  st = parse_manifest(path, text, len, c, &root, err, errlen);
   if (!st) {
     st = kda_problem_check(&c->p, err, errlen);
     if (st) prefix_err(st, err, errlen, path, "manifest problem");
@@ -688,7 +690,7 @@ static int save_checks(const char *path, const kda_case *c, member_spec *s, cons
   kda_case_sizes sz;
   if (!st) st = kda_case_sizes_get(&c->p, &sz, err, errlen);
   if (st) return prefix_err(st, err, errlen, path, "problem");
-  if (!kda_prec_name(c->input_precision))
+  if (!kda_precision_file_name(c->input_precision))
     return kda_fail(KDA_EINVAL, err, errlen, "%s: invalid input precision %d", path,
                     (int)c->input_precision);
   member_specs(&c->p, s);
@@ -799,7 +801,7 @@ static int result_manifest(const kda_case *c, const char *backend, const char *h
   int bad = !o;
   if (!bad) {
     bad |= json_object_set_new(o, "schema", json_string(KDA_RESULT_SCHEMA));
-    bad |= json_object_set_new(o, "generator", json_string("kda " KDA_VERSION));
+    bad |= json_object_set_new(o, "generator", json_string(KDA_GENERATOR));
     bad |= json_object_set_new(o, "backend", json_string(backend));
     bad |= json_object_set_new(o, "case_id", json_string(c->id ? c->id : ""));
     bad |= json_object_set_new(o, "problem", problem_json(&c->p));

@@ -30,24 +30,27 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include "kda_precision.h"
 #include "kda_problem.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* The precision class that a case's inputs are exact in (SPEC.md §10.3). */
-#define KDA_PREC_F64 0
-#define KDA_PREC_F32 1
-#define KDA_PREC_BF16 2 /* stored as f4 values exactly representable in bfloat16 */
-#define KDA_PREC_F16 3  /* stored as f2 */
-
-const char *kda_prec_name(int32_t prec);              /* "f64" "f32" "bf16" "f16", or NULL */
-int kda_prec_parse(const char *name, int32_t *prec);  /* KDA_OK or KDA_EINVAL */
+/* A case's input precision is a KDA_PRECISION_* of kda_precision.h with a file spelling
+ * (fp64, fp32, bf16, fp16; SPEC.md §10.3).  bf16 inputs are stored as f4 values exactly
+ * representable in bfloat16, fp16 inputs as f2.  The KDA_PREC_* and kda_prec_* names are kept
+ * for source compatibility only (the values changed in 0.2.0 to the ABI's: bf16 3, f16 4). */
+#define KDA_PREC_F64 KDA_PRECISION_FP64
+#define KDA_PREC_F32 KDA_PRECISION_FP32
+#define KDA_PREC_BF16 KDA_PRECISION_BF16
+#define KDA_PREC_F16 KDA_PRECISION_FP16
+#define kda_prec_name kda_precision_file_name /* "f64" "f32" "bf16" "f16" */
+#define kda_prec_parse kda_precision_parse
 
 typedef struct kda_case {
   kda_problem p;
-  int32_t input_precision; /* KDA_PREC_*: inputs are exact in this format */
+  int32_t input_precision; /* KDA_PRECISION_*: inputs are exact in this format */
   int32_t reserved0;
   /* Inputs as float64 (NULL when the problem does not use them), owned by the case. */
   double *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
@@ -65,7 +68,8 @@ typedef struct kda_case_sizes {
 int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
 
 /* Loads and validates a case file.  On failure the case is left empty (all NULL).  Returns
- * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed), KDA_ENOTFOUND (a member or
+ * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed: bytes after the JSON, an id
+ * that is not one path component, SPEC.md §10.2), KDA_ENOTFOUND (a member or
  * manifest key the problem needs is missing), KDA_ESHAPE (shapes disagree), KDA_EDTYPE,
  * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
  * and the member. */
@@ -91,6 +95,25 @@ int kda_result_save(const char *path, const kda_case *c, const char *backend, in
                     const double *o, const double *ht, const double *hc, char *err,
                     size_t errlen);
 
+/* Reads result file path for case c (SPEC.md §10.2, §7.9) into o, ht, hc (element counts
+ * as kda_case_sizes_get gives; ht / hc NULL when the problem has none).  The manifest must be
+ * exactly one JSON object with schema "kda-result/1"; its case_id, when present, must be an id
+ * and c's own; every output member must have exactly the problem's shape and dtype <f8 or
+ * <f4.  A manifest with "not_supported": REASON returns KDA_EUNSUPPORTED with REASON in err
+ * (members are not read).  Returns KDA_OK, KDA_EUNSUPPORTED, or KDA_EIO, KDA_EFORMAT,
+ * KDA_ENOTFOUND, KDA_ESHAPE, KDA_EDTYPE, KDA_EINVAL, KDA_ENOMEM with a message naming the
+ * file and member. */
+int kda_result_load(const char *path, const kda_case *c, double *o, double *ht, double *hc,
+                    char *err, size_t errlen);
+/* One output member ("o", "ht", "hc") of an open archive against problem p's shape and the
+ * output dtypes (as kda_result_load checks it); kda_output_members_read checks and reads
+ * those whose destination is not NULL.  Golden outputs in case files are read this way. */
+struct kda_npz;
+int kda_output_member_check(struct kda_npz *z, const char *path, const kda_problem *p,
+                            const char *name, char *err, size_t errlen);
+int kda_output_members_read(struct kda_npz *z, const char *path, const kda_problem *p,
+                            double *o, double *ht, double *hc, char *err, size_t errlen);
+
 /* ---- The random case generator (SPEC.md §11.2).
  * A description is a list of key=value words separated by spaces or commas-free tokens, e.g.
  *   "seed=7 T=64 H=2 HV=4 K=16 V=8 regime=randn gate=softplus beta=logit l2=fla prec=bf16"
@@ -102,7 +125,7 @@ typedef struct kda_gen_desc {
   uint64_t seed;           /* 0 .. 2^63 - 1 (it is a JSON integer in the manifest) */
   kda_problem p;
   int32_t regime;          /* KDA_REGIME_* */
-  int32_t precision;       /* KDA_PREC_* of the generated inputs */
+  int32_t precision;       /* KDA_PRECISION_* of the generated inputs */
   int64_t *seqlens;        /* [p.N] or NULL (one sequence of p.T tokens) */
   int64_t *checkpoints;    /* [p.n_checkpoints] or NULL */
   char id[128];

@@ -66,7 +66,7 @@ static int put_exact(kda_case *c, int m, uint64_t i, double x, char *err, size_t
     return kda_fail(KDA_EINVAL, err, errlen,
                     "case '%s': designed value %a of member '%s' is not exact in %s",
                     c->id ? c->id : "", x, kda_case_member_names[m],
-                    kda_prec_name(kda_case_member_prec(m, c->input_precision)));
+                    kda_precision_file_name(kda_case_member_prec(m, c->input_precision)));
   kda_case_array(c, m)[i] = x;
   return KDA_OK;
 }
@@ -295,7 +295,7 @@ static void scaled_direction(kda_case *c, int m, double *x, int64_t t, int64_t h
 static int design_near_zero(kda_case *c, uint64_t seed, char *err, size_t errlen) {
   static const double ss[] = {0.0,     0x1p-40, 0x1p-30, 0x1p-21, 0x1p-20, 0x1p-19,
                               0x1p-15, 0x1p-11, 0x1p-10, 0x1p-9,  0x1p-5,  1.0};
-  int st = need(c, c->p.l2_mode != KDA_L2_OFF && c->input_precision != KDA_PREC_F16,
+  int st = need(c, c->p.l2_mode != KDA_L2_OFF && c->input_precision != KDA_PRECISION_FP16,
                 "L2 on and inputs wider than fp16", err, errlen);
   for (int64_t t = 0; !st && t < c->p.T; t++)
     for (int64_t h = 0; h < c->p.H; h++) {

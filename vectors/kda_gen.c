@@ -35,6 +35,7 @@
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_files.h"
 #include "kda_internal.h"
 #include "kda_npz.h"
 #include "kda_prng.h"
@@ -97,7 +98,7 @@ static char *desc_canonical(const kda_gen_desc *d, const char *id) {
                   (int)p->want_final_state);
   if (p->n_checkpoints > 0) sb_list(&b, "checkpoints", d->checkpoints, p->n_checkpoints);
   kda_sbuf_printf(&b, " regime=%s prec=%s", kda_regime_name(d->regime),
-                  kda_prec_name(d->precision));
+                  kda_precision_file_name(d->precision));
   if (id) kda_sbuf_printf(&b, " id=%s", id);
   if (b.oom) {
     free(b.s);
@@ -285,14 +286,13 @@ static int parse_rest(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err, s
   d->seed = (uint64_t)seed;
   if (vals[KEY_REGIME] && kda_regime_parse(vals[KEY_REGIME], &d->regime))
     return bad_value("regime", vals[KEY_REGIME], err, errlen);
-  if (vals[KEY_PREC] && kda_prec_parse(vals[KEY_PREC], &d->precision))
+  if (vals[KEY_PREC] && (kda_precision_parse(vals[KEY_PREC], &d->precision) ||
+                         !kda_precision_file_name(d->precision)))
     return bad_value("prec", vals[KEY_PREC], err, errlen);
   if (vals[KEY_ID]) {
     size_t n = strlen(vals[KEY_ID]);
-    int ok = n > 0 && n < sizeof d->id;
-    for (size_t i = 0; ok && i < n; i++) /* printable ASCII without quotes or backslash */
-      ok = vals[KEY_ID][i] > ' ' && vals[KEY_ID][i] < 127 && vals[KEY_ID][i] != '"' &&
-           vals[KEY_ID][i] != '\\';
+    /* an id names files (SPEC.md §10.2): one path component */
+    int ok = n > 0 && n < sizeof d->id && kda_id_check(vals[KEY_ID], "id", NULL, 0) == KDA_OK;
     if (!ok) return bad_value("id", vals[KEY_ID], err, errlen);
     memcpy(d->id, vals[KEY_ID], n + 1);
   }
@@ -302,7 +302,7 @@ static int parse_rest(const char *vals[KEY_COUNT], kda_gen_desc *d, char *err, s
 int kda_gen_parse(const char *text, kda_gen_desc *d, char *err, size_t errlen) {
   memset(d, 0, sizeof *d);
   d->regime = KDA_REGIME_RANDN;
-  d->precision = KDA_PREC_F32;
+  d->precision = KDA_PRECISION_FP32;
   if (!text) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   char *buf = strdup(text);
   if (!buf) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
@@ -506,7 +506,7 @@ static int gen_manifest(const kda_gen_desc *d, kda_case *c, char *err, size_t er
 static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
   if (!kda_regime_name(d->regime))
     return kda_fail(KDA_EINVAL, err, errlen, "description: invalid regime %d", (int)d->regime);
-  if (!kda_prec_name(d->precision))
+  if (!kda_precision_file_name(d->precision))
     return kda_fail(KDA_EINVAL, err, errlen, "description: invalid precision %d",
                     (int)d->precision);
   if (d->seed > (uint64_t)INT64_MAX)
@@ -515,9 +515,8 @@ static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
     return kda_fail(KDA_EINVAL, err, errlen, "description: regime expansive needs l2=off");
   if (!isfinite(d->p.lower_bound))
     return kda_fail(KDA_EINVAL, err, errlen, "description: lb is not finite");
-  for (size_t i = 0; i < strlen(d->id); i++)
-    if (d->id[i] <= ' ' || d->id[i] >= 127 || d->id[i] == '"' || d->id[i] == '\\')
-      return kda_fail(KDA_EINVAL, err, errlen, "description: bad character in id");
+  if (d->id[0] && kda_id_check(d->id, "description: id", err, errlen) != KDA_OK)
+    return KDA_EINVAL;
   return KDA_OK;
 }
 

@@ -29,6 +29,7 @@
 
 #include "kda_case_internal.h"
 #include "kda_golden_internal.h"
+#include "kda_files.h"
 #include "kda_mpfr.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
@@ -74,7 +75,7 @@ typedef struct gmember {
 #define GM_MAX 13
 
 static int32_t prec_dtype(int32_t prec) {
-  return prec == KDA_PREC_F64 ? KDA_DTYPE_F64 : prec == KDA_PREC_F16 ? KDA_DTYPE_F16
+  return prec == KDA_PRECISION_FP64 ? KDA_DTYPE_F64 : prec == KDA_PRECISION_FP16 ? KDA_DTYPE_F16
                                                                        : KDA_DTYPE_F32;
 }
 
@@ -237,7 +238,7 @@ static json_t *golden_json(const kda_catalog_entry *e, const kda_case *c,
                    "level", kda_level_name(e->level), "comment", e->comment, "flags",
                    flags_json(kda_catalog_flags(e, c)), "seed",
                    (json_int_t)kda_catalog_seed(e), "design", e->design, "input_precision",
-                   kda_prec_name(c->input_precision), "outputs", outs, "certification",
+                   kda_precision_file_name(c->input_precision), "outputs", outs, "certification",
                    cert_json(r), "members_sha256", sums);
 }
 
@@ -345,6 +346,7 @@ static char *job_manifest(const job *j, const gmember *m, int nm) {
 static int job_write_npz(const job *j, const char *path, char *err, size_t errlen) {
   gmember m[GM_MAX];
   const int nm = golden_members(&j->c, j->gold, m);
+  if (kda_id_check(j->c.id, "golden case id", err, errlen) != KDA_OK) return KDA_EINVAL;
   char *text = job_manifest(j, m, nm);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
   kda_npz_writer *w = NULL;

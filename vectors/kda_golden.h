@@ -124,7 +124,9 @@ int kda_golden_compare_manifests(const char *expected, const char *actual, char 
 
 /* Regenerates a generator-made file (a case file whose manifest has generator_info.description
  * and no golden object, such as golden/example/example.npz) into out_path.  Returns KDA_OK,
- * KDA_ENOTFOUND (not a generator-made file), or the generator's and writer's statuses. */
+ * KDA_ENOTFOUND (a valid case file that is not generator-made), the loader's status for a
+ * file that cannot be loaded (KDA_EFORMAT where the loader said KDA_ENOTFOUND), or the
+ * generator's and writer's statuses. */
 int kda_golden_regen_generated(const char *path, const char *out_path, char *err,
                                size_t errlen);
 
@@ -136,6 +138,14 @@ int kda_golden_owns(int32_t level, const char *name);
 /* Versions of the libraries that produced the values: "mpfr 4.2.0, gmp 6.2.1, zlib 1.2.13,
  * libzip 1.7.3, jansson 2.14" (static storage). */
 const char *kda_golden_versions(void);
+
+/* The L0 trace (the text of golden/L0/<id>.txt) of a golden case file: its inputs, its
+ * manifest's golden.comment and certification method, and its certified o / ht / hc members,
+ * through the same tracer `kda golden --write` uses (kda_golden_trace.c).  *text freed by the
+ * caller.  Returns KDA_OK, the file's status (KDA_EIO, KDA_EFORMAT, ...), KDA_ENOTFOUND (not a
+ * golden case file: no golden object or no certified o), KDA_EINVAL (the case is not an L0
+ * case: see kda_golden_trace), KDA_ENOMEM. */
+int kda_golden_trace_file(const char *path, char **text, char *err, size_t errlen);
 
 /* Seconds on a monotonic clock. */
 double kda_golden_now(void);

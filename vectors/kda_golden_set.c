@@ -22,7 +22,9 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "kda_files.h"
 #include "kda_golden_internal.h"
+#include "kda_case_internal.h" /* KDA_GENERATOR */
 #include "kda_mpfr.h"
 #include "kda_sha256.h"
 
@@ -31,17 +33,15 @@
 /* ---- Files. */
 int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
                             size_t errlen) {
-  size_t n = strlen(path) + 16;
-  char *tmp = malloc(n);
-  if (!tmp) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
-  snprintf(tmp, n, "%s.tmp.XXXXXX", path);
-  int fd = mkstemp(tmp);
-  if (fd < 0) {
-    int e = errno;
-    free(tmp);
+  /* the target must be a regular file or absent; the temporary file is registered for
+   * removal on a signal (kda_files.h) */
+  int st = kda_output_check(path, NULL, 0, err, errlen);
+  if (st) return st;
+  char *tmp = NULL;
+  int fd = kda_tmp_create(path, &tmp);
+  if (fd < 0)
     return kda_fail(KDA_EIO, err, errlen, "%s: cannot create a temporary file: %s", path,
-                    strerror(e));
-  }
+                    strerror(errno));
   const unsigned char *p = data;
   size_t done = 0;
   while (done < len) {
@@ -52,9 +52,11 @@ int kda_golden_write_atomic(const char *path, const void *data, size_t len, char
   }
   int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
-  ok = ok && rename(tmp, path) == 0;
-  int e = errno;
+  const int hook = ok && kda_test_fail_write(path); /* test hook, kda_files.h */
+  ok = ok && !hook && rename(tmp, path) == 0;
+  int e = hook ? ENOSPC : errno;
   if (!ok) unlink(tmp);
+  kda_tmp_forget(tmp);
   free(tmp);
   if (!ok) return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
   return KDA_OK;
@@ -129,6 +131,9 @@ static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t 
     zip_file_t *zf = NULL;
     const char *name = zip_get_name(za, (zip_uint64_t)i, 0);
     int ok = name && zip_stat_index(za, (zip_uint64_t)i, 0, &zs) == 0 && (zs.valid & ZIP_STAT_SIZE);
+    /* allocate only what the archive can back (deflate expands at most 1032:1, kda_npz.c) */
+    if (ok) ok = (zs.valid & ZIP_STAT_COMP_SIZE) && zs.comp_size <= UINT64_MAX / 2048 &&
+                 zs.size <= zs.comp_size * 1032 + 1024;
     if (ok) {
       m[i].name = strdup(name);
       m[i].len = (size_t)zs.size;
@@ -342,7 +347,7 @@ static json_t *level_json(int32_t level, const kda_golden_info *infos, int64_t n
                    KDA_GOLDEN_SET_SCHEMA, "algorithm",
                    "KDA (Kimi Delta Attention) forward pass, SPEC.md", "level",
                    kda_level_name(level), "level_description", level_text[level], "generator",
-                   "kda " KDA_VERSION, "versions", versions_json(), "certification", cert,
+                   KDA_GENERATOR, "versions", versions_json(), "certification", cert,
                    "flags", flags_defs(), "ref_f64_budget", budget_json(infos, n, level),
                    "number_of_cases", (json_int_t)count, "cases");
 }
@@ -771,7 +776,9 @@ int kda_golden_regen_generated(const char *path, const char *out_path, char *err
                                size_t errlen) {
   kda_case c;
   int st = kda_case_load(path, &c, err, errlen);
-  if (st) return st;
+  /* A file that cannot be loaded is an error, never "not generator-made": KDA_ENOTFOUND is
+   * kept for a loadable file without a description (a missing member is KDA_EFORMAT here). */
+  if (st) return st == KDA_ENOTFOUND ? KDA_EFORMAT : st;
   json_t *m = json_loads(c.manifest_json, 0, NULL);
   json_t *desc = json_object_get(json_object_get(m, "generator_info"), "description");
   if (!json_is_string(desc) || json_object_get(m, "golden")) {

@@ -9,6 +9,7 @@
  * golden values bit for bit, which is checked too.  Values are printed as C99 hex floats and
  * as the shortest decimal that reads back to them.
  */
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,6 +17,8 @@
 
 #include "kda_golden_internal.h"
 #include "kda_ref.h"
+#include "kda_trace.h"
+#include "kda_npz.h"
 
 /* ---- Values as text. */
 void kda_sbuf_value(kda_sbuf *b, double x) {
@@ -60,6 +63,10 @@ static double xadd(tracer *tr, double a, double b) {
   }
   return s;
 }
+
+/* The checked operations as the arithmetic of the shared step (ref/kda_trace.h). */
+static double tr_mul(void *ctx, double a, double b) { return xmul(ctx, a, b); }
+static double tr_add(void *ctx, double a, double b) { return xadd(ctx, a, b); }
 
 /* ---- Printing. */
 static void put_vec(tracer *tr, const char *label, const double *x, int64_t n) {
@@ -111,7 +118,7 @@ static void put_header(tracer *tr, const char *comment, const char *method) {
 /* ---- The recurrence. */
 typedef struct head {
   int64_t n, hv, h, bos, eos;
-  double *S, *qq, *kk, *a, *pr, *cr, *o;
+  double *S, *qq, *kk, *a, *pr, *cr, *o, *Sd;
 } head;
 
 static int64_t state_index(const kda_problem *p, int64_t i, int64_t j) {
@@ -161,26 +168,15 @@ static void step(tracer *tr, head *hd, int64_t t) {
   kda_sbuf_printf(&tr->out, "  b = ");
   kda_sbuf_value(&tr->out, b);
   kda_sbuf_printf(&tr->out, "\n");
-  if (decays) {
-    for (int64_t e = 0; e < K * V; e++) hd->S[e] = xmul(tr, hd->a[e / V], hd->S[e]);
-    put_mat(tr, "decayed state Diag(a) S", hd->S, K, V);
-  }
-  for (int64_t j = 0; j < V; j++) {
-    hd->pr[j] = 0.0;
-    for (int64_t i = 0; erases && i < K; i++)
-      hd->pr[j] = xadd(tr, hd->pr[j], xmul(tr, hd->S[i * V + j], hd->kk[i]));
-    hd->cr[j] = xmul(tr, b, xadd(tr, v[j], -hd->pr[j]));
-  }
+  /* the step itself is the one kda trace runs, with every operation checked for exactness */
+  kda_trace_f64 st = {K, V, decays, erases, hd->qq, hd->kk, hd->a, v, b,
+                      hd->S, hd->Sd, hd->pr, hd->cr, hd->o};
+  const kda_trace_arith ar = {tr, tr_mul, tr_add};
+  kda_trace_step_f64(&st, &ar);
+  if (decays) put_mat(tr, "decayed state Diag(a) S", hd->Sd, K, V);
   put_vec(tr, erases ? "prediction p = S^T k^" : "prediction p (none: no erase)", hd->pr, V);
   put_vec(tr, "correction c = b (v - p)", hd->cr, V);
-  for (int64_t e = 0; e < K * V; e++)
-    hd->S[e] = xadd(tr, hd->S[e], xmul(tr, hd->kk[e / V], hd->cr[e % V]));
   put_mat(tr, "written state S + k^ c^T", hd->S, K, V);
-  for (int64_t j = 0; j < V; j++) {
-    hd->o[j] = 0.0;
-    for (int64_t i = 0; i < K; i++) hd->o[j] = xadd(tr, hd->o[j], xmul(tr, hd->S[i * V + j],
-                                                                        hd->qq[i]));
-  }
   put_vec(tr, "output o = S^T q^", hd->o, V);
 }
 
@@ -249,7 +245,8 @@ static int trace_all(tracer *tr, double *work, char *err, size_t errlen) {
   const kda_problem *p = &tr->c->p;
   const int64_t K = p->K, V = p->V;
   head hd = {0, 0, 0, 0, 0, work, work + K * V, work + K * V + K, work + K * V + 2 * K,
-             work + K * V + 3 * K, work + K * V + 3 * K + V, work + K * V + 3 * K + 2 * V};
+             work + K * V + 3 * K, work + K * V + 3 * K + V, work + K * V + 3 * K + 2 * V,
+             work + K * V + 3 * K + 3 * V};
   for (hd.n = 0; hd.n < p->N; hd.n++) {
     hd.bos = tr->c->cu_seqlens[hd.n];
     hd.eos = tr->c->cu_seqlens[hd.n + 1];
@@ -272,7 +269,7 @@ int kda_golden_trace(const kda_case *c, const char *comment, const char *method,
   memset(&tr, 0, sizeof tr);
   tr.c = c;
   tr.gold = gold;
-  double *work = calloc((size_t)(c->p.K * c->p.V + 3 * c->p.K + 3 * c->p.V), sizeof(double));
+  double *work = calloc((size_t)(2 * c->p.K * c->p.V + 3 * c->p.K + 3 * c->p.V), sizeof(double));
   if (!work) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   put_header(&tr, comment, method);
   st = trace_all(&tr, work, err, errlen);
@@ -284,4 +281,65 @@ int kda_golden_trace(const kda_case *c, const char *comment, const char *method,
   }
   *text = tr.out.s;
   return KDA_OK;
+}
+
+/* ---- The trace of a committed case file (kda trace --l0). */
+static int file_golden_info(const kda_case *c, const char *path, char *comment, size_t clen,
+                            char *method, size_t mlen, char *err, size_t errlen) {
+  json_error_t je;
+  json_t *root = c->manifest_json ? json_loads(c->manifest_json, 0, &je) : NULL;
+  json_t *g = root ? json_object_get(root, "golden") : NULL;
+  const char *cm = json_string_value(json_object_get(g, "comment"));
+  const char *me = json_string_value(json_object_get(json_object_get(g, "certification"),
+                                                     "method"));
+  int st = KDA_OK;
+  if (!cm || !me)
+    st = kda_fail(KDA_ENOTFOUND, err, errlen,
+                  "%s: not a golden case file (its manifest has no golden.comment and "
+                  "golden.certification.method)", path);
+  else
+    snprintf(comment, clen, "%s", cm), snprintf(method, mlen, "%s", me);
+  json_decref(root);
+  return st;
+}
+
+/* The certified o, ht, hc of the file, one buffer in that order (what kda_golden_trace takes). */
+static int file_gold(const kda_case *c, const char *path, double **gold, char *err,
+                     size_t errlen) {
+  kda_case_sizes sz;
+  int st = kda_case_sizes_get(&c->p, &sz, err, errlen);
+  if (st) return st;
+  const uint64_t n[3] = {sz.o, c->p.want_final_state ? sz.ht : 0, sz.hc};
+  const char *names[3] = {"o", "ht", "hc"};
+  *gold = calloc((size_t)(n[0] + n[1] + n[2] + 1), sizeof(double));
+  if (!*gold) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  kda_npz *z = NULL;
+  st = kda_npz_open(path, &z, err, errlen);
+  uint64_t off = 0;
+  for (int m = 0; m < 3 && !st; m++) {
+    if (n[m] == 0) continue;
+    if (!kda_npz_has(z, names[m]))
+      st = kda_fail(KDA_ENOTFOUND, err, errlen, "%s: no certified member '%s'", path, names[m]);
+    else
+      st = kda_npz_read(z, names[m], KDA_DTYPE_F64, *gold + off, n[m], err, errlen);
+    off += n[m];
+  }
+  if (z) kda_npz_close(z);
+  if (st) free(*gold), *gold = NULL;
+  return st;
+}
+
+int kda_golden_trace_file(const char *path, char **text, char *err, size_t errlen) {
+  *text = NULL;
+  kda_case c;
+  int st = kda_case_load(path, &c, err, errlen);
+  if (st) return st;
+  char comment[1024], method[32];
+  double *gold = NULL;
+  st = file_golden_info(&c, path, comment, sizeof comment, method, sizeof method, err, errlen);
+  if (!st) st = file_gold(&c, path, &gold, err, errlen);
+  if (!st) st = kda_golden_trace(&c, comment, method, gold, text, err, errlen);
+  free(gold);
+  kda_case_free(&c);
+  return st;
 }

@@ -5,8 +5,8 @@
  * (zip_open with ZIP_CHECKCONS also compares every local header with it, including the Zip64
  * local extra fields that numpy writes) and streams members with zip_fread; a member read to
  * its end has its CRC-32 checked by libzip.  Writing buffers the members, then has libzip
- * write them stored, with fixed times and attributes, into a temporary file next to the
- * target, which is synced and renamed over the target.
+ * build the archive in memory, stored, with fixed times and attributes; it is written into a
+ * temporary file next to the target, which is synced and renamed over the target.
  */
 #include "kda_npz.h"
 
@@ -22,11 +22,16 @@
 #include <unistd.h>
 #include <zip.h>
 
+#include "kda_files.h"
 #include "kda_internal.h"
 
 #define NPZ_CHUNK ((uint64_t)1 << 20)     /* streaming buffer: 1 MiB, a multiple of 8 */
 #define NPZ_MAX_HEADER ((uint64_t)1 << 20) /* longest .npy header read (numpy reads 10000) */
 #define NPZ_MAX_NAME 200                  /* longest array name the writer accepts */
+/* Deflate expands at most 1032:1 (a 258-byte match in about 2 bits); the slack covers the
+ * fixed overhead of tiny streams.  A member declaring more is a zip bomb or a lie. */
+#define NPZ_DEFLATE_RATIO 1032u
+#define NPZ_DEFLATE_SLACK 1024u
 #define NPZ_DOS_DATE 0x21                 /* 1980-01-01 */
 #define NPZ_DOS_TIME 0                    /* 00:00:00 */
 #define NPZ_ATTR (0100644u << 16)         /* regular file, rw-r--r-- (Unix mode in the high half) */
@@ -109,6 +114,7 @@ typedef struct npz_member {
   char *array;        /* name without ".npy", or NULL for other members */
   zip_uint64_t index; /* libzip index */
   uint64_t size;      /* uncompressed size */
+  uint64_t comp_size; /* compressed size (bytes present in the archive) */
   int32_t stored;     /* 1: ZIP_CM_STORE (seekable) */
   int32_t have_info;  /* 1: info and data_offset are valid */
   kda_array_info info;
@@ -141,6 +147,29 @@ static int ends_with_npy(const char *s) {
   return n >= 4 && strcmp(s + n - 4, ".npy") == 0;
 }
 
+/* Allocation follows declared sizes only as far as the archive can back them (SPEC.md §10.1):
+ * a stored member holds exactly its size in bytes, a deflated one at most NPZ_DEFLATE_RATIO
+ * times its compressed size.  Checked from the directory, before anything is allocated. */
+static int size_bound(const kda_npz *z, npz_member *m, const zip_stat_t *st, char *err,
+                      size_t errlen) {
+  if (!(st->valid & ZIP_STAT_COMP_SIZE))
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s': no compressed size", z->path,
+                    m->name);
+  m->comp_size = st->comp_size;
+  if (m->stored && m->comp_size != m->size)
+    return kda_fail(KDA_EFORMAT, err, errlen,
+                    "%s: member '%s': stored with %llu bytes but declares %llu", z->path, m->name,
+                    (unsigned long long)m->comp_size, (unsigned long long)m->size);
+  if (!m->stored && (m->comp_size > (UINT64_MAX - NPZ_DEFLATE_SLACK) / NPZ_DEFLATE_RATIO ||
+                     m->size > m->comp_size * NPZ_DEFLATE_RATIO + NPZ_DEFLATE_SLACK))
+    return kda_fail(KDA_EFORMAT, err, errlen,
+                    "%s: member '%s': declares %llu bytes from %llu compressed, more than "
+                    "deflate can produce (zip bomb or corrupt directory)",
+                    z->path, m->name, (unsigned long long)m->size,
+                    (unsigned long long)m->comp_size);
+  return KDA_OK;
+}
+
 /* Fills z->m from the central directory. */
 static int npz_index(kda_npz *z, char *err, size_t errlen) {
   zip_int64_t n = zip_get_num_entries(z->za, 0);
@@ -165,10 +194,12 @@ static int npz_index(kda_npz *z, char *err, size_t errlen) {
     m->stored = st.comp_method == ZIP_CM_STORE;
     if ((st.valid & ZIP_STAT_ENCRYPTION_METHOD) && st.encryption_method != ZIP_EM_NONE)
       return kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s' is encrypted", z->path, m->name);
-    if (!zip_compression_method_supported(st.comp_method, 0))
+    if (!zip_compression_method_supported(st.comp_method, 0) ||
+        (st.comp_method != ZIP_CM_STORE && st.comp_method != ZIP_CM_DEFLATE))
       return kda_fail(KDA_EFORMAT, err, errlen,
                       "%s: member '%s': unsupported compression method %d", z->path, m->name,
                       (int)st.comp_method);
+    if (size_bound(z, m, &st, err, errlen) != KDA_OK) return KDA_EFORMAT;
     for (zip_int64_t j = 0; j < i; j++)
       if (strcmp(z->m[j].name, m->name) == 0)
         return kda_fail(KDA_EFORMAT, err, errlen, "%s: duplicate member '%s'", z->path, m->name);
@@ -349,6 +380,14 @@ static int member_info(kda_npz *z, npz_member *m, char *err, size_t errlen) {
   if (n >= 10 && memcmp(pre, "\x93NUMPY", 6) == 0 && pre[7] == 0 &&
       (pre[6] == 1 || (n >= 12 && (pre[6] == 2 || pre[6] == 3)))) {
     total = pre[6] == 1 ? 10 + le_load(pre + 8, 2) : 12 + le_load(pre + 8, 4);
+    /* A HEADER_LEN so small that the header ends inside the 12 bytes already read (v1 with
+     * 0 or 1) would make the copy below overflow; no valid header is that short. */
+    if (total < n) {
+      st = kda_fail(KDA_EFORMAT, err, errlen,
+                    "%s: .npy header length %llu is too short (no header dictionary)", what,
+                    (unsigned long long)(total - (pre[6] == 1 ? 10 : 12)));
+      goto done;
+    }
     if (total > NPZ_MAX_HEADER || total > m->size) {
       st = kda_fail(KDA_EFORMAT, err, errlen, "%s: .npy header of %llu bytes %s (member has %llu)",
                     what, (unsigned long long)total,
@@ -652,40 +691,14 @@ struct kda_npz_writer {
   npz_wmember manifest; /* buf == NULL until set */
 };
 
-/* Creates "<path>.tmp.XXXXXX" with O_EXCL and mode 0666 (less the umask, which libzip then
- * copies to its own temporary file), so that no umask() call is needed. */
+/* Creates "<path>.tmp.XXXXXX" (kda_files.h: registered for removal on a signal). */
 static int create_tmp(kda_npz_writer *w, char *err, size_t errlen) {
-  struct timespec ts;
-  size_t n = strlen(w->path);
-  uint64_t seed;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12 ^
-         (uint64_t)(uintptr_t)w;
-  if ((w->tmp = malloc(n + 12)) == NULL)
-    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", w->path);
-  for (int attempt = 0; attempt < 100; attempt++) {
-    uint64_t x = (seed += 0x9e3779b97f4a7c15ULL);
-    int fd;
-    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-    x ^= x >> 31;
-    memcpy(w->tmp, w->path, n);
-    memcpy(w->tmp + n, ".tmp.", 5);
-    for (size_t i = 0; i < 6; i++, x /= 36)
-      w->tmp[n + 5 + i] = "0123456789abcdefghijklmnopqrstuvwxyz"[x % 36];
-    w->tmp[n + 11] = '\0';
-    fd = open(w->tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd >= 0) {
-      close(fd);
-      return KDA_OK;
-    }
-    if (errno != EEXIST) break;
-  }
-  kda_fail(KDA_EIO, err, errlen, "%s: cannot create temporary file %s: %s", w->path, w->tmp,
-           strerror(errno));
-  free(w->tmp);
-  w->tmp = NULL;
-  return KDA_EIO;
+  int fd = kda_tmp_create(w->path, &w->tmp);
+  if (fd < 0)
+    return kda_fail(errno == ENOMEM ? KDA_ENOMEM : KDA_EIO, err, errlen,
+                    "%s: cannot create temporary file: %s", w->path, strerror(errno));
+  close(fd);
+  return KDA_OK;
 }
 
 static void writer_free(kda_npz_writer *w) {
@@ -697,6 +710,7 @@ static void writer_free(kda_npz_writer *w) {
   free(w->m);
   free(w->manifest.name);
   free(w->manifest.buf);
+  kda_tmp_forget(w->tmp);
   free(w->tmp);
   free(w->path);
   free(w);
@@ -708,6 +722,7 @@ int kda_npz_writer_open(const char *path, kda_npz_writer **out, char *err, size_
   if (out == NULL || path == NULL || path[0] == '\0')
     return kda_fail(KDA_EIO, err, errlen, "kda_npz_writer_open: no path");
   *out = NULL;
+  if ((st = kda_output_check(path, NULL, 0, err, errlen)) != KDA_OK) return st;
   if ((w = calloc(1, sizeof *w)) == NULL || (w->path = dup_str(path)) == NULL) {
     free(w);
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
@@ -930,48 +945,79 @@ static int zip_add_member(zip_t *za, const npz_wmember *mem) {
   return 0;
 }
 
-/* libzip deletes an archive without entries instead of writing one, so the empty archive (an
- * end-of-central-directory record alone, as Python's zipfile writes it) is written here. */
-static int write_empty_zip(const char *path) {
-  static const unsigned char eocd[22] = {'P', 'K', 5, 6};
-  FILE *f = fopen(path, "wb");
-  if (f == NULL) return -1;
-  if (fwrite(eocd, 1, sizeof eocd, f) != sizeof eocd) {
-    fclose(f);
-    return -1;
+/* Writes len bytes to path (which exists: the temporary file), every write checked. */
+static int write_file(const char *path, const unsigned char *buf, size_t len) {
+  int fd = open(path, O_WRONLY | O_TRUNC | O_CLOEXEC), e = 0;
+  if (fd < 0) return -1;
+  while (len > 0) {
+    ssize_t r = write(fd, buf, len);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) {
+      e = r < 0 ? errno : EIO;
+      break;
+    }
+    buf += r;
+    len -= (size_t)r;
   }
-  return fclose(f);
+  if (close(fd) != 0 && e == 0) e = errno;
+  errno = e;
+  return e ? -1 : 0;
 }
 
-/* Writes the archive into w->tmp through libzip (which itself writes "<tmp>.XXXXXX" and
- * renames it onto w->tmp). */
+/* The archive is built in memory by libzip (so that libzip leaves no temporary file of its
+ * own behind when the process is killed), then written into w->tmp.  libzip deletes an
+ * archive without entries instead of writing one, so the empty archive (an
+ * end-of-central-directory record alone, as Python's zipfile writes it) is written here. */
 static int write_archive(kda_npz_writer *w, char *err, size_t errlen) {
-  int ze = 0, st;
+  static const unsigned char eocd[22] = {'P', 'K', 5, 6};
+  zip_error_t ze;
+  zip_source_t *src;
   zip_t *za;
+  zip_stat_t zs;
+  unsigned char *buf = NULL;
+  int st = KDA_OK;
   if (w->manifest.buf == NULL && w->n == 0) {
-    if (write_empty_zip(w->tmp) != 0)
+    if (write_file(w->tmp, eocd, sizeof eocd) != 0)
       return kda_fail(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp,
                       strerror(errno));
     return KDA_OK;
   }
-  if ((za = zip_open(w->tmp, ZIP_TRUNCATE, &ze)) == NULL) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, ze);
-    st = kda_fail(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen,
-                  "%s: cannot write %s: %s", w->path, w->tmp, zip_error_strerror(&e));
-    zip_error_fini(&e);
+  zip_error_init(&ze);
+  if ((src = zip_source_buffer_create(NULL, 0, 0, &ze)) == NULL ||
+      (za = zip_open_from_source(src, ZIP_TRUNCATE, &ze)) == NULL) {
+    st = kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the archive: %s", w->path,
+                  zip_error_strerror(&ze));
+    if (src != NULL) zip_source_free(src);
+    zip_error_fini(&ze);
     return st;
   }
+  zip_source_keep(src);
   if (w->manifest.buf != NULL && zip_add_member(za, &w->manifest) != 0) goto fail;
   for (size_t i = 0; i < w->n; i++)
     if (zip_add_member(za, &w->m[i]) != 0) goto fail;
   if (zip_close(za) != 0) goto fail;
-  return KDA_OK;
+  zip_stat_init(&zs);
+  if (zip_source_stat(src, &zs) != 0 || !(zs.valid & ZIP_STAT_SIZE) ||
+      (buf = malloc(zs.size > 0 ? (size_t)zs.size : 1)) == NULL || zip_source_open(src) != 0)
+    st = kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the archive in memory", w->path);
+  else {
+    if (zip_source_read(src, buf, zs.size) != (zip_int64_t)zs.size)
+      st = kda_fail(KDA_EIO, err, errlen, "%s: cannot read the archive built in memory", w->path);
+    zip_source_close(src);
+  }
+  if (st == KDA_OK && write_file(w->tmp, buf, (size_t)zs.size) != 0)
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp,
+                  strerror(errno));
+  free(buf);
+  zip_source_free(src);
+  zip_error_fini(&ze);
+  return st;
 fail:
-  ze = zip_error_code_zip(zip_get_error(za));
-  st = kda_fail(ze == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO, err, errlen, "%s: cannot write %s: %s",
-                w->path, w->tmp, zip_strerror(za));
+  st = kda_fail(zip_error_code_zip(zip_get_error(za)) == ZIP_ER_MEMORY ? KDA_ENOMEM : KDA_EIO,
+                err, errlen, "%s: cannot write %s: %s", w->path, w->tmp, zip_strerror(za));
   zip_discard(za);
+  zip_source_free(src);
+  zip_error_fini(&ze);
   return st;
 }
 
@@ -1001,6 +1047,9 @@ int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen) {
   int st;
   if (w == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_npz_writer_commit: NULL writer");
   st = write_archive(w, err, errlen);
+  if (st == KDA_OK && kda_test_fail_write(w->path)) /* test hook, kda_files.h */
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write %s: %s", w->path, w->tmp,
+                  strerror(ENOSPC));
   if (st == KDA_OK && sync_path(w->tmp, O_RDONLY) != 0)
     st = kda_fail(KDA_EIO, err, errlen, "%s: cannot sync %s: %s", w->path, w->tmp, strerror(errno));
   if (st == KDA_OK && rename(w->tmp, w->path) != 0)
@@ -1011,6 +1060,6 @@ int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen) {
   } else {
     sync_dir(w->path);
   }
-  writer_free(w);
+  writer_free(w); /* forgets the temporary file: removed or renamed */
   return st;
 }

@@ -13,9 +13,10 @@
  *
  * Writing: members are stored (not deflated) in the order they were added, after the
  * manifest, with a fixed DOS timestamp (1980-01-01 00:00) and fixed attributes (0644), so the
- * same content always gives the same bytes.  The archive is written to a temporary file in
- * the target's directory and renamed over the target only by kda_npz_writer_commit: a failed
- * or aborted write leaves no file behind and never a partial one.
+ * same content always gives the same bytes.  libzip builds the archive in memory; it is
+ * written to a temporary file in the target's directory and renamed over the target only by
+ * kda_npz_writer_commit: a failed or aborted write leaves no file behind and never a partial
+ * one.
  *
  * Every function that can fail returns a KDA_* status (kda_problem.h) and writes a one-line
  * message that names the file (and member) into err when err is not NULL.
@@ -31,7 +32,8 @@
 extern "C" {
 #endif
 
-/* Element types of .npy members, all little-endian, C order. */
+/* Storage element types of .npy members, all little-endian, C order.  Not precisions (those
+ * are KDA_PRECISION_* of kda_precision.h, SPEC.md §10.3): a bf16 case is stored as '<f4'. */
 #define KDA_DTYPE_F64 0 /* '<f8' */
 #define KDA_DTYPE_F32 1 /* '<f4' */
 #define KDA_DTYPE_F16 2 /* '<f2' */
@@ -72,9 +74,12 @@ size_t kda_npy_format_header(const kda_array_info *info, unsigned char *buf, siz
 typedef struct kda_npz kda_npz;
 
 /* Opens an archive and indexes its members (central directory consistency is checked).
+ * Allocation is bounded by the data present (SPEC.md §10.1): a stored member must declare
+ * exactly its compressed size, a deflated one at most 1032 times it (plus 1024 bytes).
  * Returns KDA_OK, KDA_EIO (cannot open), KDA_EFORMAT (not a zip, truncated, corrupt,
- * inconsistent, empty file, duplicate member names, encrypted members or an unsupported
- * compression method), KDA_ENOMEM, KDA_EINVAL (NULL argument). */
+ * inconsistent, empty file, duplicate member names, encrypted members, a compression method
+ * other than stored or deflated, a declared size the compressed data cannot hold), KDA_ENOMEM,
+ * KDA_EINVAL (NULL argument). */
 int kda_npz_open(const char *path, kda_npz **out, char *err, size_t errlen);
 void kda_npz_close(kda_npz *z);
 const char *kda_npz_path(const kda_npz *z);
@@ -123,8 +128,10 @@ int kda_npz_verify(kda_npz *z, char *err, size_t errlen);
 typedef struct kda_npz_writer kda_npz_writer;
 
 /* Starts an archive that will replace path on commit; creates the temporary file
- * "<path>.tmp.XXXXXX" at once, so that an unwritable directory fails here.  Returns KDA_OK,
- * KDA_EIO (no path, or the temporary file cannot be created), KDA_ENOMEM. */
+ * "<path>.tmp.XXXXXX" at once (registered for removal on a signal, kda_files.h), so that an
+ * unwritable directory fails here.  Returns KDA_OK, KDA_EIO (no path, a target that exists
+ * and is not a regular file, or the temporary file cannot be created), KDA_ENOMEM.  Callers
+ * that have inputs check kda_output_check first. */
 int kda_npz_writer_open(const char *path, kda_npz_writer **out, char *err, size_t errlen);
 /* Adds an array member whose data (in dtype, C order) is copied.  Returns KDA_OK, KDA_EINVAL
  * (bad name, duplicate, bad dtype), KDA_ESHAPE, KDA_ENOMEM. */

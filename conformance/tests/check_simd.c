@@ -156,7 +156,7 @@ START_TEST(test_wipe_and_empty) {
   kda_outputs out;
   run_simd(&c, "threads=2", &out);
   kda_score s;
-  ck_assert(kda_score_outputs(&c, &t, &out, KDA_CLASS_FP32, &s, err, sizeof err) == KDA_OK);
+  ck_assert(kda_score_outputs(&c, &t, &out, KDA_PRECISION_FP32, &s, err, sizeof err) == KDA_OK);
   ck_assert_msg(kda_score_within_caps(&s), "wipe: o %g ht %g", s.o.worst, s.ht.worst);
   kda_score_free(&s);
   kda_outputs_free(&out);
@@ -171,7 +171,7 @@ START_TEST(test_declines) {
   const kda_backend *b = kda_backend_find("simd");
   ck_assert_ptr_nonnull(b);
   ck_assert_ptr_nonnull(kda_backend_find("simd-avx2"));
-  ck_assert_int_eq(b->precision_class, KDA_CLASS_FP32);
+  ck_assert_int_eq(b->precision_class, KDA_PRECISION_FP32);
   char err[KDA_ERRLEN], reason[KDA_ERRLEN];
   void *h;
   ck_assert_int_eq(b->open("isa=sse9", &h, err, sizeof err), KDA_EINVAL);

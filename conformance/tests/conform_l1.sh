@@ -69,3 +69,28 @@ for tag in failure error skipped; do
   grep -q "<$tag " "$tmp/junit.xml" || fail "JUnit report has no <$tag> element"
 done
 echo "conform_l1: JUnit report with pass, failure, error and skipped validates against junit.xsd"
+
+# 4. The worker (SPEC.md §7.8) from the command line: a plugin that cannot be loaded, one whose
+#    constructor aborts, a crashing and a printing backend are each that backend's verdict on
+#    every case; ref-f32 still passes both cases; nothing the backend printed reaches stdout.
+"$kda" conform --timeout 5 -b ref-f32 -p "$plugins/kda_plugin_ctor_abort.so" \
+  -p "$plugins/kda_plugin_noentry.so" -p "$plugins/kda_plugin_faults.so:fault=print" \
+  golden/L1/t15-log-prob.npz golden/L1/t17-gdn.npz > "$tmp/w.txt" 2>"$tmp/w.err"
+rc=$?
+[ $rc = 1 ] || fail "worker faults: exit status $rc, expected 1: $(tail -1 "$tmp/w.txt")"
+[ "$(grep -c '^PASS    ref-f32' "$tmp/w.txt")" = 2 ] || fail "ref-f32 did not pass both cases"
+[ "$(grep -c '^CRASH   kda_plugin_ctor_abort.so .*in load' "$tmp/w.txt")" = 2 ] ||
+  fail "an aborting constructor is not a Crash on every case"
+[ "$(grep -c "^FAIL    kda_plugin_noentry.so .*no symbol" "$tmp/w.txt")" = 2 ] ||
+  fail "a plugin without an entry is not a Fail on every case"
+[ "$(grep -c '^WARN    faults .*the backend printed' "$tmp/w.txt")" = 2 ] ||
+  fail "a printing backend is not a QualityWarning"
+grep -q '^    | hello from forward on stdout' "$tmp/w.txt" || fail "the backend's output is not shown"
+grep -v '^    | ' "$tmp/w.txt" "$tmp/w.err" | grep -q 'hello from forward' &&
+  fail "the backend's output reached the runner's stdout or stderr"
+"$kda" conform --memory-limit 12x -b ref-f32 golden/L1/t15-log-prob.npz >/dev/null 2>&1
+[ $? = 2 ] || fail "a bad --memory-limit is not a usage error"
+"$kda" conform --memory-limit 8G -b ref-f32 golden/L1/t15-log-prob.npz >/dev/null 2>&1 ||
+  fail "--memory-limit 8G"
+"$kda" conform --help | grep -q -- '--memory-limit' || fail "--help does not document --memory-limit"
+echo "conform_l1: worker: load failures and crashes are verdicts, prints captured, run completes"

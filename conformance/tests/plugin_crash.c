@@ -22,9 +22,19 @@ static int32_t c_forward(void *h, const kda_problem *p, const kda_backend_tensor
 }
 
 static const kda_backend crash = {
-    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "crash", "test-only: segfaults in forward",
-    KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, c_open, c_close,
-    c_supports, c_forward, c_last_error};
+    .abi_version = KDA_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(kda_backend),
+    .name = "crash",
+    .description = "test-only: segfaults in forward",
+    .precision_class = KDA_PRECISION_FP32,
+    .input_dtype = KDA_PRECISION_FP32,
+    .output_dtype = KDA_PRECISION_FP32,
+    .open = c_open,
+    .close = c_close,
+    .supports = c_supports,
+    .forward = c_forward,
+    .last_error = c_last_error,
+};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &crash; }

@@ -20,9 +20,19 @@ static int32_t h_forward(void *h, const kda_problem *p, const kda_backend_tensor
 }
 
 static const kda_backend hang = {
-    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "hang", "test-only: loops forever in forward",
-    KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, h_open, h_close,
-    h_supports, h_forward, h_last_error};
+    .abi_version = KDA_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(kda_backend),
+    .name = "hang",
+    .description = "test-only: loops forever in forward",
+    .precision_class = KDA_PRECISION_FP32,
+    .input_dtype = KDA_PRECISION_FP32,
+    .output_dtype = KDA_PRECISION_FP32,
+    .open = h_open,
+    .close = h_close,
+    .supports = h_supports,
+    .forward = h_forward,
+    .last_error = h_last_error,
+};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &hang; }

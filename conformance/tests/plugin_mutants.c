@@ -201,10 +201,19 @@ static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_t
 }
 
 static const kda_backend mutants = {
-    KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "mutant",
-    "test-only: float64 KDA with one deliberate mistake (params mutant=NAME)", KDA_CLASS_FP32,
-    KDA_BACKEND_DTYPE_F64, KDA_BACKEND_DTYPE_F64, 0, m_open, m_close, m_supports, m_forward,
-    m_last_error};
+    .abi_version = KDA_BACKEND_ABI_VERSION,
+    .struct_size = sizeof(kda_backend),
+    .name = "mutant",
+    .description = "test-only: float64 KDA with one deliberate mistake (params mutant=NAME)",
+    .precision_class = KDA_PRECISION_FP32,
+    .input_dtype = KDA_PRECISION_FP64,
+    .output_dtype = KDA_PRECISION_FP64,
+    .open = m_open,
+    .close = m_close,
+    .supports = m_supports,
+    .forward = m_forward,
+    .last_error = m_last_error,
+};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "kda_ref.h"
+#include "kda_version.h"
 
 static const double LN2 = 0.69314718055994530942;
 
@@ -1168,12 +1169,29 @@ START_TEST(test_optional_buffers) {
 }
 END_TEST
 
+/* One version, written once (kda_version.h): the string, the parts, the number and the
+ * library's answers agree. */
+START_TEST(test_version) {
+  char want[32];
+  snprintf(want, sizeof want, "%d.%d.%d", KDA_VERSION_MAJOR, KDA_VERSION_MINOR,
+           KDA_VERSION_PATCH);
+  ck_assert_str_eq(KDA_VERSION_STRING, want);
+  ck_assert_str_eq(kda_version(), KDA_VERSION_STRING);
+  ck_assert_int_eq(kda_version_number(), KDA_VERSION_NUMBER);
+  ck_assert_int_eq(KDA_VERSION_NUMBER,
+                   KDA_VERSION_MAJOR * 10000 + KDA_VERSION_MINOR * 100 + KDA_VERSION_PATCH);
+}
+END_TEST
+
 START_TEST(test_err_bad_problem) {
   char err[KDA_ERRLEN];
-  for (int k = 0; k < 9; k++) {
+  for (int k = 0; k < 12; k++) {
     errcase e;
     errcase_init(&e);
     switch (k) {
+    case 9: e.p.struct_size = KDA_PROBLEM_V1_SIZE; break; /* not made by kda_problem_init */
+    case 10: e.p.struct_size = (uint32_t)sizeof e.p + 8; break;
+    case 11: e.p.reserved1 = 1; break;
     case 0: e.p.family = 9; break;
     case 1: e.p.gate_mode = 5; break;
     case 2: e.p.beta_mode = -1; break;
@@ -1277,6 +1295,7 @@ static Suite *ref_suite(void) {
   TCase *errs = tcase_create("errors");
   tcase_add_test(errs, test_err_null_buffer);
   tcase_add_test(errs, test_optional_buffers);
+  tcase_add_test(errs, test_version);
   tcase_add_test(errs, test_err_bad_problem);
   tcase_add_test(errs, test_err_bad_index);
   tcase_add_test(errs, test_err_f32);

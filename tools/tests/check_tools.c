@@ -27,6 +27,7 @@
 #include "kda_case.h"
 #include "kda_npz.h"
 #include "kda_problem.h"
+#include "kda_version.h"
 
 #if defined(__has_include)
 #if __has_include("kda_mpfr.h")
@@ -372,7 +373,7 @@ START_TEST(test_help) {
   run_result r = {0, NULL, NULL};
   kda(&r, "--version", NULL);
   expect_ok(&r, "kda --version");
-  ck_assert_msg(strncmp(r.out, "kda ", 4) == 0 && count_lines(r.out) == 1, "version: %s", r.out);
+  ck_assert_str_eq(r.out, "kda " KDA_VERSION_STRING "\n");
   kda(&r, "gen", "--list-regimes", NULL);
   expect_ok(&r, "kda gen --list-regimes");
   for (int32_t g = KDA_REGIME_RANDN; g <= KDA_REGIME_EXPANSIVE; g++)
@@ -434,8 +435,6 @@ START_TEST(test_usage_errors) {
        "names the built-in backend 'ref-f64'"},
       {{"conform", "-b", "nope", "golden/L1/t17-gdn.npz", NULL}, "kda conform: ",
        "unknown backend 'nope'"},
-      {{"conform", "-b", "ref-f32", "-k", "nomatch*", "golden/L1/t17-gdn.npz", "golden/L0/l0-gdn-vk.npz", NULL},
-       "kda conform: ", "no case matches the -k patterns"},
   };
   run_result r = {0, NULL, NULL};
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

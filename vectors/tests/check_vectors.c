@@ -265,12 +265,26 @@ END_TEST
 
 START_TEST(test_names) {
   int32_t x;
-  for (int32_t p = 0; p < 4; p++) {
-    ck_assert_int_eq(kda_prec_parse(kda_prec_name(p), &x), KDA_OK);
+  /* One table, two spellings (SPEC.md §10.3); the file spellings are what manifests hold. */
+  static const char *const file[KDA_PRECISION_COUNT] = {"f64", "f32", NULL, "bf16", "f16"};
+  static const char *const canon[KDA_PRECISION_COUNT] = {"fp64", "fp32", "tf32", "bf16", "fp16"};
+  for (int32_t p = 0; p < KDA_PRECISION_COUNT; p++) {
+    ck_assert_str_eq(kda_precision_name(p), canon[p]);
+    ck_assert_int_eq(kda_precision_parse(canon[p], &x), KDA_OK);
+    ck_assert_int_eq(x, p);
+    if (!file[p]) {
+      ck_assert_ptr_null(kda_precision_file_name(p));
+      continue;
+    }
+    ck_assert_str_eq(kda_precision_file_name(p), file[p]);
+    ck_assert_int_eq(kda_precision_parse(file[p], &x), KDA_OK);
     ck_assert_int_eq(x, p);
   }
-  ck_assert_ptr_null(kda_prec_name(4));
-  ck_assert_int_eq(kda_prec_parse("f8", &x), KDA_EINVAL);
+  ck_assert_int_eq(KDA_PRECISION_BF16, 3); /* the ABI's values (KDA_CLASS_BF16) */
+  ck_assert_ptr_null(kda_precision_name(KDA_PRECISION_COUNT));
+  ck_assert_ptr_null(kda_precision_file_name(-1));
+  ck_assert_int_eq(kda_precision_parse("f8", &x), KDA_EINVAL);
+  ck_assert_int_eq(kda_precision_parse(NULL, &x), KDA_EINVAL);
   for (int32_t r = 0; r < 6; r++) {
     ck_assert_int_eq(kda_regime_parse(kda_regime_name(r), &x), KDA_OK);
     ck_assert_int_eq(x, r);
@@ -292,7 +306,7 @@ START_TEST(test_parse) {
   ck_assert_int_eq(d.p.gate_mode, KDA_GATE_SOFTPLUS);
   ck_assert_int_eq(d.p.has_A_log, 1); /* default for softplus */
   ck_assert_int_eq(d.p.beta_mode, KDA_BETA_LOGIT);
-  ck_assert_int_eq(d.precision, KDA_PREC_BF16);
+  ck_assert_int_eq(d.precision, KDA_PRECISION_BF16);
   ck_assert(d.p.scale == 0.25);
   ck_assert(strncmp(d.id, "gen-", 4) == 0);
   kda_gen_desc_free(&d);
@@ -453,12 +467,12 @@ static void assert_exact(const kda_case *c, const char *desc) {
   const double *x[8] = {c->q, c->k, c->v, c->g, c->beta, c->h0, c->A_log, c->dt_bias};
   const uint64_t n[8] = {s.q, s.k, s.v, s.g, s.beta, s.h0, s.A_log, s.dt_bias};
   for (int m = 0; m < 8; m++) {
-    const int32_t prec = m >= 6 && c->input_precision != KDA_PREC_F64 ? KDA_PREC_F32
+    const int32_t prec = m >= 6 && c->input_precision != KDA_PRECISION_FP64 ? KDA_PRECISION_FP32
                                                                        : c->input_precision;
     for (uint64_t i = 0; i < n[m]; i++) {
-      double r = prec == KDA_PREC_BF16 ? kda_round_bf16(x[m][i])
-                 : prec == KDA_PREC_F16 ? kda_round_f16(x[m][i])
-                 : prec == KDA_PREC_F32 ? (double)kda_round_f32(x[m][i])
+      double r = prec == KDA_PRECISION_BF16 ? kda_round_bf16(x[m][i])
+                 : prec == KDA_PRECISION_FP16 ? kda_round_f16(x[m][i])
+                 : prec == KDA_PRECISION_FP32 ? (double)kda_round_f32(x[m][i])
                                         : x[m][i];
       ck_assert_msg(r == x[m][i] && isfinite(x[m][i]), "member %d [%llu] = %a not exact (%s)",
                     m, (unsigned long long)i, x[m][i], desc);
@@ -476,8 +490,8 @@ static void assert_regime(const kda_case *c, int32_t regime, const char *desc) {
     for (uint64_t i = 0; i < s.q; i++) ck_assert(c->q[i] >= 0 && c->k[i] >= 0 && c->q[i] <= 1); /* 1 after rounding */
   if (regime == KDA_REGIME_UNIT || regime == KDA_REGIME_EXPANSIVE) {
     const double want = regime == KDA_REGIME_UNIT ? 1.0 : 2.0;
-    const double tol = c->input_precision == KDA_PREC_F64 ? 1e-14
-                       : c->input_precision == KDA_PREC_F32 ? 1e-6 : 0.05;
+    const double tol = c->input_precision == KDA_PRECISION_FP64 ? 1e-14
+                       : c->input_precision == KDA_PRECISION_FP32 ? 1e-6 : 0.05;
     for (int64_t r = 0; r < p->T * p->H; r++) {
       double n2 = 0;
       for (int64_t i = 0; i < p->K; i++) n2 += c->k[r * p->K + i] * c->k[r * p->K + i];
@@ -491,14 +505,14 @@ static void assert_regime(const kda_case *c, int32_t regime, const char *desc) {
     const double want = p->gate_mode == KDA_GATE_LOG ? -1e-4
                         : p->gate_mode == KDA_GATE_SOFTPLUS ? -9.25 : -11.0;
     for (uint64_t i = 0; i < s.g; i++)
-      ck_assert(c->g[i] == (c->input_precision == KDA_PREC_BF16 ? kda_round_bf16(want)
-                            : c->input_precision == KDA_PREC_F16 ? kda_round_f16(want)
-                            : c->input_precision == KDA_PREC_F32 ? (double)kda_round_f32(want)
+      ck_assert(c->g[i] == (c->input_precision == KDA_PRECISION_BF16 ? kda_round_bf16(want)
+                            : c->input_precision == KDA_PRECISION_FP16 ? kda_round_f16(want)
+                            : c->input_precision == KDA_PRECISION_FP32 ? (double)kda_round_f32(want)
                                                                  : want));
   }
   if (c->g && p->gate_mode == KDA_GATE_LOG)
     for (uint64_t i = 0; i < s.g; i++) ck_assert(c->g[i] <= 0.0 && c->g[i] >= -1.0);
-  if (regime == KDA_REGIME_LOWRANK && c->input_precision == KDA_PREC_F64 && p->T >= 3) {
+  if (regime == KDA_REGIME_LOWRANK && c->input_precision == KDA_PRECISION_FP64 && p->T >= 3) {
     /* three key rows of head 0 span at most two dimensions: Gram determinant ~ 0 */
     const double *r0 = c->k, *r1 = c->k + p->H * p->K, *r2 = c->k + 2 * p->H * p->K;
     const double *rows[3] = {r0, r1, r2};
@@ -542,11 +556,12 @@ START_TEST(test_gen_roundtrip_all) {
   char dir[64], path[128], desc[512], err[KDA_ERRLEN];
   make_dir(dir);
   path_in(path, sizeof path, dir, "case.npz");
-  for (int32_t prec = 0; prec < 4; prec++)
+  for (int32_t prec = 0; prec < KDA_PRECISION_COUNT; prec++)
     for (size_t m = 0; m < sizeof modes / sizeof modes[0]; m++) {
+      if (!kda_precision_file_name(prec)) continue; /* tf32: a class, no input precision */
       if (regime == KDA_REGIME_EXPANSIVE && strstr(modes[m], "l2=")) continue;
       snprintf(desc, sizeof desc, "seed=%d T=8 H=2 HV=4 K=4 V=3 regime=%s prec=%s %s",
-               (int)(100 + m), kda_regime_name(regime), kda_prec_name(prec), modes[m]);
+               (int)(100 + m), kda_regime_name(regime), kda_precision_file_name(prec), modes[m]);
       kda_case a, b;
       gen_from(desc, &a);
       assert_exact(&a, desc);

@@ -75,6 +75,6 @@ static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_bac
                            .last_error = ref_last_error, .describe = ref_describe}
 
 REF_TABLE(kda_backend_ref_f64, "ref-f64", "the plain float64 reference (SPEC.md section 9)",
-          KDA_CLASS_FP64, KDA_BACKEND_DTYPE_F64, ref_forward_f64);
+          KDA_PRECISION_FP64, KDA_PRECISION_FP64, ref_forward_f64);
 REF_TABLE(kda_backend_ref_f32, "ref-f32", "the float32 twin of the reference (SPEC.md section 9)",
-          KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, ref_forward_f32);
+          KDA_PRECISION_FP32, KDA_PRECISION_FP32, ref_forward_f32);

@@ -617,7 +617,7 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   simd_handle *h = handle;
   h->err[0] = 0;
   if (why_not(h, p, h->err, sizeof h->err) != KDA_OK) return KDA_EUNSUPPORTED;
-  if (t->in_dtype != KDA_BACKEND_DTYPE_F32 || t->out_dtype != KDA_BACKEND_DTYPE_F32) {
+  if (t->in_dtype != KDA_PRECISION_FP32 || t->out_dtype != KDA_PRECISION_FP32) {
     snprintf(h->err, sizeof h->err, "simd: buffers must be float32");
     return KDA_EINVAL;
   }
@@ -664,9 +664,9 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
 #define SIMD_TABLE(sym, nm, desc, openfn)                                                     \
   const kda_backend sym = {.abi_version = KDA_BACKEND_ABI_VERSION,                            \
                            .struct_size = sizeof(kda_backend), .name = nm,                    \
-                           .description = desc, .precision_class = KDA_CLASS_FP32,            \
-                           .input_dtype = KDA_BACKEND_DTYPE_F32,                              \
-                           .output_dtype = KDA_BACKEND_DTYPE_F32, .open = openfn,             \
+                           .description = desc, .precision_class = KDA_PRECISION_FP32,            \
+                           .input_dtype = KDA_PRECISION_FP32,                              \
+                           .output_dtype = KDA_PRECISION_FP32, .open = openfn,             \
                            .close = simd_close, .supports = simd_supports,                    \
                            .forward = simd_forward, .last_error = simd_last_error,        \
                            .describe = simd_describe}

@@ -1,0 +1,248 @@
+/* kda_report_html.c: the self-contained HTML report of a conformance run (kda conform --html):
+ * the verdict table and, per long case, an error-versus-position plot per backend as inline
+ * SVG (SPEC.md §7.5, §7.9).
+ * SPDX-License-Identifier: MIT
+ *
+ * A plot shows the mean per-token o error of each 64-token window (kda_score.win_each, class
+ * units, without the step allowance) against the window's middle position, log-log, with the
+ * cap of the class (dashed) and the cap times the step allowance L(n) = max(1, n / 256)
+ * (dotted) that an element n steps into its sequence is allowed (SPEC.md §7.3).  The page has
+ * no external resource; its only script records script errors in #kda-errors and sets
+ * body[data-ready] (the browser test's protocol, tools/tests/browser_check.sh).  Verdicts are
+ * words, curves differ by dash pattern as well as colour.
+ */
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kda_conform.h"
+#include "kda_golden_internal.h"
+
+#define PLOT_W 560
+#define PLOT_H 260
+#define PAD_L 64
+#define PAD_B 40
+#define PAD_T 14
+#define PAD_R 16
+#define ERR_FLOOR 1e-3 /* class units: below it an error is drawn at the floor */
+
+/* Text into HTML: the five special characters escaped, control characters dropped. */
+static void esc(FILE *f, const char *s) {
+  for (; s && *s; s++) {
+    switch (*s) {
+      case '<': fputs("&lt;", f); break;
+      case '>': fputs("&gt;", f); break;
+      case '&': fputs("&amp;", f); break;
+      case '"': fputs("&quot;", f); break;
+      case '\'': fputs("&#39;", f); break;
+      default:
+        if ((unsigned char)*s >= 0x20) fputc(*s, f);
+    }
+  }
+}
+
+static void head(FILE *f, const kda_tally *t) {
+  fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+        "<title>kda conform report</title>\n<style>\n"
+        "body{font:14px/1.4 system-ui,sans-serif;margin:12px 18px;color:#111}\n"
+        "table{border-collapse:collapse;font-size:13px}\n"
+        "td,th{border:1px solid #999;padding:2px 6px;text-align:left}\n"
+        "td.num{text-align:right;font-family:ui-monospace,monospace}\n"
+        "tr.bad td{font-weight:700}\n"
+        ".plots{display:flex;flex-wrap:wrap;gap:12px}\n"
+        "figure{margin:0;border:1px solid #bbb;padding:6px;max-width:580px}\n"
+        "svg text{font:11px system-ui,sans-serif}\n"
+        "#kda-errors{color:#900;font-weight:700}\n"
+        "</style>\n</head>\n<body>\n<ul id=\"kda-errors\"></ul>\n"
+        "<h1>kda conform report</h1>\n", f);
+  fprintf(f, "<p id=\"summary\">%lld passed, %lld failed, %lld skipped.</p>\n",
+          (long long)t->passed, (long long)t->failed, (long long)t->skipped);
+}
+
+static void metric_cell(FILE *f, const kda_qmetric *m, double cap) {
+  if (!m->count) fputs("<td class=\"num\">-</td>", f);
+  else fprintf(f, "<td class=\"num\">%.3g / %g</td>", m->worst, cap);
+}
+
+static void verdict_table(FILE *f, const kda_case_report *rs, int64_t n) {
+  fputs("<h2>Verdicts</h2>\n<table id=\"verdicts\">\n<tr><th>case</th><th>backend</th>"
+        "<th>verdict</th><th>class</th><th>o worst / cap</th><th>ht worst / cap</th>"
+        "<th>hc worst / cap</th><th>growth</th><th>reason</th></tr>\n", f);
+  for (int64_t i = 0; i < n; i++) {
+    const kda_case_report *r = &rs[i];
+    const kda_score *s = &r->score;
+    fprintf(f, "<tr%s><td>", kda_verdict_is_failure(r->verdict) ? " class=\"bad\"" : "");
+    esc(f, r->case_id);
+    fputs("</td><td>", f);
+    esc(f, r->backend);
+    fprintf(f, "</td><td>%s</td>", kda_verdict_name(r->verdict));
+    if (r->has_score) {
+      fprintf(f, "<td>%s</td>", kda_class_name(s->cls) ? kda_class_name(s->cls) : "?");
+      metric_cell(f, &s->o, s->caps.o);
+      metric_cell(f, &s->ht, s->caps.ht);
+      metric_cell(f, &s->hc, s->caps.hc);
+      if (s->growth_kind != KDA_GROWTH_NA)
+        fprintf(f, "<td>%s (&alpha; = %.2f)</td>", kda_growth_name(s->growth_kind), s->alpha);
+      else fputs("<td>-</td>", f);
+    } else {
+      fputs("<td>-</td><td>-</td><td>-</td><td>-</td><td>-</td>", f);
+    }
+    fputs("<td>", f);
+    esc(f, r->reason);
+    if (r->waiver[0]) fputs(" [waiver: ", f), esc(f, r->waiver), fputs("]", f);
+    fputs("</td></tr>\n", f);
+  }
+  fputs("</table>\n", f);
+}
+
+/* ---- One log-log plot. */
+typedef struct axes {
+  double x0, x1, y0, y1; /* log10 ranges */
+} axes;
+
+static double px(const axes *a, double x) {
+  return PAD_L + (log10(x) - a->x0) / (a->x1 - a->x0) * (PLOT_W - PAD_L - PAD_R);
+}
+static double py(const axes *a, double y) {
+  double l = log10(y < pow(10, a->y0) ? pow(10, a->y0) : y);
+  return PAD_T + (a->y1 - l) / (a->y1 - a->y0) * (PLOT_H - PAD_T - PAD_B);
+}
+
+static void decade_ticks(FILE *f, const axes *a) {
+  for (int d = (int)ceil(a->x0); d <= (int)floor(a->x1); d++) {
+    const double x = px(a, pow(10, d));
+    fprintf(f, "<line x1=\"%.1f\" x2=\"%.1f\" y1=\"%d\" y2=\"%d\" stroke=\"#ddd\"/>"
+               "<text x=\"%.1f\" y=\"%d\" text-anchor=\"middle\">1e%d</text>\n",
+            x, x, PAD_T, PLOT_H - PAD_B, x, PLOT_H - PAD_B + 14, d);
+  }
+  for (int d = (int)ceil(a->y0); d <= (int)floor(a->y1); d++) {
+    const double y = py(a, pow(10, d));
+    fprintf(f, "<line x1=\"%d\" x2=\"%d\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+               "<text x=\"%d\" y=\"%.1f\" text-anchor=\"end\">1e%d</text>\n",
+            PAD_L, PLOT_W - PAD_R, y, y, PAD_L - 4, y + 4, d);
+  }
+}
+
+/* The middle position (tokens, 1-based) of window w. */
+static double win_mid(const kda_score *s, int64_t w, int64_t T) {
+  const int64_t a = w * s->window, b = a + s->window < T ? a + s->window : T;
+  return 0.5 * (double)(a + 1 + b);
+}
+
+static axes plot_axes(const kda_score *s, int64_t T) {
+  axes a = {0.0, log10((double)T), log10(ERR_FLOOR), log10(s->caps.o)};
+  const double top = s->caps.o * kda_step_allowance(T);
+  for (int64_t w = 0; w < s->n_win_each; w++)
+    if (isfinite(s->win_each[w]) && s->win_each[w] > 0 && log10(s->win_each[w]) > a.y1)
+      a.y1 = log10(s->win_each[w]);
+  if (log10(top) > a.y1) a.y1 = log10(top);
+  a.y1 = ceil(a.y1 + 0.01), a.y0 = floor(a.y0);
+  if (a.x1 <= a.x0) a.x1 = a.x0 + 1;
+  return a;
+}
+
+static void plot(FILE *f, const kda_case_report *r, int64_t T) {
+  const kda_score *s = &r->score;
+  const axes a = plot_axes(s, T);
+  fputs("<figure><svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" ", f);
+  fprintf(f, "width=\"%d\" height=\"%d\" aria-label=\"error per window of ", PLOT_W, PLOT_H);
+  esc(f, r->backend);
+  fputs("\">\n", f);
+  decade_ticks(f, &a);
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#000\"/>\n",
+          PAD_L, PAD_T, PLOT_W - PAD_L - PAD_R, PLOT_H - PAD_T - PAD_B);
+  /* the cap, then the cap with the step allowance: flat up to N0 steps, then linear */
+  fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#b00\" "
+             "stroke-dasharray=\"6 3\"/>\n", px(&a, 1.0), px(&a, (double)T), py(&a, s->caps.o),
+          py(&a, s->caps.o));
+  fprintf(f, "<polyline class=\"allowance\" fill=\"none\" stroke=\"#b00\" stroke-dasharray=\"1 3\" "
+             "stroke-width=\"2\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n", px(&a, 1.0),
+          py(&a, s->caps.o), px(&a, KDA_STEP_ALLOWANCE_N0), py(&a, s->caps.o), px(&a, (double)T),
+          py(&a, s->caps.o * kda_step_allowance(T)));
+  fputs("<polyline class=\"err\" fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"1.5\" points=\"", f);
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    const double e = isfinite(s->win_each[w]) && s->win_each[w] > ERR_FLOOR ? s->win_each[w] : ERR_FLOOR;
+    fprintf(f, "%s%.1f,%.1f", w ? " " : "", px(&a, win_mid(s, w, T)), py(&a, e));
+  }
+  fputs("\"/>\n", f);
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">token position (log)</text>\n",
+          (PLOT_W + PAD_L) / 2, PLOT_H - 6);
+  fprintf(f, "<text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">"
+             "o error, %s units (log)</text>\n", PLOT_H / 2, PLOT_H / 2, kda_class_name(s->cls));
+  fputs("</svg><figcaption>", f);
+  esc(f, r->backend);
+  fprintf(f, " (%s): solid = mean o error per %lld-token window; dashed = cap %g; dotted = cap "
+             "&times; step allowance max(1, n/%d). Errors below %g are drawn at %g.</figcaption>"
+             "</figure>\n", kda_verdict_name(r->verdict), (long long)s->window, s->caps.o,
+          KDA_STEP_ALLOWANCE_N0, ERR_FLOOR, ERR_FLOOR);
+}
+
+/* Reports come case by case (every backend of a case in a row): one section per long case. */
+static void plots(FILE *f, const kda_case_report *rs, int64_t n) {
+  fputs("<h2>Error along the sequence (long cases)</h2>\n", f);
+  int any = 0;
+  for (int64_t i = 0; i < n;) {
+    int64_t j = i;
+    while (j < n && strcmp(rs[j].case_id, rs[i].case_id) == 0) j++;
+    int started = 0;
+    for (int64_t k = i; k < j; k++) {
+      const kda_score *s = &rs[k].score;
+      if (!rs[k].has_score || s->n_win_each < 1 || s->win_tokens < KDA_STEP_ALLOWANCE_N0) continue;
+      if (!started) {
+        fputs("<section class=\"case\"><h3>", f);
+        esc(f, rs[i].case_id);
+        fprintf(f, " (%lld tokens)</h3>\n<div class=\"plots\">\n", (long long)s->win_tokens);
+        started = any = 1;
+      }
+      plot(f, &rs[k], s->win_tokens);
+    }
+    if (started) fputs("</div></section>\n", f);
+    i = j;
+  }
+  if (!any) fputs("<p>No case of at least 256 tokens was scored.</p>\n", f);
+}
+
+static void tail(FILE *f) {
+  fputs("<script>\n(function(){var e=document.getElementById(\"kda-errors\");"
+        "window.onerror=function(m){var li=document.createElement(\"li\");"
+        "li.textContent=\"error: \"+m;e.appendChild(li);};"
+        "document.body.setAttribute(\"data-ready\",\"1\");})();\n</script>\n</body>\n</html>\n", f);
+}
+
+int kda_report_html(FILE *f, const kda_case_report *rs, int64_t n) {
+  kda_tally t;
+  memset(&t, 0, sizeof t);
+  for (int64_t i = 0; i < n; i++) kda_tally_add(&t, &rs[i]);
+  head(f, &t);
+  verdict_table(f, rs, n);
+  plots(f, rs, n);
+  tail(f);
+  return ferror(f) ? KDA_EIO : KDA_OK;
+}
+
+int kda_report_html_write(const char *dir, const kda_case_report *rs, int64_t n, char *err,
+                          size_t errlen) {
+  if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+    return snprintf(err, errlen, "%s: cannot create the directory: %s", dir, strerror(errno)),
+           KDA_EIO;
+  char *text = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&text, &len);
+  if (!f) return snprintf(err, errlen, "out of memory for the HTML report"), KDA_ENOMEM;
+  int st = kda_report_html(f, rs, n);
+  if (fclose(f) != 0 || st != KDA_OK) {
+    free(text);
+    return snprintf(err, errlen, "out of memory for the HTML report"), KDA_ENOMEM;
+  }
+  char path[4096];
+  if ((size_t)snprintf(path, sizeof path, "%s/index.html", dir) >= sizeof path) {
+    free(text);
+    return snprintf(err, errlen, "%s: path too long", dir), KDA_EINVAL;
+  }
+  st = kda_golden_write_atomic(path, text, len, err, errlen);
+  free(text);
+  return st;
+}

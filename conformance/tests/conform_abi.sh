@@ -1,0 +1,21 @@
+#!/bin/sh
+# conform_abi.sh: kda conform scores plugins of both ABI versions (SPEC.md §7.8), run by make
+# check: the plugin built against the frozen version-1 headers (abi_v1/plugin_v1.c) and the
+# version-2 test plugin (plugin_v2.c), both correct float64 KDAs, pass every golden/L1 case
+# in the fp64 class.
+# SPDX-License-Identifier: MIT
+# Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_abi.sh
+set -u
+kda=${KDA_BIN:-build/kda}
+plugins=${PLUGIN_DIR:-build/conformance/tests}
+fail() { echo "conform_abi: FAIL: $*" >&2; exit 1; }
+n=$(ls golden/L1/*.npz | wc -l)
+[ "$n" -gt 0 ] || fail "golden/L1 is missing"
+for v in v1 v2; do
+  out=$("$kda" conform -q --no-prefix -p "$plugins/kda_plugin_$v.so" golden/L1 2>&1)
+  rc=$?
+  [ $rc = 0 ] || fail "the ABI $v plugin: exit status $rc: $(echo "$out" | tail -3)"
+  last=$(echo "$out" | tail -1)
+  [ "$last" = "$n passed, 0 failed" ] || fail "the ABI $v plugin: '$last', expected '$n passed, 0 failed'"
+  echo "conform_abi: the ABI $v plugin passes all $n golden/L1 cases"
+done

@@ -1,0 +1,36 @@
+/* kda_tool_golden.c: where the kda command finds its golden sets (SPEC.md §12.3).
+ * SPDX-License-Identifier: MIT
+ *
+ * In order: $KDA_GOLDEN; ./golden when run in a source tree; the installed copy under
+ * KDA_DATADIR/golden (`make install` puts the sets in $(PREFIX)/share/kda/golden and builds
+ * kda with -DKDA_DATADIR=$(PREFIX)/share/kda).
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kda_tool.h"
+
+#ifndef KDA_DATADIR
+#define KDA_DATADIR "/usr/local/share/kda"
+#endif
+
+static int is_dir(const char *p) {
+  struct stat st;
+  return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+int kda_tool_golden_dir(char *buf, size_t cap, const char **source) {
+  const char *env = getenv("KDA_GOLDEN");
+  if (env && *env) {
+    snprintf(buf, cap, "%s", env);
+    *source = "KDA_GOLDEN";
+    return is_dir(buf) ? 0 : -1;
+  }
+  *source = "./golden";
+  if (is_dir("golden")) return snprintf(buf, cap, "golden"), 0;
+  *source = "the installed set";
+  snprintf(buf, cap, "%s/golden", KDA_DATADIR);
+  return is_dir(buf) ? 0 : -1;
+}

@@ -1,0 +1,786 @@
+/* check_files.c: regression tests of issue #9 part 4, files that cannot lie: every reader
+ * defect (header length, zip bombs, trailing manifest bytes, ids, result shapes and dtypes,
+ * golden hashes) and every writer defect (non-regular targets, output = input, unchecked
+ * report writes, temporary files left by a signal), through the library and the kda command.
+ * SPDX-License-Identifier: MIT
+ *
+ * Run from the repository root; the binary is $KDA_BIN, else ./build/kda.  Files are made in
+ * a temporary directory that is removed afterwards.
+ */
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zip.h>
+#include <zlib.h>
+
+#include "kda_case.h"
+#include "kda_catalog.h"
+#include "kda_conform.h"
+#include "kda_files.h"
+#include "kda_golden.h"
+#include "kda_golden_internal.h"
+#include "kda_npz.h"
+
+#define EXAMPLE "golden/example/example.npz"
+#define GOLDEN "golden/L1/gqa-div.npz"
+
+static char tmpdir[128];
+
+static void rm_tree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return;
+  if (S_ISDIR(sb.st_mode)) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      char sub[1024];
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      rm_tree(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
+}
+
+static void setup(void) {
+  snprintf(tmpdir, sizeof tmpdir, "/tmp/kda-check-files-XXXXXX");
+  if (!mkdtemp(tmpdir)) abort();
+}
+
+static void teardown(void) { rm_tree(tmpdir); }
+
+static const char *tpath(const char *name) {
+  static char bufs[16][512];
+  static int k;
+  k = (k + 1) % 16;
+  snprintf(bufs[k], sizeof bufs[k], "%s/%s", tmpdir, name);
+  return bufs[k];
+}
+
+/* Entries of dir whose name contains ".tmp." */
+static int count_tmp(const char *dir) {
+  DIR *d = opendir(dir);
+  struct dirent *e;
+  int n = 0;
+  ck_assert_ptr_nonnull(d);
+  while ((e = readdir(d)) != NULL) n += strstr(e->d_name, ".tmp.") != NULL;
+  closedir(d);
+  return n;
+}
+
+static void expect(int st, int want, const char *err, const char *s1, const char *s2) {
+  ck_assert_msg(st == want, "status %d (%s), expected %d", st, err, want);
+  if (s1) ck_assert_msg(strstr(err, s1) != NULL, "message '%s' lacks '%s'", err, s1);
+  if (s2) ck_assert_msg(strstr(err, s2) != NULL, "message '%s' lacks '%s'", err, s2);
+}
+
+/* ---- Archives as lists of raw members, to make bad files from good ones. */
+typedef struct rmember {
+  char name[64];
+  unsigned char *data;
+  size_t len;
+} rmember;
+
+typedef struct rzip {
+  rmember m[16];
+  int n;
+} rzip;
+
+static void rzip_read(const char *path, rzip *r) {
+  int ze;
+  zip_t *za = zip_open(path, ZIP_RDONLY, &ze);
+  ck_assert_ptr_nonnull(za);
+  r->n = (int)zip_get_num_entries(za, 0);
+  ck_assert_int_le(r->n, 16);
+  for (int i = 0; i < r->n; i++) {
+    zip_stat_t st;
+    ck_assert_int_eq(zip_stat_index(za, (zip_uint64_t)i, 0, &st), 0);
+    snprintf(r->m[i].name, sizeof r->m[i].name, "%s", st.name);
+    r->m[i].len = st.size;
+    r->m[i].data = malloc(st.size + 1);
+    zip_file_t *zf = zip_fopen_index(za, (zip_uint64_t)i, 0);
+    ck_assert_ptr_nonnull(zf);
+    ck_assert_int_eq(zip_fread(zf, r->m[i].data, st.size), (zip_int64_t)st.size);
+    zip_fclose(zf);
+  }
+  zip_discard(za);
+}
+
+static void rzip_write(const char *path, const rzip *r) {
+  int ze;
+  zip_t *za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &ze);
+  ck_assert_ptr_nonnull(za);
+  for (int i = 0; i < r->n; i++) {
+    zip_source_t *s = zip_source_buffer(za, r->m[i].data, r->m[i].len, 0);
+    zip_int64_t idx = zip_file_add(za, r->m[i].name, s, 0);
+    ck_assert_int_ge(idx, 0);
+    zip_set_file_compression(za, (zip_uint64_t)idx, ZIP_CM_STORE, 0);
+  }
+  ck_assert_int_eq(zip_close(za), 0);
+}
+
+static void rzip_free(rzip *r) {
+  for (int i = 0; i < r->n; i++) free(r->m[i].data);
+  r->n = 0;
+}
+
+static rmember *rzip_get(rzip *r, const char *name) {
+  for (int i = 0; i < r->n; i++)
+    if (!strcmp(r->m[i].name, name)) return &r->m[i];
+  ck_abort_msg("no member %s", name);
+  return NULL;
+}
+
+static void rzip_set(rmember *m, const void *data, size_t len) {
+  free(m->data);
+  m->data = malloc(len + 1);
+  memcpy(m->data, data, len);
+  m->len = len;
+}
+
+static void rzip_drop(rzip *r, const char *name) {
+  rmember *m = rzip_get(r, name);
+  int i = (int)(m - r->m);
+  free(m->data);
+  memmove(&r->m[i], &r->m[i + 1], (size_t)(r->n - i - 1) * sizeof r->m[0]);
+  r->n--;
+}
+
+/* A copy of src with the manifest text replaced by text (len bytes, NULs allowed). */
+static const char *with_manifest(const char *src, const char *name, const char *text, size_t len) {
+  rzip r;
+  const char *out = tpath(name);
+  rzip_read(src, &r);
+  rzip_set(rzip_get(&r, "manifest.json"), text, len);
+  rzip_write(out, &r);
+  rzip_free(&r);
+  return out;
+}
+
+/* The manifest text of src with the first occurrence of from replaced by to. */
+static const char *manifest_edit(const char *src, const char *name, const char *from,
+                                 const char *to) {
+  rzip r;
+  char buf[16384];
+  rzip_read(src, &r);
+  rmember *m = rzip_get(&r, "manifest.json");
+  ck_assert_uint_lt(m->len, sizeof buf - 256);
+  memcpy(buf, m->data, m->len);
+  buf[m->len] = 0;
+  char *at = strstr(buf, from);
+  ck_assert_msg(at != NULL, "manifest lacks %s", from);
+  char tail[16384];
+  snprintf(tail, sizeof tail, "%s", at + strlen(from));
+  snprintf(at, sizeof buf - (size_t)(at - buf), "%s%s", to, tail);
+  rzip_free(&r);
+  return with_manifest(src, name, buf, strlen(buf));
+}
+
+/* ---- Running kda. */
+static const char *kda_bin(void) {
+  const char *b = getenv("KDA_BIN");
+  return b && *b ? b : "./build/kda";
+}
+
+/* Runs kda with args (NULL-terminated), stdout and stderr to files; returns the exit status
+ * (128 + signal).  The last stderr is in g_err. */
+static char g_err[4096];
+static int kda_run(const char *a0, ...) {
+  const char *argv[32];
+  int n = 0;
+  va_list ap;
+  argv[n++] = kda_bin();
+  argv[n++] = a0;
+  va_start(ap, a0);
+  const char *a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = a;
+  va_end(ap);
+  argv[n] = NULL;
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    int o = open(tpath(".out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    int e = open(tpath(".err"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(o, 1), dup2(e, 2);
+    execv(argv[0], (char *const *)argv);
+    _exit(127);
+  }
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  FILE *f = fopen(tpath(".err"), "r");
+  size_t k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
+  g_err[k] = 0;
+  if (f) fclose(f);
+  unlink(tpath(".out"));
+  unlink(tpath(".err"));
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+/* ================================================================ readers */
+
+/* A stored .npy member whose header length field is hl (version v), padded to len bytes. */
+static void header_len_member(unsigned char *buf, size_t len, int v, uint32_t hl) {
+  memset(buf, ' ', len);
+  memcpy(buf, "\x93NUMPY", 6);
+  buf[6] = (unsigned char)v;
+  buf[7] = 0;
+  for (int i = 0; i < (v == 1 ? 2 : 4); i++) buf[8 + i] = (unsigned char)(hl >> (8 * i));
+}
+
+START_TEST(test_header_len_tiny_and_huge) {
+  static const struct {
+    int v;
+    uint32_t hl;
+    const char *text;
+  } cases[] = {{1, 0, "too short"},         {1, 1, "too short"},    {1, 2, "member 'x'"},
+               {2, 0, "member 'x'"},        {3, 1, "member 'x'"},   {1, 65535, "truncated"},
+               {2, 0xffffffffu, "member"},  {3, 0x7fffffffu, "member"}};
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    unsigned char buf[64];
+    rzip r = {.n = 1};
+    header_len_member(buf, sizeof buf, cases[i].v, cases[i].hl);
+    snprintf(r.m[0].name, sizeof r.m[0].name, "x.npy");
+    r.m[0].data = malloc(sizeof buf);
+    memcpy(r.m[0].data, buf, sizeof buf);
+    r.m[0].len = 12; /* the prefix alone: the header ends inside the bytes read first */
+    rzip_write(tpath("hl.npz"), &r);
+    rzip_free(&r);
+    char err[KDA_ERRLEN] = "";
+    kda_npz *z;
+    ck_assert_int_eq(kda_npz_open(tpath("hl.npz"), &z, err, sizeof err), KDA_OK);
+    int st = kda_npz_info(z, "x", NULL, err, sizeof err);
+    ck_assert_msg(st == KDA_EFORMAT, "v%d HEADER_LEN %u: status %d (%s)", cases[i].v,
+                  (unsigned)cases[i].hl, st, err);
+    ck_assert_msg(strstr(err, cases[i].text) && strstr(err, "member 'x'"),
+                  "v%d HEADER_LEN %u: %s", cases[i].v, (unsigned)cases[i].hl, err);
+    kda_npz_close(z);
+  }
+}
+END_TEST
+
+static void put16(unsigned char *p, unsigned v) { p[0] = (unsigned char)v, p[1] = (unsigned char)(v >> 8); }
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+
+/* A zip whose one deflated member "x.npy" declares an <f8 array of 2^28 elements (2 GiB) but
+ * holds 64 KiB of deflated zeros: local header, data, central directory, end record. */
+static void write_bomb(const char *path) {
+  static unsigned char raw[65536], comp[4096], zipb[8192];
+  const char *dict = "{'descr': '<f8', 'fortran_order': False, 'shape': (268435456,), }";
+  size_t hl = 118, off = 0;
+  memset(raw, 0, sizeof raw);
+  memcpy(raw, "\x93NUMPY\x01\x00", 8);
+  put16(raw + 8, (unsigned)hl);
+  memset(raw + 10, ' ', hl);
+  memcpy(raw + 10, dict, strlen(dict));
+  raw[10 + hl - 1] = '\n';
+  z_stream zs;
+  memset(&zs, 0, sizeof zs);
+  ck_assert_int_eq(deflateInit2(&zs, 9, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY), Z_OK);
+  zs.next_in = raw, zs.avail_in = sizeof raw, zs.next_out = comp, zs.avail_out = sizeof comp;
+  ck_assert_int_eq(deflate(&zs, Z_FINISH), Z_STREAM_END);
+  const uint32_t csize = (uint32_t)zs.total_out, usize = 128u + (268435456u * 8u);
+  deflateEnd(&zs);
+  unsigned char *p = zipb;
+  put32(p, 0x04034b50), put16(p + 4, 20), put16(p + 6, 0), put16(p + 8, 8), put16(p + 10, 0);
+  put16(p + 12, 0x21), put32(p + 14, 0), put32(p + 18, csize), put32(p + 22, usize);
+  put16(p + 26, 5), put16(p + 28, 0), memcpy(p + 30, "x.npy", 5);
+  off = 35;
+  memcpy(p + off, comp, csize);
+  off += csize;
+  size_t cd = off;
+  p = zipb + cd;
+  put32(p, 0x02014b50), put16(p + 4, 20), put16(p + 6, 20), put16(p + 8, 0), put16(p + 10, 8);
+  put16(p + 12, 0), put16(p + 14, 0x21), put32(p + 16, 0), put32(p + 20, csize);
+  put32(p + 24, usize), put16(p + 28, 5), put16(p + 30, 0), put16(p + 32, 0), put16(p + 34, 0);
+  put16(p + 36, 0), put32(p + 38, 0), put32(p + 42, 0), memcpy(p + 46, "x.npy", 5);
+  off = cd + 51;
+  p = zipb + off;
+  put32(p, 0x06054b50), put16(p + 4, 0), put16(p + 6, 0), put16(p + 8, 1), put16(p + 10, 1);
+  put32(p + 12, 51), put32(p + 16, (uint32_t)cd), put16(p + 20, 0);
+  off += 22;
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(zipb, 1, off, f), off);
+  fclose(f);
+}
+
+START_TEST(test_zip_bomb_bounded) {
+  const char *bomb = tpath("bomb.npz");
+  write_bomb(bomb);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    /* 256 MiB of address space (beyond what the process has), unless a sanitizer needs its
+     * shadow reservations: the 2 GiB the member declares must never be asked for. */
+#if !defined(__SANITIZE_ADDRESS__)
+    struct rlimit lim = {(rlim_t)1 << 30, (rlim_t)1 << 30};
+    setrlimit(RLIMIT_AS, &lim);
+#endif
+    char err[KDA_ERRLEN] = "";
+    kda_npz *z = NULL;
+    int st = kda_npz_open(bomb, &z, err, sizeof err);
+    double *x = NULL;
+    if (st == KDA_OK) st = kda_npz_load_f64(z, "x", NULL, &x, err, sizeof err);
+    _exit(st == KDA_EFORMAT && strstr(err, "member 'x.npy'") && strstr(err, "zip bomb") ? 0 : 1);
+  }
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  ck_assert_msg(WIFEXITED(ws) && WEXITSTATUS(ws) == 0, "bomb not refused at open (status %d)", ws);
+}
+END_TEST
+
+START_TEST(test_manifest_trailing_bytes) {
+  rzip r;
+  rzip_read(EXAMPLE, &r);
+  rmember *m = rzip_get(&r, "manifest.json");
+  char buf[16384];
+  memcpy(buf, m->data, m->len);
+  memcpy(buf + m->len, "\0garbage", 8);
+  const char *bad = with_manifest(EXAMPLE, "nul.npz", buf, m->len + 8);
+  rzip_free(&r);
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  expect(kda_case_load(bad, &c, err, sizeof err), KDA_EFORMAT, err, "manifest.json", "JSON");
+  ck_assert_int_eq(kda_run("inspect", bad, NULL), 2);
+}
+END_TEST
+
+START_TEST(test_ids) {
+  static const char *const good[] = {"a", "example", "l0-decay.wipe_2", "A.B-c"};
+  static const char *const bad[] = {"", ".", "..", "../x", "a/b", "/abs", "a b", "a\\b", "é"};
+  char err[KDA_ERRLEN];
+  for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+    ck_assert_msg(kda_id_check(good[i], "id", err, sizeof err) == KDA_OK, "%s: %s", good[i], err);
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+    ck_assert_msg(kda_id_check(bad[i], "id", err, sizeof err) == KDA_EINVAL, "'%s' accepted", bad[i]);
+  char longid[KDA_ID_MAX + 2];
+  memset(longid, 'a', sizeof longid - 1);
+  longid[sizeof longid - 1] = 0;
+  ck_assert_int_eq(kda_id_check(longid, "id", err, sizeof err), KDA_EINVAL);
+  kda_case c0;
+  for (int64_t i = 0; i < kda_catalog_count(); i++) /* golden files are named by these */
+    ck_assert_msg(kda_id_check(kda_catalog_get(i)->id, "catalog id", err, sizeof err) == KDA_OK,
+                  "%s", err);
+  /* An empty id is no id: the file name stands in for it. */
+  const char *noid = manifest_edit(EXAMPLE, "noid.npz", "\"id\": \"example\"", "\"id\": \"\"");
+  ck_assert_msg(kda_case_load(noid, &c0, err, sizeof err) == KDA_OK, "%s", err);
+  kda_case_free(&c0);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", noid, NULL), 0);
+  /* Read: a case whose manifest id is "../x". */
+  const char *esc = manifest_edit(EXAMPLE, "esc.npz", "\"id\": \"example\"", "\"id\": \"../x\"");
+  kda_case c;
+  expect(kda_case_load(esc, &c, err, sizeof err), KDA_EFORMAT, err, "esc.npz", "../x");
+  mkdir(tpath("prompts"), 0755);
+  ck_assert_int_eq(kda_run("conform", "--export-prompts", tpath("prompts"), esc, NULL), 2);
+  ck_assert_msg(access(tpath("x.npz"), F_OK) != 0, "export escaped its directory");
+  /* Written: kda gen refuses the id. */
+  ck_assert_int_eq(kda_run("gen", "seed=1", "T=4", "H=1", "HV=1", "K=2", "V=2", "id=../x", "-o",
+                           tpath("prompts/g.npz"), NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "id"));
+  ck_assert_msg(access(tpath("x.npz"), F_OK) != 0 && access(tpath("prompts/g.npz"), F_OK) != 0,
+                "kda gen wrote a file for id ../x");
+}
+END_TEST
+
+START_TEST(test_golden_verify_load_error) {
+  /* A damaged generator-made file is an error of --verify, never "not generator-made". */
+  rzip r;
+  rzip_read(EXAMPLE, &r);
+  rzip_drop(&r, "q.npy");
+  rzip_write(tpath("broken.npz"), &r);
+  rzip_free(&r);
+  char err[KDA_ERRLEN] = "";
+  int st = kda_golden_regen_generated(tpath("broken.npz"), tpath("regen.npz"), err, sizeof err);
+  ck_assert_msg(st != KDA_OK && st != KDA_ENOTFOUND, "status %d (%s)", st, err);
+  ck_assert_ptr_nonnull(strstr(err, "broken.npz"));
+  /* A valid file without a description still is "not generator-made". */
+  ck_assert_int_eq(kda_golden_regen_generated(GOLDEN, tpath("regen.npz"), err, sizeof err),
+                   KDA_ENOTFOUND);
+}
+END_TEST
+
+static void copy_file(const char *from, const char *to) {
+  unsigned char *b = NULL;
+  size_t n = 0;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_golden_slurp(from, &b, &n, err, sizeof err) == KDA_OK, "%s", err);
+  FILE *f = fopen(to, "wb");
+  ck_assert_ptr_nonnull(f);
+  ck_assert_uint_eq(fwrite(b, 1, n, f), n);
+  ck_assert_int_eq(fclose(f), 0);
+  free(b);
+}
+
+START_TEST(test_golden_verify_cli) {
+  /* A copy of golden/ (L1 linked) whose example.npz lost a member and whose SHA256SUMS was
+   * updated to match: --verify must fail and name the file. */
+  static const char *const top[] = {"SHA256SUMS", "L2.sha256", ".gitignore", "example/README.md"};
+  char from[512], to[512], hex[65];
+  mkdir(tpath("g"), 0755), mkdir(tpath("g/L0"), 0755), mkdir(tpath("g/example"), 0755);
+  char cwd[400];
+  ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
+  snprintf(from, sizeof from, "%s/golden/L1", cwd);
+  ck_assert_int_eq(symlink(from, tpath("g/L1")), 0);
+  for (int i = 0; i < 4; i++) {
+    snprintf(from, sizeof from, "golden/%s", top[i]);
+    snprintf(to, sizeof to, "%s/g/%s", tmpdir, top[i]);
+    copy_file(from, to);
+  }
+  DIR *d = opendir("golden/L0");
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(from, sizeof from, "golden/L0/%s", e->d_name);
+    snprintf(to, sizeof to, "%s/g/L0/%s", tmpdir, e->d_name);
+    copy_file(from, to);
+  }
+  closedir(d);
+  copy_file(EXAMPLE, tpath("g/example/example.npz"));
+  ck_assert_int_eq(kda_run("golden", "--verify", "--level", "L0", tpath("g"), NULL), 0);
+  rzip r;
+  rzip_read(EXAMPLE, &r);
+  rzip_drop(&r, "q.npy");
+  rzip_write(tpath("g/example/example.npz"), &r);
+  rzip_free(&r);
+  unsigned char *b;
+  size_t n;
+  char err[KDA_ERRLEN], *sums;
+  ck_assert_int_eq(kda_golden_slurp(tpath("g/example/example.npz"), &b, &n, err, sizeof err), 0);
+  kda_golden_sha256_hex(b, n, hex);
+  free(b);
+  ck_assert_int_eq(kda_golden_slurp(tpath("g/SHA256SUMS"), &b, &n, err, sizeof err), 0);
+  sums = (char *)b;
+  char *line = strstr(sums, "  example/example.npz");
+  ck_assert_ptr_nonnull(line);
+  memcpy(line - 64, hex, 64);
+  FILE *f = fopen(tpath("g/SHA256SUMS"), "wb");
+  fwrite(b, 1, n, f);
+  fclose(f);
+  free(b);
+  int rc = kda_run("golden", "--verify", "--level", "L0", tpath("g"), NULL);
+  ck_assert_msg(rc != 0, "--verify passed a broken example.npz");
+}
+END_TEST
+
+/* A copy of GOLDEN with the first element of member name doubled (its bytes change, its
+ * recorded hash does not). */
+static const char *golden_doubled(const char *name, const char *out) {
+  rzip r;
+  char mem[64];
+  rzip_read(GOLDEN, &r);
+  snprintf(mem, sizeof mem, "%s.npy", name);
+  rmember *m = rzip_get(&r, mem);
+  size_t hl = (size_t)m->data[8] | (size_t)m->data[9] << 8;
+  unsigned char *d = m->data + 10 + hl;
+  if (strstr((char *)m->data + 10, "<f8")) {
+    double x;
+    memcpy(&x, d, 8), x = x * 2 + (x == 0), memcpy(d, &x, 8);
+  } else {
+    float x;
+    memcpy(&x, d, 4), x = x * 2 + (x == 0), memcpy(d, &x, 4);
+  }
+  rzip_write(tpath(out), &r);
+  rzip_free(&r);
+  return tpath(out);
+}
+
+START_TEST(test_golden_truth_verified) {
+  static const char *const members[] = {"v", "o"};
+  for (int i = 0; i < 2; i++) {
+    const char *bad = golden_doubled(members[i], "doubled.npz");
+    char err[KDA_ERRLEN] = "";
+    kda_case c;
+    kda_truth t;
+    ck_assert_msg(kda_case_load(bad, &c, err, sizeof err) == KDA_OK, "%s", err);
+    expect(kda_truth_compute(&c, bad, &t, err, sizeof err), KDA_EFORMAT, err,
+           "golden outputs not verified", members[i]);
+    kda_case_free(&c);
+    /* kda conform: a runner error for that file (exit 2), not a Fail of every backend. */
+    ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", bad, NULL), 2);
+    ck_assert_ptr_nonnull(strstr(g_err, "doubled.npz"));
+    ck_assert_int_eq(kda_run("inspect", bad, NULL), 0);
+  }
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", GOLDEN, NULL), 0);
+}
+END_TEST
+
+/* ---- Result files. */
+static void make_result(const char *path, const kda_case *c, const char *manifest,
+                        const char *member, int32_t dtype, int ndim, const int64_t *shape,
+                        const double *o, const double *ht) {
+  char err[KDA_ERRLEN] = "";
+  kda_npz_writer *w;
+  const kda_problem *p = &c->p;
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_set_manifest(w, manifest, err, sizeof err), KDA_OK);
+  if (member) {
+    int64_t os[3] = {p->T, p->HV, p->V}, hs[4] = {p->N, p->HV, p->K, p->V};
+    int is_o = !strcmp(member, "o");
+    ck_assert_msg(kda_npz_writer_add_f64(w, "o", is_o ? dtype : KDA_DTYPE_F32, is_o ? ndim : 3,
+                                         is_o ? shape : os, o, err, sizeof err) == KDA_OK, "%s", err);
+    ck_assert_msg(kda_npz_writer_add_f64(w, "ht", is_o ? KDA_DTYPE_F32 : dtype, is_o ? 4 : ndim,
+                                         is_o ? hs : shape, ht, err, sizeof err) == KDA_OK, "%s", err);
+  }
+  ck_assert_int_eq(kda_npz_writer_commit(w, err, sizeof err), KDA_OK);
+}
+
+START_TEST(test_result_shapes_dtypes) {
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  kda_truth t;
+  ck_assert_int_eq(kda_case_load(EXAMPLE, &c, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_truth_compute(&c, EXAMPLE, &t, err, sizeof err), KDA_OK);
+  const kda_problem *p = &c.p;
+  const char *man = "{\"schema\": \"kda-result/1\", \"case_id\": \"example\"}";
+  const int64_t good[3] = {p->T, p->HV, p->V}, flat[1] = {p->T * p->HV * p->V},
+                trans[3] = {p->T, p->V, p->HV}, htt[4] = {p->N, p->HV, p->V + 1, p->K};
+  static const struct {
+    const char *member;
+    int32_t dtype;
+    int ndim;
+    int which; /* 0 good, 1 flat, 2 transposed, 3 bad ht */
+    int status;
+    const char *text;
+  } cases[] = {
+      {"o", KDA_DTYPE_F32, 3, 0, KDA_OK, NULL},
+      {"o", KDA_DTYPE_F64, 3, 0, KDA_OK, NULL},
+      {"o", KDA_DTYPE_F32, 1, 1, KDA_ESHAPE, "member 'o' has shape"},
+      {"o", KDA_DTYPE_F32, 3, 2, KDA_ESHAPE, "expected (16, 4, 8)"},
+      {"o", KDA_DTYPE_F16, 3, 0, KDA_EDTYPE, "'<f2'"},
+      {"o", KDA_DTYPE_I64, 3, 0, KDA_EDTYPE, "'<i8'"},
+      {"ht", KDA_DTYPE_F32, 4, 3, KDA_ESHAPE, "member 'ht'"},
+  };
+  uint64_t nht = (uint64_t)(p->N * p->HV * p->K * p->V);
+  double *ht = calloc(nht + 64, sizeof *ht), *o = calloc(t.out.n_o + 64, sizeof *o);
+  memcpy(ht, t.out.ht, nht * sizeof *ht);
+  for (uint64_t i = 0; i < t.out.n_o; i++) o[i] = (double)(float)t.out.o[i];
+  for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+    const int64_t *sh = cases[i].which == 0 ? good : cases[i].which == 1 ? flat
+                        : cases[i].which == 2 ? trans : htt;
+    if (cases[i].dtype == KDA_DTYPE_I64) for (uint64_t j = 0; j < t.out.n_o; j++) o[j] = 1;
+    make_result(tpath("r.npz"), &c, man, cases[i].member, cases[i].dtype, cases[i].ndim, sh, o, ht);
+    int st = kda_result_load(tpath("r.npz"), &c, o, ht, NULL, err, sizeof err);
+    ck_assert_msg(st == cases[i].status, "case %zu: status %d (%s)", i, st, err);
+    if (cases[i].text) ck_assert_msg(strstr(err, cases[i].text), "case %zu: %s", i, err);
+    /* Scored as a candidate: a precise Fail, never a Pass. */
+    kda_conform_opts opts;
+    kda_case_report r;
+    kda_conform_opts_init(&opts);
+    ck_assert_int_eq(kda_conform_candidate(tpath("r.npz"), &c, &t, KDA_CLASS_FP32, &opts, &r,
+                                           err, sizeof err), KDA_OK);
+    if (cases[i].status != KDA_OK) {
+      ck_assert_int_eq(r.verdict, KDA_VERDICT_FAIL);
+      ck_assert_msg(strstr(r.reason, cases[i].text), "case %zu: reason %s", i, r.reason);
+    }
+    kda_case_report_free(&r);
+  }
+  /* NotSupported with its reason; members may be absent. */
+  make_result(tpath("ns.npz"), &c,
+              "{\"schema\":\"kda-result/1\",\"case_id\":\"example\",\"not_supported\":\"no vk\"}",
+              NULL, 0, 0, NULL, NULL, NULL);
+  expect(kda_result_load(tpath("ns.npz"), &c, o, ht, NULL, err, sizeof err), KDA_EUNSUPPORTED,
+         err, "no vk", NULL);
+  kda_conform_opts opts;
+  kda_case_report r;
+  kda_conform_opts_init(&opts);
+  ck_assert_int_eq(kda_conform_candidate(tpath("ns.npz"), &c, &t, KDA_CLASS_FP32, &opts, &r, err,
+                                         sizeof err), KDA_OK);
+  ck_assert_int_eq(r.verdict, KDA_VERDICT_NOT_SUPPORTED);
+  ck_assert_ptr_nonnull(strstr(r.reason, "no vk"));
+  kda_case_report_free(&r);
+  /* case_id must be an id. */
+  make_result(tpath("id.npz"), &c, "{\"schema\":\"kda-result/1\",\"case_id\":\"../x\"}", "o",
+              KDA_DTYPE_F32, 3, good, o, ht);
+  expect(kda_result_load(tpath("id.npz"), &c, o, ht, NULL, err, sizeof err), KDA_EFORMAT, err,
+         "case_id", "../x");
+  /* kda conform: a missing candidate is a Fail (exit 1); a NotSupported candidate is skipped,
+   * and a run where every case was skipped as NotSupported ran nothing (exit 5, SPEC §12.2). */
+  mkdir(tpath("cand"), 0755);
+  ck_assert_int_eq(kda_run("conform", "--candidate", tpath("cand"), EXAMPLE, NULL), 1);
+  rename(tpath("ns.npz"), tpath("cand/example.npz"));
+  ck_assert_int_eq(kda_run("conform", "--candidate", tpath("cand"), EXAMPLE, NULL), 5);
+  free(o), free(ht);
+  kda_truth_free(&t);
+  kda_case_free(&c);
+}
+END_TEST
+
+/* ================================================================ writers */
+
+START_TEST(test_targets_refused) {
+  char err[KDA_ERRLEN] = "";
+  kda_npz_writer *w;
+  kda_atomic *a;
+  FILE *f;
+  ck_assert_int_eq(mkfifo(tpath("fifo"), 0644), 0);
+  ck_assert_int_eq(symlink(EXAMPLE, tpath("link.npz")), 0);
+  mkdir(tpath("dir"), 0755);
+  const char *targets[] = {tpath("fifo"), tpath("link.npz"), tpath("dir"), "/dev/null"};
+  for (int i = 0; i < 4; i++) {
+    expect(kda_npz_writer_open(targets[i], &w, err, sizeof err), KDA_EIO, err,
+           "not a regular file", targets[i]);
+    expect(kda_atomic_open(targets[i], &a, &f, err, sizeof err), KDA_EIO, err,
+           "not a regular file", NULL);
+    expect(kda_golden_write_atomic(targets[i], "x", 1, err, sizeof err), KDA_EIO, err,
+           "not a regular file", NULL);
+  }
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  /* Output = input, also through another name (a hard link). */
+  ck_assert_int_eq(kda_run("gen", "seed=1", "T=4", "H=1", "HV=1", "K=2", "V=2", "id=in", "-o",
+                           tpath("in.npz"), NULL), 0);
+  ck_assert_int_eq(link(tpath("in.npz"), tpath("alias.npz")), 0);
+  ck_assert_int_eq(kda_run("ref", tpath("in.npz"), "-o", tpath("alias.npz"), NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "input"));
+  ck_assert_int_eq(kda_run("conform", "--export-prompts", tmpdir, tpath("in.npz"), NULL), 2);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--junit",
+                           tpath("alias.npz"), tpath("in.npz"), NULL), 2);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--record-baseline",
+                           tpath("in.npz"), tpath("in.npz"), NULL), 2);
+  kda_case c;
+  ck_assert_int_eq(kda_case_load(tpath("in.npz"), &c, err, sizeof err), KDA_OK);
+  kda_case_free(&c);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--junit", "/dev/full",
+                           tpath("in.npz"), NULL), 2);
+}
+END_TEST
+
+START_TEST(test_report_write_failure) {
+  char err[KDA_ERRLEN] = "";
+  kda_atomic *a;
+  FILE *f;
+  /* A failed commit (the full-disk hook) leaves the old target and no temporary file. */
+  FILE *old = fopen(tpath("rep.txt"), "w");
+  fputs("old\n", old);
+  fclose(old);
+  ck_assert_int_eq(kda_atomic_open(tpath("rep.txt"), &a, &f, err, sizeof err), KDA_OK);
+  fputs("new\n", f);
+  setenv("KDA_TEST_FAIL_WRITE", "rep.txt", 1);
+  expect(kda_atomic_commit(a, err, sizeof err), KDA_EIO, err, "rep.txt", "No space");
+  unsetenv("KDA_TEST_FAIL_WRITE");
+  char buf[16] = "";
+  old = fopen(tpath("rep.txt"), "r");
+  ck_assert_ptr_nonnull(fgets(buf, sizeof buf, old));
+  fclose(old);
+  ck_assert_str_eq(buf, "old\n");
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(kda_atomic_open(tpath("rep.txt"), &a, &f, err, sizeof err), KDA_OK);
+  fputs("new\n", f);
+  ck_assert_int_eq(kda_atomic_commit(a, err, sizeof err), KDA_OK);
+  /* kda conform on a failing disk, each report in turn: exit 2, that report absent, nothing
+   * left over. */
+  static const char *const reps[] = {"results.jsonl", "summary.json", "junit.xml", "base.json"};
+  for (int i = 0; i < 4; i++) {
+    char want[600];
+    snprintf(want, sizeof want, "%s/%s", tpath("out"), reps[i]);
+    setenv("KDA_TEST_FAIL_WRITE", reps[i], 1);
+    int rc = kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"),
+                     "--record-baseline", tpath("out/base.json"), EXAMPLE, NULL);
+    unsetenv("KDA_TEST_FAIL_WRITE");
+    ck_assert_msg(rc == 2, "%s: exit %d", reps[i], rc);
+    ck_assert_msg(strstr(g_err, "No space") && strstr(g_err, reps[i]), "%s: %s", reps[i], g_err);
+    ck_assert_msg(access(want, F_OK) != 0, "%s written", reps[i]);
+    ck_assert_int_eq(count_tmp(tpath("out")), 0);
+  }
+  /* The golden writer's text files (manifests, SHA256SUMS) likewise. */
+  setenv("KDA_TEST_FAIL_WRITE", "rep.txt", 1);
+  expect(kda_golden_write_atomic(tpath("rep.txt"), "x", 1, err, sizeof err), KDA_EIO, err,
+         "No space", NULL);
+  unsetenv("KDA_TEST_FAIL_WRITE");
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  /* A result file (kda ref, the npz writer) likewise. */
+  setenv("KDA_TEST_FAIL_WRITE", "res.npz", 1);
+  ck_assert_int_eq(kda_run("ref", EXAMPLE, "-o", tpath("res.npz"), NULL), 2);
+  unsetenv("KDA_TEST_FAIL_WRITE");
+  ck_assert_int_eq(access(tpath("res.npz"), F_OK), -1);
+  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"),
+                           EXAMPLE, NULL), 0);
+  ck_assert_int_eq(access(tpath("out/junit.xml"), F_OK), 0);
+}
+END_TEST
+
+START_TEST(test_sigterm_removes_tmp) {
+  /* kda conform --out with a backend that hangs: the report's temporary file exists while
+   * the call runs; SIGTERM must remove it. */
+  /* the plugin is built next to the kda under test: BUILD/conformance/tests */
+  const char *plugin = getenv("PLUGIN_DIR"), *bin = kda_bin(), *slash = strrchr(bin, '/');
+  char so[600];
+  if (plugin && *plugin)
+    snprintf(so, sizeof so, "%s/kda_plugin_hang.so", plugin);
+  else
+    snprintf(so, sizeof so, "%.*s/conformance/tests/kda_plugin_hang.so",
+             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+  ck_assert_msg(access(so, F_OK) == 0, "no %s", so);
+  mkdir(tpath("out"), 0755);
+  pid_t pid = fork();
+  ck_assert_int_ge(pid, 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    int dn = open("/dev/null", O_WRONLY);
+    dup2(dn, 1), dup2(dn, 2);
+    execl(kda_bin(), kda_bin(), "conform", "-p", so, "--timeout", "600", "--out", tpath("out"),
+          EXAMPLE, (char *)NULL);
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  int seen = 0;
+  for (int i = 0; i < 3000 && !seen; i++) { /* until the report's temporary file exists */
+    seen = count_tmp(tpath("out")) > 0;
+    if (!seen) usleep(10000);
+  }
+  ck_assert_msg(seen, "kda conform made no temporary file");
+  ck_assert_int_eq(kill(pid, SIGTERM), 0);
+  int ws;
+  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
+  kill(-pid, SIGKILL); /* the hanging backend child, if still there */
+  ck_assert_msg(WIFSIGNALED(ws) && WTERMSIG(ws) == SIGTERM, "status %d", ws);
+  ck_assert_int_eq(count_tmp(tpath("out")), 0);
+}
+END_TEST
+
+static Suite *files_suite(void) {
+  Suite *s = suite_create("files");
+  TCase *tc = tcase_create("readers");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_header_len_tiny_and_huge);
+  tcase_add_test(tc, test_zip_bomb_bounded);
+  tcase_add_test(tc, test_manifest_trailing_bytes);
+  tcase_add_test(tc, test_ids);
+  tcase_add_test(tc, test_golden_verify_load_error);
+  tcase_add_test(tc, test_golden_verify_cli);
+  tcase_add_test(tc, test_golden_truth_verified);
+  tcase_add_test(tc, test_result_shapes_dtypes);
+  suite_add_tcase(s, tc);
+  tc = tcase_create("writers");
+  tcase_add_checked_fixture(tc, setup, teardown);
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_targets_refused);
+  tcase_add_test(tc, test_report_write_failure);
+  tcase_add_test(tc, test_sigterm_removes_tmp);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  SRunner *sr = srunner_create(files_suite());
+  srunner_run_all(sr, CK_ENV);
+  int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}

@@ -1,0 +1,206 @@
+/* kda_files.c: ids, output targets, the atomic text writer and the temporary-file registry
+ * (SPEC.md §10.1, §10.2).
+ * SPDX-License-Identifier: MIT
+ */
+#include "kda_files.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kda_internal.h"
+
+/* ---- Ids. */
+int kda_id_check(const char *id, const char *what, char *err, size_t errlen) {
+  size_t n = 0;
+  if (id == NULL || id[0] == '\0')
+    return kda_fail(KDA_EINVAL, err, errlen, "%s is empty", what);
+  for (; id[n] != '\0'; n++) {
+    char c = id[n];
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          c == '.' || c == '_' || c == '-') || n >= KDA_ID_MAX)
+      return kda_fail(KDA_EINVAL, err, errlen,
+                      "%s '%.120s' is not one path component of [A-Za-z0-9._-] (at most %d "
+                      "bytes)", what, id, KDA_ID_MAX);
+  }
+  if (strcmp(id, ".") == 0 || strcmp(id, "..") == 0)
+    return kda_fail(KDA_EINVAL, err, errlen, "%s '%s' is not a file name", what, id);
+  return KDA_OK;
+}
+
+/* ---- Output targets. */
+int kda_output_check(const char *path, const char *const *inputs, int n, char *err,
+                     size_t errlen) {
+  struct stat t, s;
+  if (path == NULL || path[0] == '\0') return kda_fail(KDA_EIO, err, errlen, "no output path");
+  if (lstat(path, &t) != 0) return KDA_OK; /* absent: nothing to compare */
+  if (!S_ISREG(t.st_mode))
+    return kda_fail(KDA_EIO, err, errlen, "%s: exists and is not a regular file (%s); refusing "
+                    "to replace it", path, S_ISLNK(t.st_mode) ? "a symbolic link"
+                                               : S_ISDIR(t.st_mode) ? "a directory"
+                                               : S_ISFIFO(t.st_mode) ? "a FIFO" : "a device");
+  for (int i = 0; i < n; i++)
+    if (inputs[i] != NULL && stat(inputs[i], &s) == 0 && s.st_dev == t.st_dev &&
+        s.st_ino == t.st_ino)
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: is the input %s; refusing to overwrite an "
+                      "input", path, inputs[i]);
+  return KDA_OK;
+}
+
+/* ---- The registry: fixed slots, so that the signal handler needs no allocation.  A slot is
+ * claimed atomically (0 free, 2 being filled, 1 in use: threads may create files at once),
+ * filled, then marked in use.  Each slot records the creating process: a forked child
+ * inherits the parent's slots but removes only its own files. */
+#define TMP_SLOTS 64
+#define TMP_PATH 4096
+static char tmp_path[TMP_SLOTS][TMP_PATH];
+static pid_t tmp_owner[TMP_SLOTS];
+static atomic_int tmp_used[TMP_SLOTS];
+
+static void tmp_register(const char *tmp) {
+  size_t n = strlen(tmp);
+  if (n >= TMP_PATH) return; /* not removable on a signal; still removed on every error */
+  for (int i = 0; i < TMP_SLOTS; i++) {
+    int expect = 0;
+    if (atomic_compare_exchange_strong(&tmp_used[i], &expect, 2)) {
+      memcpy(tmp_path[i], tmp, n + 1);
+      tmp_owner[i] = getpid();
+      atomic_store(&tmp_used[i], 1);
+      return;
+    }
+  }
+}
+
+void kda_tmp_forget(const char *tmp) {
+  if (tmp == NULL) return;
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (atomic_load(&tmp_used[i]) == 1 && tmp_owner[i] == getpid() &&
+        strcmp(tmp_path[i], tmp) == 0) {
+      atomic_store(&tmp_used[i], 0);
+      return;
+    }
+}
+
+void kda_tmp_unlink_all(void) {
+  pid_t me = getpid();
+  for (int i = 0; i < TMP_SLOTS; i++)
+    if (atomic_load(&tmp_used[i]) == 1 && tmp_owner[i] == me) unlink(tmp_path[i]);
+}
+
+int kda_tmp_create(const char *path, char **tmp) {
+  struct timespec ts;
+  size_t n = strlen(path);
+  uint64_t seed;
+  char *t;
+  *tmp = NULL;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  seed = (uint64_t)ts.tv_nsec ^ (uint64_t)ts.tv_sec << 30 ^ (uint64_t)getpid() << 12 ^
+         (uint64_t)(uintptr_t)&ts;
+  if ((t = malloc(n + 12)) == NULL) {
+    errno = ENOMEM;
+    return -1;
+  }
+  for (int attempt = 0; attempt < 100; attempt++) {
+    uint64_t x = (seed += 0x9e3779b97f4a7c15ULL);
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+    x ^= x >> 31;
+    memcpy(t, path, n);
+    memcpy(t + n, ".tmp.", 5);
+    for (size_t i = 0; i < 6; i++, x /= 36) t[n + 5 + i] = "0123456789abcdefghijklmnopqrstuvwxyz"[x % 36];
+    t[n + 11] = '\0';
+    int fd = open(t, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      tmp_register(t);
+      *tmp = t;
+      return fd;
+    }
+    if (errno != EEXIST) break;
+  }
+  int e = errno;
+  free(t);
+  errno = e;
+  return -1;
+}
+
+int kda_test_fail_write(const char *path) {
+  const char *hook = getenv("KDA_TEST_FAIL_WRITE");
+  return hook != NULL && *hook != '\0' && path != NULL && strstr(path, hook) != NULL;
+}
+
+/* ---- The atomic text writer. */
+struct kda_atomic {
+  char *path, *tmp;
+  FILE *f;
+};
+
+static void atomic_free(kda_atomic *a) {
+  if (a == NULL) return;
+  if (a->f != NULL) fclose(a->f);
+  if (a->tmp != NULL) {
+    unlink(a->tmp);
+    kda_tmp_forget(a->tmp);
+  }
+  free(a->tmp);
+  free(a->path);
+  free(a);
+}
+
+int kda_atomic_open(const char *path, kda_atomic **out, FILE **f, char *err, size_t errlen) {
+  int st = kda_output_check(path, NULL, 0, err, errlen), fd;
+  kda_atomic *a;
+  *out = NULL;
+  *f = NULL;
+  if (st != KDA_OK) return st;
+  if ((a = calloc(1, sizeof *a)) == NULL || (a->path = strdup(path)) == NULL) {
+    free(a);
+    return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+  }
+  if ((fd = kda_tmp_create(path, &a->tmp)) < 0) {
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot create temporary file: %s", path,
+                  strerror(errno));
+    atomic_free(a);
+    return st;
+  }
+  if ((a->f = fdopen(fd, "w")) == NULL) {
+    close(fd);
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot open %s: %s", path, a->tmp, strerror(errno));
+    atomic_free(a);
+    return st;
+  }
+  *out = a;
+  *f = a->f;
+  return KDA_OK;
+}
+
+void kda_atomic_abort(kda_atomic *a) {
+  atomic_free(a);
+}
+
+int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen) {
+  int st = KDA_OK, e = 0;
+  if (a == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_atomic_commit: NULL writer");
+  FILE *f = a->f;
+  a->f = NULL;
+  if (kda_test_fail_write(a->path)) e = ENOSPC; /* the test hook of kda_files.h */
+  else if (ferror(f) || fflush(f) != 0) e = errno ? errno : EIO;
+  else if (fsync(fileno(f)) != 0) e = errno;
+  if (fclose(f) != 0 && e == 0) e = errno;
+  if (e == 0 && rename(a->tmp, a->path) != 0) e = errno;
+  if (e != 0)
+    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", a->path, strerror(e));
+  else {
+    kda_tmp_forget(a->tmp);
+    free(a->tmp);
+    a->tmp = NULL; /* renamed: nothing to remove */
+  }
+  atomic_free(a);
+  return st;
+}
