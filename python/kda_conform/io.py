@@ -25,8 +25,9 @@ import numpy as np
 from .problem import Problem, ProblemError
 
 RESULT_SCHEMA = "kda-result/1"
-# An id names a file DIR/<id>.npz: one path component of safe characters, never "." or "..".
-_ID_RE = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9._+-]{0,199}$")
+# An id names a file DIR/<id>.npz (SPEC.md §10.2, Ids): 1 to 100 bytes of [A-Za-z0-9._-],
+# not "." or "..".
+_ID_RE = re.compile(r"^[A-Za-z0-9._-]{1,100}$")
 _FLOAT_DTYPES = ("<f8", "<f4", "<f2")
 _INDEX_DTYPES = ("<i8", "<i4")
 _INDEX_MEMBERS = ("cu_seqlens", "checkpoints")
@@ -49,7 +50,8 @@ class Case:
 
 def valid_id(case_id: Any) -> bool:
     """True when `case_id` can name a file `DIR/<id>.npz` (no separator, no '..')."""
-    return isinstance(case_id, str) and bool(_ID_RE.match(case_id)) and ".." not in case_id
+    return (isinstance(case_id, str) and bool(_ID_RE.fullmatch(case_id))
+            and case_id not in (".", ".."))
 
 
 def _expected_shapes(p: Problem) -> Dict[str, tuple]:
@@ -103,6 +105,8 @@ def read_case(path: str) -> Case:
     if not str(man.get("schema", "")).startswith("kda-case/"):
         raise CaseError(f"{path}: manifest schema {man.get('schema')!r} is not kda-case/1")
     case_id = man.get("id")
+    if case_id == "":                  # an empty id: the file name stands in (SPEC.md §10.2)
+        case_id = os.path.basename(path)[:-4] if path.endswith(".npz") else ""
     if not valid_id(case_id):
         raise CaseError(f"{path}: case id {case_id!r} cannot name a result file")
     try:

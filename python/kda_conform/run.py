@@ -71,7 +71,7 @@ def _prompt_files(prompts: Union[str, Iterable[str]]) -> List[str]:
         prompts = os.fspath(prompts)
         if os.path.isdir(prompts):
             return sorted(os.path.join(prompts, f) for f in os.listdir(prompts)
-                          if f.endswith(".npz") and not f.startswith("."))
+                          if f.endswith(".npz"))
         return [prompts]
     return [os.fspath(p) for p in prompts]
 

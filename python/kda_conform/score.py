@@ -16,6 +16,7 @@ import subprocess
 from typing import Any, Dict, List, Optional, Sequence
 
 _LEVEL_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+NOTHING_RAN = 5          # kda conform: no case ran, or every case was NotSupported
 OK_VERDICTS = ("Pass", "QualityWarning", "Waived")
 SKIP_VERDICTS = ("NotSupported",)
 
@@ -167,17 +168,20 @@ def score(results_dir: str, cases: str, out_dir: str, *, cls: str = "fp32",
           filters: Optional[Sequence[str]] = None, kda: Optional[str] = None,
           extra: Sequence[str] = (), timeout: Optional[float] = 3600) -> ScoreReport:
     """`kda conform --candidate RESULTS_DIR --class CLS --out OUT_DIR [-k F]... CASES`.
-    Returns every case's verdict; ScoreError when the runner refused the run (exit 2)."""
+    Returns every case's verdict (exit 0, 1, or 5 when every case was NotSupported);
+    ScoreError when the runner refused the run (exit 2) or no case was selected."""
     cmd = [find_kda(kda), "conform", "--candidate", results_dir, "--class", cls,
            "--out", out_dir, "--quiet"]
     for f in filters or ():
         cmd += ["-k", f]
     cmd += list(extra) + [cases]
     p = _run(cmd, timeout)
-    if p.returncode not in (0, 1):
+    if p.returncode not in (0, 1, NOTHING_RAN):
         raise ScoreError(f"kda conform --candidate: {_stderr_line(p)}")
     jsonl = os.path.join(out_dir, "results.jsonl")
     results = parse_jsonl(jsonl) if os.path.exists(jsonl) else []
+    if not results:          # exit 5 without a case: the filters selected nothing (§12.2)
+        raise ScoreError(f"kda conform --candidate scored no case: {_stderr_line(p)}")
     summary = None
     sp = os.path.join(out_dir, "summary.json")
     if os.path.exists(sp):

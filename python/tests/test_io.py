@@ -74,11 +74,17 @@ def test_not_supported_result(tmp_path):
             "schema": "kda-result/1", "case_id": "c", "not_supported": "K > 256"}
 
 
-@pytest.mark.parametrize("bad", ["", "../x", "a/b", ".hidden", "a\\b", "x" * 201, "a..b", 3])
+@pytest.mark.parametrize("bad", ["", ".", "..", "../x", "a/b", "a\\b", "x" * 101, "a+b",
+                                 "caf\u00e9", "a\x00", 3, None])
 def test_ids_that_cannot_name_a_file(bad, tmp_path):
     assert not kc.valid_id(bad)
     with pytest.raises(kc.CaseError):
         kc.write_result(str(tmp_path / "r.npz"), bad, not_supported="x")
+
+
+def test_ids_of_spec_10_2():
+    for good in ("a", ".hidden", "a..b", "t65-lower-bound-vk", "x" * 100, "A_9.z"):
+        assert kc.valid_id(good), good
 
 
 def _npz(path, manifest, **arrays):
@@ -105,6 +111,7 @@ ARR = dict(q=np.zeros((1, 1, 2), "<f4"), k=np.zeros((1, 1, 2), "<f4"),
     ("[]", ARR, "not an object"),
     (dict(GOOD, schema="kda-result/1"), ARR, "schema"),
     (dict(GOOD, id="../evil"), ARR, "cannot name"),
+    (dict(GOOD, id=".."), ARR, "cannot name"),
     (dict(GOOD, problem={"T": 1, "H": 1, "HV": 1, "K": 2, "V": 2, "bogus": 1}), ARR, "unknown key"),
     (dict(GOOD, problem={"T": 1, "H": 2, "HV": 3, "K": 2, "V": 2}), ARR, "multiple"),
     (GOOD, dict(ARR, q=np.zeros((1, 1, 3), "<f4")), "'q' has shape"),
@@ -119,6 +126,12 @@ def test_malformed_cases_name_the_file(tmp_path, manifest, arrays, msg):
     with pytest.raises(kc.CaseError, match=msg) as e:
         kc.read_case(path)
     assert str(e.value).startswith(path)
+
+
+def test_an_empty_id_takes_the_file_name(tmp_path):
+    path = str(tmp_path / "from-name.npz")
+    _npz(path, dict(GOOD, id=""), **ARR)
+    assert kc.read_case(path).id == "from-name"
 
 
 def test_not_a_zip(tmp_path):
