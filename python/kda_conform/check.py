@@ -25,11 +25,12 @@ _cache: Dict[Tuple[Any, ...], List[CaseResult]] = {}
 def check(kernel: Any, level: str = "L1", cls: str = "fp32",
           cases: Optional[Sequence[str]] = None, *, golden: Optional[str] = None,
           kda: Optional[str] = None, workdir: Optional[str] = None,
-          backend: str = "python") -> List[CaseResult]:
+          backend: str = "python", runner_args: Sequence[str] = ()) -> List[CaseResult]:
     """Score `kernel` (the interface of kda_conform.run) on golden set `level` in precision
     class `cls`.  `cases`: `-k` globs of `kda conform` (ids, `flag:GLOB`, `!GLOB`).
     `golden`: the set's directory (default: found by find_golden).  `workdir`: keep the
     prompts, results and reports there (default: a temporary directory, removed).
+    `runner_args`: more options for `kda conform` (e.g. ["--strict", "--waivers", FILE]).
     Returns one CaseResult per scored case, in the runner's order; a case whose kernel
     raised carries that exception in its reason."""
     if cls not in CLASSES:
@@ -49,7 +50,8 @@ def check(kernel: Any, level: str = "L1", cls: str = "fp32",
             os.makedirs(d, exist_ok=True)
         export_prompts(gold, prompts, exe)
         ran = _run.run(kernel, prompts, results, cases=cases, backend=backend)
-        rep = score(results, gold, report_dir, cls=cls, filters=cases, kda=exe)
+        rep = score(results, gold, report_dir, cls=cls, filters=cases, kda=exe,
+                    extra=runner_args)
     finally:
         if tmp is not None:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -69,7 +71,8 @@ def pytest_cases(kernel: Any, level: str = "L1", cls: str = "fp32",
     the same arguments (collection calls it).  When kda or the golden set is missing, one
     param that skips with the reason."""
     import pytest
-    key = (id(kernel), level, cls, tuple(cases or ()), tuple(sorted(kw.items())))
+    key = (id(kernel), level, cls, tuple(cases or ()),
+           tuple(sorted((k, repr(v)) for k, v in kw.items())))
     if key not in _cache:
         try:
             _cache[key] = check(kernel, level, cls, cases, **kw)

@@ -71,6 +71,13 @@ def test_declines(kda, knows_not_supported):
     assert res[0].verdict == "NotSupported" and res[0].skipped
 
 
+def test_runner_args(kda):
+    with pytest.raises(kc.ScoreError, match="unknown|unrecognized|invalid|option"):
+        kc.check(numpy_kernel, cases=["t17-gdn"], runner_args=["--no-such-option"])
+    res = kc.check(numpy_kernel, cases=["t17-gdn"], runner_args=["--strict"])
+    assert [r.verdict for r in res] == ["Pass"]
+
+
 def test_bad_arguments(kda):
     with pytest.raises(ValueError, match="cls"):
         kc.check(numpy_kernel, cls="fp8")
@@ -78,6 +85,8 @@ def test_bad_arguments(kda):
         kc.check(numpy_kernel, level="../L1")
     with pytest.raises(kc.ScoreError, match="not found"):
         kc.check(numpy_kernel, level="L99")
+    with pytest.raises(kc.ScoreError, match="no case"):       # a typo in a filter
+        kc.check(numpy_kernel, cases=["t17-gnd"])
 
 
 def test_kda_bin_must_be_executable(monkeypatch, tmp_path):
