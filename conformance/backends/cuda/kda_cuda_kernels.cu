@@ -1,0 +1,530 @@
+/* kda_cuda_kernels.cu: the float32 recurrent KDA kernel and its prologue (SPEC.md §3-§5).
+ * SPDX-License-Identifier: MIT
+ *
+ * Two stages on one stream:
+ *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4 in
+ *      float with the float32 reference's formulas (ref/kda_ref_f32.c): qh = scale * L2(q) and
+ *      kh = L2(k) per (t, h); a = expf(g_eff) per (t, hv, gate channel); beta_eff per (t, hv);
+ *      and a map token -> checkpoint index (-1 for none).
+ *   2. The recurrent kernel: one block of 128 threads per (sequence, value head, tile of VT
+ *      value columns).  KS consecutive lanes share one value column j and hold R key rows
+ *      each (i = s*R + r, s the lane's slice), so the column tile of the state lives in
+ *      registers for the whole sequence.  The two sums over i of SPEC.md §3.1 (the
+ *      prediction p_j and the readout o_j) are a per-thread sum of R products followed by an
+ *      xor-butterfly over the KS lanes: addition is commutative, so every lane of a column
+ *      ends with the same bits, and the order of every sum is fixed by the code alone (no
+ *      atomics), so results are identical run to run and whatever the batch composition.
+ *      Coefficients, values, betas and checkpoint flags of up to TB tokens are staged in
+ *      shared memory a chunk at a time; outputs go back through shared memory in rows.
+ * Products may be fused (FMA): SPEC.md §9.2's evaluation order binds the references only;
+ * the fp32 class (SPEC.md §7.2) bounds the error, which stays within a few units.
+ * Gates of -88, -1000 and -inf give expf(g) = +0 and a decayed row of zeros, never NaN
+ * (SPEC.md §9.2), as long as the state is finite.
+ */
+#include <stdio.h>
+
+#include <cuda_pipeline.h>
+
+#include "kda_cuda.h"
+
+#define THREADS 128
+#define ALIGN_BYTES 256
+
+/* ==== Scratch layout ==== */
+
+typedef struct scratch_map {
+  size_t qh, kh, a, b, ckpt, total; /* byte offsets */
+} scratch_map;
+
+static size_t round_up(size_t x) { return (x + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES; }
+
+static int64_t gate_width(const kda_problem *p) {
+  return p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
+}
+
+static scratch_map scratch_layout(const kda_problem *p) {
+  scratch_map m;
+  const size_t T = (size_t)p->T, qk = T * (size_t)p->H * (size_t)p->K * sizeof(float);
+  m.qh = 0;
+  m.kh = round_up(qk);
+  m.a = m.kh + round_up(qk);
+  m.b = m.a + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
+  m.ckpt = m.b + round_up(T * (size_t)p->HV * sizeof(float));
+  m.total = m.ckpt + round_up(T * sizeof(int32_t));
+  return m;
+}
+
+size_t kda_cuda_scratch_bytes(const kda_problem *p) {
+  return p->T > 0 ? scratch_layout(p).total : 0;
+}
+
+/* ==== Coefficients (SPEC.md §4), evaluated in float64 and rounded to float once ====
+ *
+ * The formulas are those of SPEC.md §9.2 (no threshold in softplus, the sigmoid that never
+ * overflows), but in double: each coefficient is then within about half an ulp of float of
+ * its exact value.  With CUDA's float expf (up to 2 ulp, not correctly rounded) the betas and
+ * decays of a long run carried a small bias that golden/L1's drift-lowrank (a direction that
+ * is never decayed nor erased, 65536 steps) turned into 72 units against a cap of 64; with
+ * float64 coefficients it stays near ref-f32's figures.  This is O(K) work a token and head
+ * against O(K V) for the recurrence, and the fp32 class's claim (SPEC.md §7.2) is about the
+ * float32 state and recurrence, which this does not change. */
+
+/* softplus(y) = max(y, 0) + log1p(exp(-|y|)) (SPEC.md §4.1, §9.2). */
+__device__ static double dev_softplus(double y) {
+  return (y > 0.0 ? y : 0.0) + log1p(exp(-fabs(y)));
+}
+
+/* sigmoid in the form that never overflows (SPEC.md §9.2). */
+__device__ static double dev_sigmoid(double y) {
+  if (y >= 0.0) return 1.0 / (1.0 + exp(-y));
+  const double e = exp(y);
+  return e / (1.0 + e);
+}
+
+/* qh = scale * L2(q), kh = L2(k): one warp per (t, h); the sum of squares is a per-lane sum
+ * over i = lane, lane + 32, ... and an xor-butterfly (every lane gets the same bits). */
+__global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, float *kh,
+                                 int64_t rows, int64_t K, int32_t l2_mode, double scale,
+                                 double eps) {
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return; /* whole warps leave together: blocks hold whole warps */
+  for (int which = 0; which < 2; which++) {
+    const float *x = (which ? k : q) + row * K;
+    float *y = (which ? kh : qh) + row * K;
+    double d = 1.0;
+    if (l2_mode != KDA_L2_OFF) {
+      double ss = 0.0;
+      for (int64_t i = lane; i < K; i += 32) ss += (double)x[i] * (double)x[i];
+      for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+      d = l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps);
+    }
+    for (int64_t i = lane; i < K; i += 32) {
+      const double xi = (double)x[i] / d;
+      y[i] = (float)(which ? xi : scale * xi);
+    }
+  }
+}
+
+/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0. */
+__global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const float *dt_bias,
+                                   float *a, int64_t n, int64_t HV, int64_t GW,
+                                   int32_t gate_mode, int32_t has_A_log, double lb) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const int64_t c = e % GW, hv = (e / GW) % HV;
+  double ge = g[e];
+  if (gate_mode != KDA_GATE_LOG) {
+    const double y = ge + (double)dt_bias[hv * GW + c];
+    if (gate_mode == KDA_GATE_SOFTPLUS) {
+      ge = -(exp((double)A_log[hv]) * dev_softplus(y));
+    } else {
+      ge = lb * dev_sigmoid(has_A_log ? exp((double)A_log[hv]) * y : y);
+    }
+  }
+  a[e] = (float)exp(ge);
+}
+
+/* beta_eff per (t, hv) (SPEC.md §4.2). */
+__global__ void kda_cuda_coef_beta(const float *beta, float *b, int64_t n, int32_t mode) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const double x = beta[e];
+  b[e] = (float)(mode == KDA_BETA_PROB ? x : mode == KDA_BETA_LOGIT ? dev_sigmoid(x)
+                                                                    : 2.0 * dev_sigmoid(x));
+}
+
+/* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
+__global__ void kda_cuda_ckpt_fill(int32_t *ckpt, int64_t T) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < T) ckpt[e] = -1;
+}
+__global__ void kda_cuda_ckpt_scatter(int32_t *ckpt, const int64_t *checkpoints, int64_t C) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) ckpt[checkpoints[c]] = (int32_t)c;
+}
+
+/* ==== The recurrent kernel ==== */
+
+typedef struct recur_args {
+  int64_t H, HV, K, V, G;
+  int32_t decays, erases, gate_scalar, head_mod, vk, has_h0, want_ht, has_ckpt, vec;
+  int32_t coltiles, TB;
+  const float *qh, *kh, *a, *b, *v, *h0;
+  const int32_t *ckpt;
+  const int64_t *cu;
+  float *o, *ht, *hc;
+} recur_args;
+
+/* Row stride of a staged key vector slice: padded by 4 floats so that the float4 loads of
+ * the KS slices of a warp fall in distinct banks. */
+template <int R> struct pad { static constexpr int RP = R >= 4 ? R + 4 : R; };
+
+/* Asynchronous copies global -> shared (cp.async): a chunk's inputs are in flight while the
+ * previous chunk is computed. */
+__device__ __forceinline__ void async4(void *dst, const void *src) {
+  __pipeline_memcpy_async(dst, src, 4);
+}
+__device__ __forceinline__ void async16(void *dst, const void *src) {
+  __pipeline_memcpy_async(dst, src, 16);
+}
+
+/* x[0..R) from shared memory into registers, 16 bytes at a time when R allows. */
+template <int R> __device__ __forceinline__ void load_row(float *dst, const float *src) {
+  if constexpr (R % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r += 4) {
+      const float4 f = *reinterpret_cast<const float4 *>(src + r);
+      dst[r] = f.x, dst[r + 1] = f.y, dst[r + 2] = f.z, dst[r + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r++) dst[r] = src[r];
+  }
+}
+
+/* Sum over the KS lanes of one column; every one of them gets the same bits (addition is
+ * commutative, and lanes x and x^m add the same two numbers). */
+template <int KS> __device__ __forceinline__ float column_sum(float x) {
+#pragma unroll
+  for (int m = 1; m < KS; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+template <int KS> __device__ __forceinline__ void column_sum2(float &x, float &y) {
+#pragma unroll
+  for (int m = 1; m < KS; m <<= 1) {
+    const float xs = __shfl_xor_sync(0xffffffffu, x, m), ys = __shfl_xor_sync(0xffffffffu, y, m);
+    x += xs, y += ys;
+  }
+}
+
+/* sum_r S[r] * x[r], two interleaved accumulators. */
+template <int R> __device__ __forceinline__ float dot_rows(const float *S, const float *x) {
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; r += 2) {
+    a0 = fmaf(S[r], x[r], a0);
+    if (r + 1 < R) a1 = fmaf(S[r + 1], x[r + 1], a1);
+  }
+  return a0 + a1;
+}
+
+/* Decay and erase of one token (SPEC.md §3.1 steps 1-2): S <- a * S, then the per-thread
+ * part of p = sum_i S[i][j] k_i on the decayed state. */
+template <int R>
+__device__ __forceinline__ float decay_erase(const recur_args &A, float *S, const float *sa,
+                                             const float *sk) {
+  float x[R];
+  if (A.decays) {
+    load_row<R>(x, sa);
+#pragma unroll
+    for (int r = 0; r < R; r++) S[r] = x[r] * S[r];
+  }
+  load_row<R>(x, sk);
+  return dot_rows<R>(S, x);
+}
+
+/* The tile of one stored state (K rows, VT columns from col0) as tile[i][c], (VT+1) floats a
+ * row, copied in the storage order of its layout (SPEC.md §2.4) so that global accesses run
+ * along contiguous memory.  Entries outside K x V are left as they are (zero). */
+template <int KS, int R>
+__device__ void tile_issue(const recur_args &A, const float *src, float *tile, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R;
+  for (int e = threadIdx.x; e < KP * VT; e += THREADS) {
+    const int i = A.vk ? e % KP : e / VT, c = A.vk ? e / KP : e % VT;
+    const int64_t j = col0 + c;
+    if (i < A.K && j < A.V) async4(tile + i * (VT + 1) + c, src + (A.vk ? j * A.K + i : i * A.V + j));
+  }
+}
+template <int KS, int R>
+__device__ void tile_store(const recur_args &A, float *dst, const float *tile, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R;
+  for (int e = threadIdx.x; e < KP * VT; e += THREADS) {
+    const int i = A.vk ? e % KP : e / VT, c = A.vk ? e / KP : e % VT;
+    const int64_t j = col0 + c;
+    if (i < A.K && j < A.V) dst[A.vk ? j * A.K + i : i * A.V + j] = tile[i * (VT + 1) + c];
+  }
+}
+
+/* Writes the registers' state into dst (one stored state of the problem's layout).  Called by
+ * every thread of the block (it synchronises). */
+template <int KS, int R>
+__device__ void state_store(const recur_args &A, const float *S, float *tile, float *dst,
+                            int64_t col0) {
+  constexpr int VT = THREADS / KS;
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; r++) tile[(s * R + r) * (VT + 1) + c] = S[r];
+  __syncthreads();
+  tile_store<KS, R>(A, dst, tile, col0);
+}
+
+/* One staging buffer: TB tokens of kh, qh, a (ROW floats each: KS slices of RP), v (VT), beta,
+ * checkpoint index. */
+struct stage {
+  float *k, *q, *a, *v, *b;
+  int *c;
+};
+template <int KS, int R> __device__ stage stage_at(float *base, int TB) {
+  constexpr int VT = THREADS / KS, ROW = KS * pad<R>::RP;
+  stage g;
+  g.k = base, g.q = base + TB * ROW, g.a = base + 2 * TB * ROW, g.v = base + 3 * TB * ROW;
+  g.b = g.v + TB * VT, g.c = reinterpret_cast<int *>(g.b + TB);
+  return g;
+}
+
+/* Issues the copies of tokens t0 .. t0+nt-1 into g.  Key rows beyond K and columns beyond V
+ * are never written: they stay zero, so padded rows of the state stay exactly zero. */
+template <int KS, int R>
+__device__ void stage_issue(const recur_args &A, const stage &g, int64_t t0, int nt, int64_t h,
+                            int64_t hv, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R, RP = pad<R>::RP, ROW = KS * RP;
+  if (A.vec) { /* K % 4 == 0 and R % 4 == 0: 16-byte copies, 4 rows never straddle a slice */
+    for (int e = threadIdx.x; e < nt * (KP / 4); e += THREADS) {
+      const int tt = e / (KP / 4), i = (e % (KP / 4)) * 4, at = tt * ROW + (i / R) * RP + i % R;
+      if (i >= A.K) continue;
+      const int64_t t = t0 + tt;
+      async16(g.k + at, A.kh + (t * A.H + h) * A.K + i);
+      async16(g.q + at, A.qh + (t * A.H + h) * A.K + i);
+      if (A.decays && !A.gate_scalar) async16(g.a + at, A.a + (t * A.HV + hv) * A.K + i);
+    }
+  }
+  for (int e = threadIdx.x; e < nt * KP; e += THREADS) {
+    const int tt = e / KP, i = e % KP, at = tt * ROW + (i / R) * RP + i % R;
+    if (i >= A.K) continue;
+    const int64_t t = t0 + tt;
+    if (!A.vec) {
+      async4(g.k + at, A.kh + (t * A.H + h) * A.K + i);
+      async4(g.q + at, A.qh + (t * A.H + h) * A.K + i);
+    }
+    if (A.decays && A.gate_scalar) async4(g.a + at, A.a + t * A.HV + hv);
+    else if (A.decays && !A.vec) async4(g.a + at, A.a + (t * A.HV + hv) * A.K + i);
+  }
+  for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
+    const int tt = e / VT, c = e % VT;
+    const int64_t j = col0 + c;
+    if (j < A.V) async4(g.v + e, A.v + ((t0 + tt) * A.HV + hv) * A.V + j);
+  }
+  for (int e = threadIdx.x; e < nt; e += THREADS) {
+    async4(g.b + e, A.b + (t0 + e) * A.HV + hv);
+    if (A.has_ckpt) async4(g.c + e, A.ckpt + t0 + e);
+    else g.c[e] = -1;
+  }
+}
+
+/* One block: sequence n, value head hv, value columns col0 .. col0+VT-1.  Per token, after
+ * the chunk's first: write, readout of this token and decay + erase of the next one in one
+ * pass over the registers (the readout o_t and the next prediction p_{t+1} are both sums
+ * over i of the same state), their two lane sums interleaved. */
+template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_recur(const recur_args A) {
+  constexpr int VT = THREADS / KS, KP = KS * R, RP = pad<R>::RP, ROW = KS * RP;
+  extern __shared__ __align__(16) float smem[];
+  const int TB = A.TB;
+  const int stage_floats = TB * (3 * ROW + VT + 2);
+  const int total = 2 * stage_floats + TB * VT + KP * (VT + 1);
+  float *so = smem + 2 * stage_floats, *tile = so + TB * VT;
+
+  const int64_t bid = blockIdx.x;
+  const int64_t ct = bid % A.coltiles, hv = (bid / A.coltiles) % A.HV;
+  const int64_t n = bid / A.coltiles / A.HV;
+  const int64_t h = A.head_mod ? hv % A.H : hv / A.G; /* SPEC.md §4.4 */
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  const int64_t col0 = ct * VT;
+  const int64_t bos = A.cu[n], eos = A.cu[n + 1];
+  const int64_t state_off = (n * A.HV + hv) * A.K * A.V;
+
+  for (int e = threadIdx.x; e < total; e += THREADS) smem[e] = 0.0f;
+  __syncthreads(); /* the zeros land before any copy */
+  if (A.has_h0) tile_issue<KS, R>(A, A.h0 + state_off, tile, col0);
+  if (bos < eos) stage_issue<KS, R>(A, stage_at<KS, R>(smem, TB), bos, (int)(eos - bos < TB ? eos - bos : TB), h, hv, col0);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  float S[R];
+#pragma unroll
+  for (int r = 0; r < R; r++) S[r] = tile[(s * R + r) * (VT + 1) + c];
+
+  int cur = 0;
+  for (int64_t t0 = bos; t0 < eos; t0 += TB, cur ^= 1) {
+    const int nt = (int)(eos - t0 < TB ? eos - t0 : TB);
+    const int64_t t1 = t0 + TB;
+    if (t1 < eos)
+      stage_issue<KS, R>(A, stage_at<KS, R>(smem + (cur ^ 1) * stage_floats, TB), t1, (int)(eos - t1 < TB ? eos - t1 : TB), h, hv, col0);
+    __pipeline_commit();
+    __pipeline_wait_prior(1); /* this chunk's copies (issued one iteration ago) are done */
+    __syncthreads();
+    const stage g = stage_at<KS, R>(smem + cur * stage_floats, TB);
+    float p = decay_erase<R>(A, S, g.a + s * RP, g.k + s * RP);
+    p = A.erases ? column_sum<KS>(p) : 0.0f;
+    for (int tt = 0; tt < nt; tt++) {
+      float x[R], y[R];
+      const float w = g.b[tt] * (g.v[tt * VT + c] - p); /* 3. write: S += k (b (v - p)) */
+      load_row<R>(x, g.k + tt * ROW + s * RP);
+#pragma unroll
+      for (int r = 0; r < R; r++) S[r] = fmaf(x[r], w, S[r]);
+      const int cp = g.c[tt];
+      if (cp >= 0) /* uniform over the block: g.c is shared */
+        state_store<KS, R>(A, S, tile, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, col0);
+      load_row<R>(x, g.q + tt * ROW + s * RP); /* 4. readout after the write */
+      float o;
+      if (tt + 1 < nt) { /* fused with steps 1-2 of token tt + 1 */
+        float o0 = 0.0f, o1 = 0.0f, p0 = 0.0f, p1 = 0.0f;
+        load_row<R>(y, g.k + (tt + 1) * ROW + s * RP);
+        if (A.decays) {
+          float a[R];
+          load_row<R>(a, g.a + (tt + 1) * ROW + s * RP);
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            if (r % 2 == 0) o0 = fmaf(S[r], x[r], o0); else o1 = fmaf(S[r], x[r], o1);
+            S[r] = a[r] * S[r];
+            if (r % 2 == 0) p0 = fmaf(S[r], y[r], p0); else p1 = fmaf(S[r], y[r], p1);
+          }
+        } else {
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            if (r % 2 == 0) o0 = fmaf(S[r], x[r], o0), p0 = fmaf(S[r], y[r], p0);
+            else o1 = fmaf(S[r], x[r], o1), p1 = fmaf(S[r], y[r], p1);
+          }
+        }
+        o = o0 + o1, p = p0 + p1;
+        column_sum2<KS>(o, p);
+        if (!A.erases) p = 0.0f;
+      } else {
+        o = column_sum<KS>(dot_rows<R>(S, x));
+      }
+      if (s == 0) so[tt * VT + c] = o;
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
+      const int tt = e / VT, cc = e % VT;
+      if (col0 + cc < A.V) A.o[((t0 + tt) * A.HV + hv) * A.V + col0 + cc] = so[e];
+    }
+  }
+  if (A.want_ht) state_store<KS, R>(A, S, tile, A.ht + state_off, col0);
+}
+
+/* ==== Host side ==== */
+
+static int fail(int st, char *err, size_t len, const char *msg, cudaError_t e) {
+  if (len) snprintf(err, len, "cuda: %s: %s", msg, cudaGetErrorString(e));
+  return st;
+}
+
+static int rows_for(int64_t K, int ks) {
+  int R = 1;
+  while ((int64_t)R * ks < K) R *= 2;
+  return R;
+}
+
+int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len) {
+  const int ks = ksplit ? ksplit : 8;
+  if (p->K > KDA_CUDA_MAX_K || rows_for(p->K, ks) > 32) {
+    if (len)
+      snprintf(why, len, "K = %lld: the cuda backend holds K <= %d (ksplit=%d: K <= %d)",
+               (long long)p->K, KDA_CUDA_MAX_K, ks, ks * 32 < KDA_CUDA_MAX_K ? ks * 32 : KDA_CUDA_MAX_K);
+    return KDA_EUNSUPPORTED;
+  }
+  const int64_t vt = THREADS / ks, blocks = p->N * p->HV * ((p->V + vt - 1) / vt);
+  if (blocks > 0x7fffffffLL || p->T > 0x7fffffffLL) {
+    if (len) snprintf(why, len, "N*HV*V = %lld blocks or T = %lld: too many for one launch",
+                      (long long)blocks, (long long)p->T);
+    return KDA_EUNSUPPORTED;
+  }
+  return KDA_OK;
+}
+
+static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+/* Enqueues the prologue kernels of SPEC.md §4. */
+static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
+                            cudaStream_t st) {
+  char *base = (char *)d->scratch;
+  const int64_t GW = gate_width(p), T = p->T;
+  const int64_t rows = T * p->H;
+  kda_cuda_coef_qk<<<grid_of(rows * 32, THREADS), THREADS, 0, st>>>(
+      d->q, d->k, (float *)(base + m->qh), (float *)(base + m->kh), rows, p->K, p->l2_mode,
+      p->scale, p->l2_eps);
+  if (GW > 0) {
+    const int64_t n = T * p->HV * GW;
+    kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
+        d->g, d->A_log, d->dt_bias, (float *)(base + m->a), n, p->HV, GW, p->gate_mode,
+        p->has_A_log, p->lower_bound);
+  }
+  kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
+      d->beta, (float *)(base + m->b), T * p->HV, p->beta_mode);
+  if (p->n_checkpoints > 0) {
+    kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
+    kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
+        (int32_t *)(base + m->ckpt), d->checkpoints, p->n_checkpoints);
+  }
+}
+
+template <int KS, int R>
+static cudaError_t launch_recur(const recur_args &A, int64_t blocks, cudaStream_t st) {
+  constexpr int VT = THREADS / KS, KP = KS * R, ROW = KS * pad<R>::RP;
+  const size_t floats = (size_t)A.TB * (2 * (3 * ROW + VT + 2) + VT) + (size_t)KP * (VT + 1);
+  const size_t bytes = floats * sizeof(float);
+  if (bytes > 48 * 1024) {
+    cudaError_t e = cudaFuncSetAttribute(kda_cuda_recur<KS, R>,
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+    if (e != cudaSuccess) return e;
+  }
+  kda_cuda_recur<KS, R><<<(unsigned)blocks, THREADS, bytes, st>>>(A);
+  return cudaGetLastError();
+}
+
+template <int KS>
+static cudaError_t dispatch_rows(const recur_args &A, int R, int64_t blocks, cudaStream_t st) {
+  switch (R) {
+  case 1: return launch_recur<KS, 1>(A, blocks, st);
+  case 2: return launch_recur<KS, 2>(A, blocks, st);
+  case 4: return launch_recur<KS, 4>(A, blocks, st);
+  case 8: return launch_recur<KS, 8>(A, blocks, st);
+  case 16: return launch_recur<KS, 16>(A, blocks, st);
+  default: return launch_recur<KS, 32>(A, blocks, st);
+  }
+}
+
+int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
+                    cudaStream_t stream, char *err, size_t errlen) {
+  const int ks = o->ksplit ? o->ksplit : 8;
+  if (ks != 4 && ks != 8 && ks != 16) {
+    if (errlen) snprintf(err, errlen, "cuda: ksplit=%d (4, 8 or 16)", ks);
+    return KDA_EINVAL;
+  }
+  int st = kda_cuda_why_not(p, ks, err, errlen);
+  if (st) return st;
+  const scratch_map m = scratch_layout(p);
+  if (p->T > 0) launch_prologue(p, d, &m, stream);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
+
+  const int64_t vt = THREADS / ks, coltiles = (p->V + vt - 1) / vt;
+  const int64_t tb = o->max_len < 1 ? 1 : o->max_len < KDA_CUDA_TOKENS ? o->max_len
+                                                                         : KDA_CUDA_TOKENS;
+  char *base = (char *)d->scratch;
+  recur_args A;
+  A.H = p->H, A.HV = p->HV, A.K = p->K, A.V = p->V, A.G = p->HV / p->H;
+  A.decays = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
+  A.erases = p->family != KDA_FAMILY_LINEAR;
+  A.gate_scalar = p->family == KDA_FAMILY_GDN;
+  A.head_mod = p->head_map == KDA_HEADMAP_MOD;
+  A.vk = p->state_layout == KDA_STATE_VK;
+  A.has_h0 = p->has_initial_state != 0, A.want_ht = p->want_final_state != 0;
+  A.has_ckpt = p->n_checkpoints > 0;
+  A.vec = p->K % 4 == 0 && rows_for(p->K, ks) % 4 == 0;
+  A.coltiles = (int32_t)coltiles, A.TB = (int32_t)tb;
+  A.qh = (const float *)(base + m.qh), A.kh = (const float *)(base + m.kh);
+  A.a = (const float *)(base + m.a), A.b = (const float *)(base + m.b);
+  A.ckpt = (const int32_t *)(base + m.ckpt);
+  A.v = d->v, A.h0 = d->h0, A.cu = d->cu_seqlens;
+  A.o = d->o, A.ht = d->ht, A.hc = d->hc;
+  const int64_t blocks = p->N * p->HV * coltiles;
+  const int R = rows_for(p->K, ks);
+  e = ks == 4 ? dispatch_rows<4>(A, R, blocks, stream)
+      : ks == 8 ? dispatch_rows<8>(A, R, blocks, stream)
+                : dispatch_rows<16>(A, R, blocks, stream);
+  if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "recurrent kernel launch", e);
+  return KDA_OK;
+}
