@@ -6,7 +6,8 @@
  * hostile tensors and bad indices with KDA_EINVAL, and tolerates NULL handles.  Without a
  * usable GPU, open succeeds and supports declines with "no CUDA device: ...", so the runner
  * scores NotSupported.  With a GPU (the H200 of docs/cuda.md): every mode of SPEC.md §4-§5
- * and edge sizes pass in the fp32 class for ksplit 4, 8 and 16, with --repeat's bit check.
+ * and edge sizes pass in the fp32 class for ksplit 4, 8, 16 and automatic, with a capped
+ * persistent grid too, with --repeat's bit check.
  * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
  * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing.
  */
@@ -78,7 +79,7 @@ START_TEST(test_params_and_nulls) {
   void *h = NULL;
   char err[KDA_ERRLEN] = "";
   static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
-                                    "ksplit=8 bogus"};
+                                    "ksplit=8 bogus", "grid=-1", "grid=99999999999"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
     ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
@@ -168,6 +169,11 @@ static const char *const descs[] = {
     "layout=vk checkpoints=15,16,17,69 id=k129-v131",
     "seed=61 seqlens=1,1,1,1,1,1,1 H=2 HV=4 K=128 V=128 gate=softplus beta=logit l2=fla "
     "prec=f32 h0=1 id=decode",
+    /* many work items: with grid=3 every block takes hundreds, prefetching the next one's
+     * state during its last chunk; lengths 0 to 3 */
+    "seed=63 seqlens=1,0,2,1,1,3,1,1,0,1,2,1,1,1,3,1,1,1,0,1,1,2,1,1,1,1,1,3,1,1,1,1 H=2 HV=8 "
+    "K=64 V=64 gate=softplus beta=logit l2=fla prec=f32 h0=1 layout=vk checkpoints=1,7,20 "
+    "id=many-items",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
 };
@@ -186,8 +192,11 @@ START_TEST(test_conform) {
   kda_gen_desc_free(&d);
   if (!c.id) c.id = strdup("case");
   ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
-  static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16"};
-  for (size_t k = 0; k < (gpu ? 3u : 1u); k++) {
+  /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
+  static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
+                                       "ksplit=16 grid=2"};
+  const size_t n_params = sizeof params / sizeof params[0];
+  for (size_t k = 0; k < (gpu ? n_params : 1u); k++) {
     kda_conform_opts o;
     kda_conform_opts_init(&o);
     o.repeat = 1;

@@ -2,7 +2,8 @@
  * SPDX-License-Identifier: MIT
  *
  * Until `kda bench -b cuda` exists, this prints the figures issue #10 asks for, with CUDA
- * events around kda_cuda_launch on device-resident buffers: prefill B1 at T = 8192 and 32768,
+ * events around kda_cuda_launch on device-resident buffers: prefill B1 at T = 8192, 32768 and
+ * 131072 and B4 at T = 8192,
  * decode (T = 1 a sequence, h0 in and ht out) at B = 64, 256, 1024; H = HV = 32, K = V = 128;
  * KDA with the softplus gate, A_log, logit beta and fla L2 (the production configuration).
  * Inputs are pseudo-random (a hash of the element index; never zeros), drawn on the device.
@@ -11,7 +12,8 @@
  * outputs; decode: state bytes read and written).  A repeated launch must give the same
  * bits (SPEC.md §7.7 --repeat), checked on the outputs of the first and the last launch.
  * Also the card's device-to-device copy bandwidth, as the ceiling for decode.
- * Usage: bench_cuda [ksplit ...]   (default 8; e.g. "bench_cuda 4 8 16" compares them)
+ * Usage: bench_cuda [ksplit ...]   (default 0, the automatic choice; "bench_cuda 0 4 8" compares);
+ * BENCH_ONLY=PREFIX runs only the cases whose name starts with PREFIX (for a profiler).
  * Exit status 0, or 1 on a CUDA error or a nondeterministic result.
  */
 #include <stdio.h>
@@ -100,7 +102,7 @@ static int run_case(const bench_case *bc, int ksplit) {
   CK(cudaMalloc(&d.o, (size_t)T * HV * V * 4));
   CK(cudaMalloc(&d.ht, (size_t)st * 4));
   CK(cudaMalloc(&d.scratch, kda_cuda_scratch_bytes(&p)));
-  kda_cuda_opts o = {ksplit, bc->T1};
+  kda_cuda_opts o = {ksplit, 0, bc->T1, 0};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
@@ -127,8 +129,8 @@ static int run_case(const bench_case *bc, int ksplit) {
   const double flop = 8.0 * K * V * (double)T * HV;
   const double io = 4.0 * (2.0 * T * H * K + 2.0 * T * HV * V + (double)T * HV * K + T * HV);
   const double state = 4.0 * st * (p.has_initial_state ? 2 : 1);
-  printf("%-14s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
-         bc->name, ksplit ? ksplit : 8, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
+  printf("%-16s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
+         bc->name, ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
          state / t * 1e-9, first == last ? "repeat-identical" : "REPEAT-DIFFERS");
   cudaFree((void *)d.q), cudaFree((void *)d.k), cudaFree((void *)d.v), cudaFree((void *)d.g);
   cudaFree((void *)d.beta), cudaFree((void *)d.A_log), cudaFree((void *)d.dt_bias);
@@ -173,12 +175,16 @@ int main(int argc, char **argv) {
   copy_bandwidth();
   std::vector<int> ks;
   for (int a = 1; a < argc; a++) ks.push_back(atoi(argv[a]));
-  if (ks.empty()) ks.push_back(8);
-  const bench_case cases[] = {{"prefill-T8192", 1, 8192}, {"prefill-T32768", 1, 32768},
-                              {"decode-B64", 64, 1},      {"decode-B256", 256, 1},
+  if (ks.empty()) ks.push_back(0);
+  const bench_case cases[] = {{"prefill-T8192", 1, 8192},   {"prefill-T32768", 1, 32768},
+                              {"prefill-T131072", 1, 131072}, {"prefill-B4-T8192", 4, 8192},
+                              {"decode-B64", 64, 1},          {"decode-B256", 256, 1},
                               {"decode-B1024", 1024, 1}};
+  const char *only = getenv("BENCH_ONLY"); /* run only the cases whose name starts so */
   int bad = 0;
-  for (const bench_case &c : cases)
+  for (const bench_case &c : cases) {
+    if (only && *only && strncmp(c.name, only, strlen(only)) != 0) continue;
     for (int k : ks) bad |= run_case(&c, k);
+  }
   return bad;
 }

@@ -27,7 +27,8 @@
 
 typedef struct cuda_handle {
   int32_t device;  /* CUDA device ordinal */
-  int32_t ksplit;  /* threads per value column, 0: the kernel's default */
+  int32_t ksplit;  /* threads per value column, 0: chosen from the shape */
+  int64_t grid;    /* cap on the persistent grid, 0: none */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
@@ -141,11 +142,14 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     if (strncmp(w, "device=", 7) == 0) {
       long d = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && d >= 0 && d < 1024) { h->device = (int32_t)d; continue; }
+    } else if (strncmp(w, "grid=", 5) == 0) {
+      long g = strtol(w + 5, &end, 10);
+      if (end != w + 5 && !*end && g >= 0 && g <= (1L << 24)) { h->grid = g; continue; }
     } else if (strncmp(w, "ksplit=", 7) == 0) {
       long k = strtol(w + 7, &end, 10);
-      if (end != w + 7 && !*end && (k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
+      if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=4|8|16)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -281,6 +285,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   }
   b->p = *p;
   b->o.ksplit = h->ksplit;
+  b->o.max_grid = h->grid;
   kda_cuda_dev *d = &b->d;
   d->q = (const float *)(m + L.q), d->k = (const float *)(m + L.k);
   d->v = (const float *)(m + L.v), d->g = GW ? (const float *)(m + L.g) : NULL;
@@ -414,7 +419,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=4|8|16",
+    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

@@ -30,10 +30,14 @@ typedef struct kda_cuda_dev {
 } kda_cuda_dev;
 
 /* Options of a launch: ksplit is the number of threads that share one value column's key
- * rows (4, 8 or 16; 0 picks 8); max_len the longest sequence of the call (sizes the staging). */
+ * rows (4, 8 or 16; 0 picks one from the shape); max_len the longest sequence of the call
+ * (sizes the staging); max_grid caps the persistent grid (0: as many blocks as are resident;
+ * tests set a small one so that every block takes many work items). */
 typedef struct kda_cuda_opts {
   int32_t ksplit;
+  int32_t reserved0;
   int64_t max_len;
+  int64_t max_grid;
 } kda_cuda_opts;
 
 /* Bytes of scratch one call needs (0 when T = 0). */

@@ -150,11 +150,18 @@ typedef struct recur_args {
   int64_t H, HV, K, V, G;
   int32_t decays, erases, gate_scalar, head_mod, vk, has_h0, want_ht, has_ckpt, vec;
   int32_t coltiles, TB;
+  int64_t items; /* N * HV * coltiles work items */
   const float *qh, *kh, *a, *b, *v, *h0;
   const int32_t *ckpt;
   const int64_t *cu;
   float *o, *ht, *hc;
 } recur_args;
+
+/* Floats of one staging buffer of TB tokens, rounded up to 16 bytes so that the second
+ * buffer is aligned for the 16-byte copies and loads too. */
+__host__ __device__ constexpr int stage_size(int TB, int ROW, int VT) {
+  return (TB * (3 * ROW + VT + 2) + 3) / 4 * 4;
+}
 
 /* Row stride of a staged key vector slice: padded by 4 floats so that the float4 loads of
  * the KS slices of a warp fall in distinct banks. */
@@ -290,7 +297,8 @@ __device__ void stage_issue(const recur_args &A, const stage &g, int64_t t0, int
       if (A.decays && !A.gate_scalar) async16(g.a + at, A.a + (t * A.HV + hv) * A.K + i);
     }
   }
-  for (int e = threadIdx.x; e < nt * KP; e += THREADS) {
+  const bool scalar_pass = !A.vec || (A.decays && A.gate_scalar);
+  for (int e = threadIdx.x; scalar_pass && e < nt * KP; e += THREADS) {
     const int tt = e / KP, i = e % KP, at = tt * ROW + (i / R) * RP + i % R;
     if (i >= A.K) continue;
     const int64_t t = t0 + tt;
@@ -313,95 +321,139 @@ __device__ void stage_issue(const recur_args &A, const stage &g, int64_t t0, int
   }
 }
 
-/* One block: sequence n, value head hv, value columns col0 .. col0+VT-1.  Per token, after
- * the chunk's first: write, readout of this token and decay + erase of the next one in one
- * pass over the registers (the readout o_t and the next prediction p_{t+1} are both sums
- * over i of the same state), their two lane sums interleaved. */
+/* What one work item is: sequence n, value head hv (q/k head h), value columns col0 ..
+ * col0+VT-1, tokens bos .. eos-1. */
+struct item_at {
+  int64_t n, hv, h, col0, bos, eos, state_off;
+};
+template <int KS>
+__device__ __forceinline__ item_at item_of(const recur_args &A, int64_t item) {
+  constexpr int VT = THREADS / KS;
+  item_at it;
+  const int64_t ct = item % A.coltiles;
+  it.hv = (item / A.coltiles) % A.HV;
+  it.n = item / A.coltiles / A.HV;
+  it.h = A.head_mod ? it.hv % A.H : it.hv / A.G; /* SPEC.md §4.4 */
+  it.col0 = ct * VT;
+  it.bos = A.cu[it.n], it.eos = A.cu[it.n + 1];
+  it.state_off = (it.n * A.HV + it.hv) * A.K * A.V;
+  return it;
+}
+
+/* Issues the copies an item starts with: its initial state tile and its first chunk. */
+template <int KS, int R>
+__device__ void item_issue(const recur_args &A, const item_at &it, const stage &g, float *tile) {
+  if (A.has_h0) tile_issue<KS, R>(A, A.h0 + it.state_off, tile, it.col0);
+  if (it.bos < it.eos)
+    stage_issue<KS, R>(A, g, it.bos, (int)(it.eos - it.bos < A.TB ? it.eos - it.bos : A.TB),
+                       it.h, it.hv, it.col0);
+}
+
+/* A persistent block takes items blockIdx.x, + gridDim.x, ...  Within an item, chunk c + 1's
+ * copies are in flight while chunk c is computed; during an item's last chunk, the next
+ * item's initial state and first chunk are (so decode, one token an item, streams states).
+ * Per token, after the chunk's first: write, then the readout of this token and the decay +
+ * erase of the next one in one pass over the registers (o_t and p_{t+1} are both sums over i
+ * of the same state), their two lane sums interleaved.  Which block computes an item, and
+ * when, does not change a bit of its result. */
 template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_recur(const recur_args A) {
   constexpr int VT = THREADS / KS, KP = KS * R, RP = pad<R>::RP, ROW = KS * RP;
   extern __shared__ __align__(16) float smem[];
   const int TB = A.TB;
-  const int stage_floats = TB * (3 * ROW + VT + 2);
-  const int total = 2 * stage_floats + TB * VT + KP * (VT + 1);
-  float *so = smem + 2 * stage_floats, *tile = so + TB * VT;
-
-  const int64_t bid = blockIdx.x;
-  const int64_t ct = bid % A.coltiles, hv = (bid / A.coltiles) % A.HV;
-  const int64_t n = bid / A.coltiles / A.HV;
-  const int64_t h = A.head_mod ? hv % A.H : hv / A.G; /* SPEC.md §4.4 */
+  const int stage_floats = stage_size(TB, ROW, VT), tile_floats = KP * (VT + 1);
+  const int total = 2 * stage_floats + TB * VT + 2 * tile_floats;
+  float *so = smem + 2 * stage_floats, *tiles = so + TB * VT;
   const int s = threadIdx.x % KS, c = threadIdx.x / KS;
-  const int64_t col0 = ct * VT;
-  const int64_t bos = A.cu[n], eos = A.cu[n + 1];
-  const int64_t state_off = (n * A.HV + hv) * A.K * A.V;
 
   for (int e = threadIdx.x; e < total; e += THREADS) smem[e] = 0.0f;
   __syncthreads(); /* the zeros land before any copy */
-  if (A.has_h0) tile_issue<KS, R>(A, A.h0 + state_off, tile, col0);
-  if (bos < eos) stage_issue<KS, R>(A, stage_at<KS, R>(smem, TB), bos, (int)(eos - bos < TB ? eos - bos : TB), h, hv, col0);
+  int64_t item = blockIdx.x;
+  if (item >= A.items) return; /* the whole block */
+  int cur = 0, tb = 0;
+  item_issue<KS, R>(A, item_of<KS>(A, item), stage_at<KS, R>(smem, TB), tiles);
   __pipeline_commit();
-  __pipeline_wait_prior(0);
-  __syncthreads();
-  float S[R];
-#pragma unroll
-  for (int r = 0; r < R; r++) S[r] = tile[(s * R + r) * (VT + 1) + c];
 
-  int cur = 0;
-  for (int64_t t0 = bos; t0 < eos; t0 += TB, cur ^= 1) {
-    const int nt = (int)(eos - t0 < TB ? eos - t0 : TB);
-    const int64_t t1 = t0 + TB;
-    if (t1 < eos)
-      stage_issue<KS, R>(A, stage_at<KS, R>(smem + (cur ^ 1) * stage_floats, TB), t1, (int)(eos - t1 < TB ? eos - t1 : TB), h, hv, col0);
-    __pipeline_commit();
-    __pipeline_wait_prior(1); /* this chunk's copies (issued one iteration ago) are done */
+  for (; item < A.items; item += gridDim.x, tb ^= 1) {
+    const item_at it = item_of<KS>(A, item);
+    const int64_t next = item + gridDim.x;
+    float *tile = tiles + tb * tile_floats;
+    __pipeline_wait_prior(0);
     __syncthreads();
-    const stage g = stage_at<KS, R>(smem + cur * stage_floats, TB);
-    float p = decay_erase<R>(A, S, g.a + s * RP, g.k + s * RP);
-    p = A.erases ? column_sum<KS>(p) : 0.0f;
-    for (int tt = 0; tt < nt; tt++) {
-      float x[R], y[R];
-      const float w = g.b[tt] * (g.v[tt * VT + c] - p); /* 3. write: S += k (b (v - p)) */
-      load_row<R>(x, g.k + tt * ROW + s * RP);
+    float S[R];
 #pragma unroll
-      for (int r = 0; r < R; r++) S[r] = fmaf(x[r], w, S[r]);
-      const int cp = g.c[tt];
-      if (cp >= 0) /* uniform over the block: g.c is shared */
-        state_store<KS, R>(A, S, tile, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, col0);
-      load_row<R>(x, g.q + tt * ROW + s * RP); /* 4. readout after the write */
-      float o;
-      if (tt + 1 < nt) { /* fused with steps 1-2 of token tt + 1 */
-        float o0 = 0.0f, o1 = 0.0f, p0 = 0.0f, p1 = 0.0f;
-        load_row<R>(y, g.k + (tt + 1) * ROW + s * RP);
-        if (A.decays) {
-          float a[R];
-          load_row<R>(a, g.a + (tt + 1) * ROW + s * RP);
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            if (r % 2 == 0) o0 = fmaf(S[r], x[r], o0); else o1 = fmaf(S[r], x[r], o1);
-            S[r] = a[r] * S[r];
-            if (r % 2 == 0) p0 = fmaf(S[r], y[r], p0); else p1 = fmaf(S[r], y[r], p1);
-          }
-        } else {
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            if (r % 2 == 0) o0 = fmaf(S[r], x[r], o0), p0 = fmaf(S[r], y[r], p0);
-            else o1 = fmaf(S[r], x[r], o1), p1 = fmaf(S[r], y[r], p1);
-          }
-        }
-        o = o0 + o1, p = p0 + p1;
-        column_sum2<KS>(o, p);
-        if (!A.erases) p = 0.0f;
-      } else {
-        o = column_sum<KS>(dot_rows<R>(S, x));
+    for (int r = 0; r < R; r++) S[r] = A.has_h0 ? tile[(s * R + r) * (VT + 1) + c] : 0.0f;
+    bool issued = false;
+    for (int64_t t0 = it.bos; t0 < it.eos; t0 += TB, cur ^= 1) {
+      const int nt = (int)(it.eos - t0 < TB ? it.eos - t0 : TB);
+      const int64_t t1 = t0 + TB;
+      const stage gn = stage_at<KS, R>(smem + (cur ^ 1) * stage_floats, TB);
+      if (t1 < it.eos) {
+        stage_issue<KS, R>(A, gn, t1, (int)(it.eos - t1 < TB ? it.eos - t1 : TB), it.h, it.hv,
+                           it.col0);
+      } else if (next < A.items) {
+        item_issue<KS, R>(A, item_of<KS>(A, next), gn, tiles + (tb ^ 1) * tile_floats);
+        issued = true;
       }
-      if (s == 0) so[tt * VT + c] = o;
+      __pipeline_commit();
+      __pipeline_wait_prior(1); /* this chunk's copies (the previous group) are done */
+      __syncthreads();
+      const stage g = stage_at<KS, R>(smem + cur * stage_floats, TB);
+      float p = decay_erase<R>(A, S, g.a + s * RP, g.k + s * RP);
+      p = A.erases ? column_sum<KS>(p) : 0.0f;
+      for (int tt = 0; tt < nt; tt++) {
+        float x[R], q[R], y[R], a[R];
+        const float w = g.b[tt] * (g.v[tt * VT + c] - p); /* 3. write: S += k (b (v - p)) */
+        load_row<R>(x, g.k + tt * ROW + s * RP);
+        const bool more = tt + 1 < nt;
+        load_row<R>(q, g.q + tt * ROW + s * RP);
+        if (more) {
+          load_row<R>(y, g.k + (tt + 1) * ROW + s * RP);
+          if (A.decays) load_row<R>(a, g.a + (tt + 1) * ROW + s * RP);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) S[r] = fmaf(x[r], w, S[r]);
+        const int cp = g.c[tt];
+        if (cp >= 0) /* uniform over the block: g.c is shared */
+          state_store<KS, R>(A, S, tile, A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V, it.col0);
+        float o; /* 4. readout after the write */
+        if (more) { /* fused with steps 1-2 of token tt + 1 */
+          float o0 = 0.0f, o1 = 0.0f, p0 = 0.0f, p1 = 0.0f;
+          if (A.decays) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              if (r % 2 == 0) o0 = fmaf(S[r], q[r], o0); else o1 = fmaf(S[r], q[r], o1);
+              S[r] = a[r] * S[r];
+              if (r % 2 == 0) p0 = fmaf(S[r], y[r], p0); else p1 = fmaf(S[r], y[r], p1);
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              if (r % 2 == 0) o0 = fmaf(S[r], q[r], o0), p0 = fmaf(S[r], y[r], p0);
+              else o1 = fmaf(S[r], q[r], o1), p1 = fmaf(S[r], y[r], p1);
+            }
+          }
+          o = o0 + o1, p = p0 + p1;
+          column_sum2<KS>(o, p);
+          if (!A.erases) p = 0.0f;
+        } else {
+          o = column_sum<KS>(dot_rows<R>(S, q));
+        }
+        if (s == 0) so[tt * VT + c] = o;
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
+        const int tt = e / VT, cc = e % VT;
+        if (it.col0 + cc < A.V) A.o[((t0 + tt) * A.HV + it.hv) * A.V + it.col0 + cc] = so[e];
+      }
     }
-    __syncthreads();
-    for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
-      const int tt = e / VT, cc = e % VT;
-      if (col0 + cc < A.V) A.o[((t0 + tt) * A.HV + hv) * A.V + col0 + cc] = so[e];
+    if (A.want_ht) state_store<KS, R>(A, S, tile, A.ht + it.state_off, it.col0);
+    if (!issued && next < A.items) { /* an empty sequence: nothing was overlapped */
+      __syncthreads();
+      item_issue<KS, R>(A, item_of<KS>(A, next), stage_at<KS, R>(smem + cur * stage_floats, TB),
+                        tiles + (tb ^ 1) * tile_floats);
+      __pipeline_commit();
     }
   }
-  if (A.want_ht) state_store<KS, R>(A, S, tile, A.ht + state_off, col0);
 }
 
 /* ==== Host side ==== */
@@ -461,34 +513,57 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
 }
 
 template <int KS, int R>
-static cudaError_t launch_recur(const recur_args &A, int64_t blocks, cudaStream_t st) {
+static cudaError_t launch_recur(const recur_args &A, int64_t blocks, int64_t max_grid,
+                                cudaStream_t st) {
   constexpr int VT = THREADS / KS, KP = KS * R, ROW = KS * pad<R>::RP;
-  const size_t floats = (size_t)A.TB * (2 * (3 * ROW + VT + 2) + VT) + (size_t)KP * (VT + 1);
+  const size_t floats = 2 * (size_t)stage_size(A.TB, ROW, VT) + (size_t)A.TB * VT +
+                        2 * (size_t)KP * (VT + 1);
   const size_t bytes = floats * sizeof(float);
-  if (bytes > 48 * 1024) {
-    cudaError_t e = cudaFuncSetAttribute(kda_cuda_recur<KS, R>,
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-    if (e != cudaSuccess) return e;
-  }
-  kda_cuda_recur<KS, R><<<(unsigned)blocks, THREADS, bytes, st>>>(A);
+  cudaError_t e = cudaSuccess;
+  if (bytes > 48 * 1024)
+    e = cudaFuncSetAttribute(kda_cuda_recur<KS, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)bytes);
+  /* A persistent grid: as many blocks as are resident at once, each taking items in turn. */
+  int dev = 0, sms = 0, per_sm = 0;
+  if (!e) e = cudaGetDevice(&dev);
+  if (!e) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (!e) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_cuda_recur<KS, R>, THREADS, bytes);
+  if (e) return e;
+  const int64_t resident = (int64_t)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  int64_t grid = blocks < resident ? blocks : resident;
+  if (max_grid > 0 && grid > max_grid) grid = max_grid;
+  kda_cuda_recur<KS, R><<<(unsigned)grid, THREADS, bytes, st>>>(A);
   return cudaGetLastError();
 }
 
 template <int KS>
-static cudaError_t dispatch_rows(const recur_args &A, int R, int64_t blocks, cudaStream_t st) {
+static cudaError_t dispatch_rows(const recur_args &A, int R, int64_t blocks, int64_t max_grid,
+                                 cudaStream_t st) {
   switch (R) {
-  case 1: return launch_recur<KS, 1>(A, blocks, st);
-  case 2: return launch_recur<KS, 2>(A, blocks, st);
-  case 4: return launch_recur<KS, 4>(A, blocks, st);
-  case 8: return launch_recur<KS, 8>(A, blocks, st);
-  case 16: return launch_recur<KS, 16>(A, blocks, st);
-  default: return launch_recur<KS, 32>(A, blocks, st);
+  case 1: return launch_recur<KS, 1>(A, blocks, max_grid, st);
+  case 2: return launch_recur<KS, 2>(A, blocks, max_grid, st);
+  case 4: return launch_recur<KS, 4>(A, blocks, max_grid, st);
+  case 8: return launch_recur<KS, 8>(A, blocks, max_grid, st);
+  case 16: return launch_recur<KS, 16>(A, blocks, max_grid, st);
+  default: return launch_recur<KS, 32>(A, blocks, max_grid, st);
   }
+}
+
+/* ksplit=0: 4 threads a column (32 key rows each: fewer instructions a state element) when
+ * there are enough blocks of 32 columns to keep every multiprocessor busy twice over and K
+ * fits, else 8 (more warps for a few long sequences).  Measured on the H200: docs/cuda.md. */
+static int auto_ksplit(const kda_problem *p) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t items4 = p->N * p->HV * ((p->V + 31) / 32);
+  return p->K <= 128 && items4 >= 2 * (int64_t)sms ? 4 : 8;
 }
 
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen) {
-  const int ks = o->ksplit ? o->ksplit : 8;
+  const int ks = o->ksplit ? o->ksplit : auto_ksplit(p);
   if (ks != 4 && ks != 8 && ks != 16) {
     if (errlen) snprintf(err, errlen, "cuda: ksplit=%d (4, 8 or 16)", ks);
     return KDA_EINVAL;
@@ -521,10 +596,11 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.v = d->v, A.h0 = d->h0, A.cu = d->cu_seqlens;
   A.o = d->o, A.ht = d->ht, A.hc = d->hc;
   const int64_t blocks = p->N * p->HV * coltiles;
+  A.items = blocks;
   const int R = rows_for(p->K, ks);
-  e = ks == 4 ? dispatch_rows<4>(A, R, blocks, stream)
-      : ks == 8 ? dispatch_rows<8>(A, R, blocks, stream)
-                : dispatch_rows<16>(A, R, blocks, stream);
+  e = ks == 4 ? dispatch_rows<4>(A, R, blocks, o->max_grid, stream)
+      : ks == 8 ? dispatch_rows<8>(A, R, blocks, o->max_grid, stream)
+                : dispatch_rows<16>(A, R, blocks, o->max_grid, stream);
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "recurrent kernel launch", e);
   return KDA_OK;
 }
