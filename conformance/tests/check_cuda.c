@@ -7,7 +7,8 @@
  * usable GPU, open succeeds and supports declines with "no CUDA device: ...", so the runner
  * scores NotSupported.  With a GPU (the H200 of docs/cuda.md): every mode of SPEC.md §4-§5
  * and edge sizes pass in the fp32 class for ksplit 4, 8, 16 and automatic, with a capped
- * persistent grid too, with --repeat's bit check.
+ * persistent grid too, decode shapes through the decode kernel and (decode=0) the recurrent
+ * one, with --repeat's bit check.
  * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
  * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing.
  */
@@ -79,7 +80,8 @@ START_TEST(test_params_and_nulls) {
   void *h = NULL;
   char err[KDA_ERRLEN] = "";
   static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
-                                    "ksplit=8 bogus", "grid=-1", "grid=99999999999"};
+                                    "ksplit=8 bogus", "grid=-1", "grid=99999999999",
+                                    "decode=2"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
     ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
@@ -174,6 +176,13 @@ static const char *const descs[] = {
     "seed=63 seqlens=1,0,2,1,1,3,1,1,0,1,2,1,1,1,3,1,1,1,0,1,1,2,1,1,1,1,1,3,1,1,1,1 H=2 HV=8 "
     "K=64 V=64 gate=softplus beta=logit l2=fla prec=f32 h0=1 layout=vk checkpoints=1,7,20 "
     "id=many-items",
+    /* decode shapes (no sequence longer than one token: the decode kernel) */
+    "seed=64 seqlens=1,0,1,1,0,1,1,1,1,0,1,1 H=2 HV=4 K=100 V=48 gate=lower_bound lb=-3 "
+    "beta=logit_neg l2=ggml prec=f32 h0=1 layout=vk checkpoints=0,5,8 id=decode-vk",
+    "seed=65 seqlens=1,1,1,0,1 H=1 HV=2 K=32 V=40 family=gdn gate=softplus beta=logit l2=fla "
+    "prec=f32 checkpoints=1,3 id=decode-gdn",
+    "seed=66 seqlens=1,1,1 H=1 HV=1 K=16 V=16 family=linear beta=prob l2=fla prec=f32 h0=1 "
+    "id=decode-linear",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
 };
@@ -194,7 +203,7 @@ START_TEST(test_conform) {
   ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
   /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
   static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
-                                       "ksplit=16 grid=2"};
+                                       "ksplit=16 grid=2", "decode=0 grid=3"};
   const size_t n_params = sizeof params / sizeof params[0];
   for (size_t k = 0; k < (gpu ? n_params : 1u); k++) {
     kda_conform_opts o;

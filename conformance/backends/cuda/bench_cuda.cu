@@ -76,7 +76,7 @@ static uint64_t bits_of(const float *d, size_t n) {
 }
 
 /* Runs one case; returns 0, or 1 when two launches gave different bits. */
-static int run_case(const bench_case *bc, int ksplit) {
+static int run_case(const bench_case *bc, int ksplit, int no_decode) {
   const int64_t H = 32, K = 128, V = 128, HV = 32, N = bc->B, T = bc->B * bc->T1;
   kda_problem p;
   memset(&p, 0, sizeof p);
@@ -102,7 +102,7 @@ static int run_case(const bench_case *bc, int ksplit) {
   CK(cudaMalloc(&d.o, (size_t)T * HV * V * 4));
   CK(cudaMalloc(&d.ht, (size_t)st * 4));
   CK(cudaMalloc(&d.scratch, kda_cuda_scratch_bytes(&p)));
-  kda_cuda_opts o = {ksplit, 0, bc->T1, 0};
+  kda_cuda_opts o = {ksplit, no_decode, bc->T1, 0};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
@@ -129,8 +129,8 @@ static int run_case(const bench_case *bc, int ksplit) {
   const double flop = 8.0 * K * V * (double)T * HV;
   const double io = 4.0 * (2.0 * T * H * K + 2.0 * T * HV * V + (double)T * HV * K + T * HV);
   const double state = 4.0 * st * (p.has_initial_state ? 2 : 1);
-  printf("%-16s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
-         bc->name, ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
+  printf("%-16s %s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
+         bc->name, bc->T1 > 1 ? "recur " : no_decode ? "recur " : "decode", ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
          state / t * 1e-9, first == last ? "repeat-identical" : "REPEAT-DIFFERS");
   cudaFree((void *)d.q), cudaFree((void *)d.k), cudaFree((void *)d.v), cudaFree((void *)d.g);
   cudaFree((void *)d.beta), cudaFree((void *)d.A_log), cudaFree((void *)d.dt_bias);
@@ -184,7 +184,8 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (const bench_case &c : cases) {
     if (only && *only && strncmp(c.name, only, strlen(only)) != 0) continue;
-    for (int k : ks) bad |= run_case(&c, k);
+    for (int k : ks) bad |= run_case(&c, k, 0);
+    if (c.T1 == 1) bad |= run_case(&c, 8, 1); /* the general kernel on decode, to compare */
   }
   return bad;
 }

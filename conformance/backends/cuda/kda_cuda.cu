@@ -29,6 +29,7 @@ typedef struct cuda_handle {
   int32_t device;  /* CUDA device ordinal */
   int32_t ksplit;  /* threads per value column, 0: chosen from the shape */
   int64_t grid;    /* cap on the persistent grid, 0: none */
+  int32_t decode;  /* 0: never the decode kernel (param decode=0) */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
@@ -142,6 +143,9 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     if (strncmp(w, "device=", 7) == 0) {
       long d = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && d >= 0 && d < 1024) { h->device = (int32_t)d; continue; }
+    } else if (strcmp(w, "decode=0") == 0 || strcmp(w, "decode=1") == 0) {
+      h->decode = w[7] == '1';
+      continue;
     } else if (strncmp(w, "grid=", 5) == 0) {
       long g = strtol(w + 5, &end, 10);
       if (end != w + 5 && !*end && g >= 0 && g <= (1L << 24)) { h->grid = g; continue; }
@@ -149,7 +153,7 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
       long k = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -188,6 +192,7 @@ static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t 
   if (!handle) return say(err, errlen, KDA_EINVAL, "cuda: handle pointer is NULL");
   cuda_handle *h = (cuda_handle *)calloc(1, sizeof *h);
   if (!h) return say(err, errlen, KDA_ENOMEM, "cuda: out of memory opening the backend");
+  h->decode = 1;
   if (parse_params(h, params, err, errlen) != KDA_OK) return free(h), KDA_EINVAL;
   attach(h);
   *handle = h;
@@ -286,6 +291,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   b->p = *p;
   b->o.ksplit = h->ksplit;
   b->o.max_grid = h->grid;
+  b->o.no_decode = !h->decode;
   kda_cuda_dev *d = &b->d;
   d->q = (const float *)(m + L.q), d->k = (const float *)(m + L.k);
   d->v = (const float *)(m + L.v), d->g = GW ? (const float *)(m + L.g) : NULL;
@@ -419,7 +425,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N",
+    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N decode=0|1",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

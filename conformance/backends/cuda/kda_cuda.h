@@ -31,11 +31,11 @@ typedef struct kda_cuda_dev {
 
 /* Options of a launch: ksplit is the number of threads that share one value column's key
  * rows (4, 8 or 16; 0 picks one from the shape); max_len the longest sequence of the call
- * (sizes the staging); max_grid caps the persistent grid (0: as many blocks as are resident;
+ * (sizes the staging; <= 1 selects the decode kernel unless no_decode); max_grid caps the persistent grid (0: as many blocks as are resident;
  * tests set a small one so that every block takes many work items). */
 typedef struct kda_cuda_opts {
   int32_t ksplit;
-  int32_t reserved0;
+  int32_t no_decode; /* 1: never the decode kernel (every sequence <= 1 token, K <= 128) */
   int64_t max_len;
   int64_t max_grid;
 } kda_cuda_opts;

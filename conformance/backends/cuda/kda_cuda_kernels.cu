@@ -456,6 +456,101 @@ template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_rec
   }
 }
 
+/* ==== The decode kernel ====
+ *
+ * When no sequence has more than one token (decode, the serving case: T = 1 a sequence), the
+ * work is moving states: K*V floats in and out a token and head.  Then a thread group of KS =
+ * 4 lanes per value column holds R = 32 key rows each in registers straight from global
+ * memory, with all of its loads in flight at once and no shared memory, so that many blocks
+ * fit on a multiprocessor; 8 columns a warp make 32-byte runs in the kv layout and 512-byte
+ * runs in the vk layout.  The arithmetic is the recurrent kernel's (same step, same roundings
+ * per thread, the same lane sums), in the plain order decay, erase, write, readout. */
+template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(const recur_args A) {
+  constexpr int KS = 4;
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  for (int64_t item = blockIdx.x; item < A.items; item += gridDim.x) {
+    const item_at it = item_of<KS>(A, item);
+    const int64_t j = it.col0 + c;
+    const bool col = j < A.V;
+    float S[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      const int64_t i = s * R + r;
+      S[r] = (A.has_h0 && col && i < A.K)
+                 ? A.h0[it.state_off + (A.vk ? j * A.K + i : i * A.V + j)] : 0.0f;
+    }
+    if (it.eos > it.bos) { /* one token t (uniform over the block) */
+      const int64_t t = it.bos;
+      const float *kt = A.kh + (t * A.H + it.h) * A.K, *qt = A.qh + (t * A.H + it.h) * A.K;
+      const float *at = A.a + (A.gate_scalar ? t * A.HV + it.hv : (t * A.HV + it.hv) * A.K);
+      float p0 = 0.0f, p1 = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const int64_t i = s * R + r;
+        if (i < A.K) {
+          if (A.decays) S[r] = (A.gate_scalar ? at[0] : at[i]) * S[r]; /* 1. decay */
+          if (r % 2 == 0) p0 = fmaf(S[r], kt[i], p0); else p1 = fmaf(S[r], kt[i], p1);
+        }
+      }
+      const float p = A.erases ? column_sum<KS>(p0 + p1) : 0.0f; /* 2. erase */
+      const float vj = col ? A.v[(t * A.HV + it.hv) * A.V + j] : 0.0f;
+      const float w = A.b[t * A.HV + it.hv] * (vj - p);
+      float o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const int64_t i = s * R + r;
+        if (i < A.K) {
+          S[r] = fmaf(kt[i], w, S[r]); /* 3. write */
+          if (r % 2 == 0) o0 = fmaf(S[r], qt[i], o0); else o1 = fmaf(S[r], qt[i], o1);
+        }
+      }
+      const float o = column_sum<KS>(o0 + o1); /* 4. readout */
+      if (s == 0 && col) A.o[(t * A.HV + it.hv) * A.V + j] = o;
+      const int cp = A.has_ckpt ? A.ckpt[t] : -1;
+      if (cp >= 0 && col) {
+        float *dst = A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const int64_t i = s * R + r;
+          if (i < A.K) dst[A.vk ? j * A.K + i : i * A.V + j] = S[r];
+        }
+      }
+    }
+    if (A.want_ht && col) {
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const int64_t i = s * R + r;
+        if (i < A.K) A.ht[it.state_off + (A.vk ? j * A.K + i : i * A.V + j)] = S[r];
+      }
+    }
+  }
+}
+
+template <int R>
+static cudaError_t launch_decode(const recur_args &A, int64_t max_grid, cudaStream_t st) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (!e) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (!e) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_cuda_decode<R>, THREADS, 0);
+  if (e) return e;
+  const int64_t resident = (int64_t)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  int64_t grid = A.items < resident ? A.items : resident;
+  if (max_grid > 0 && grid > max_grid) grid = max_grid;
+  kda_cuda_decode<R><<<(unsigned)grid, THREADS, 0, st>>>(A);
+  return cudaGetLastError();
+}
+
+static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid, cudaStream_t st) {
+  switch (R) {
+  case 1: return launch_decode<1>(A, max_grid, st);
+  case 2: return launch_decode<2>(A, max_grid, st);
+  case 4: return launch_decode<4>(A, max_grid, st);
+  case 8: return launch_decode<8>(A, max_grid, st);
+  case 16: return launch_decode<16>(A, max_grid, st);
+  default: return launch_decode<32>(A, max_grid, st);
+  }
+}
+
 /* ==== Host side ==== */
 
 static int fail(int st, char *err, size_t len, const char *msg, cudaError_t e) {
@@ -563,7 +658,8 @@ static int auto_ksplit(const kda_problem *p) {
 
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen) {
-  const int ks = o->ksplit ? o->ksplit : auto_ksplit(p);
+  const int decode = !o->no_decode && o->max_len <= 1 && p->K <= 4 * 32;
+  const int ks = decode ? 4 : o->ksplit ? o->ksplit : auto_ksplit(p);
   if (ks != 4 && ks != 8 && ks != 16) {
     if (errlen) snprintf(err, errlen, "cuda: ksplit=%d (4, 8 or 16)", ks);
     return KDA_EINVAL;
@@ -598,6 +694,11 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   const int64_t blocks = p->N * p->HV * coltiles;
   A.items = blocks;
   const int R = rows_for(p->K, ks);
+  if (decode) {
+    e = dispatch_decode(A, R, o->max_grid, stream);
+    if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
+    return KDA_OK;
+  }
   e = ks == 4 ? dispatch_rows<4>(A, R, blocks, o->max_grid, stream)
       : ks == 8 ? dispatch_rows<8>(A, R, blocks, o->max_grid, stream)
                 : dispatch_rows<16>(A, R, blocks, o->max_grid, stream);
