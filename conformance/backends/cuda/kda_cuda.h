@@ -16,6 +16,10 @@
 
 #include "kda_problem.h"
 
+#ifdef __cplusplus
+extern "C" { /* plain C names: check_cuda.c asserts that none of them is exported */
+#endif
+
 #define KDA_CUDA_MAX_K 256 /* K the kernels' register tiles hold at most (KS * R) */
 #define KDA_CUDA_TOKENS 16 /* tokens staged in shared memory a chunk at most */
 
@@ -51,4 +55,7 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
