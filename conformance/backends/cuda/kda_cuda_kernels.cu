@@ -1,24 +1,26 @@
-/* kda_cuda_kernels.cu: the float32 recurrent KDA kernel and its prologue (SPEC.md §3-§5).
+/* kda_cuda_kernels.cu: the float32 KDA kernels of the CUDA backend (SPEC.md §3-§5).
  * SPDX-License-Identifier: MIT
  *
- * Two stages on one stream:
- *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4 in
- *      float with the float32 reference's formulas (ref/kda_ref_f32.c): qh = scale * L2(q) and
- *      kh = L2(k) per (t, h); a = expf(g_eff) per (t, hv, gate channel); beta_eff per (t, hv);
- *      and a map token -> checkpoint index (-1 for none).
- *   2. The recurrent kernel: one block of 128 threads per (sequence, value head, tile of VT
- *      value columns).  KS consecutive lanes share one value column j and hold R key rows
- *      each (i = s*R + r, s the lane's slice), so the column tile of the state lives in
- *      registers for the whole sequence.  The two sums over i of SPEC.md §3.1 (the
- *      prediction p_j and the readout o_j) are a per-thread sum of R products followed by an
- *      xor-butterfly over the KS lanes: addition is commutative, so every lane of a column
- *      ends with the same bits, and the order of every sum is fixed by the code alone (no
- *      atomics), so results are identical run to run and whatever the batch composition.
- *      Coefficients, values, betas and checkpoint flags of up to TB tokens are staged in
- *      shared memory a chunk at a time; outputs go back through shared memory in rows.
+ * Two stages on one stream (docs/cuda.md):
+ *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4
+ *      with the formulas of SPEC.md §9.2 evaluated in float64 and rounded to float once:
+ *      qh = scale * L2(q) and kh = L2(k) per (t, h); a = exp(g_eff) per (t, hv, gate
+ *      channel); beta_eff per (t, hv); and a map token -> checkpoint index (-1 for none).
+ *   2. The recurrent kernel (or, when no sequence has more than one token, the decode
+ *      kernel): one block of 128 threads per work item (sequence, value head, tile of VT
+ *      value columns), persistent over items.  KS consecutive lanes share one value column j
+ *      and hold R key rows each (i = s*R + r, s the lane's slice), so the column tile of the
+ *      state lives in registers for the whole sequence.  The two sums over i of SPEC.md §3.1
+ *      (the prediction p_j and the readout o_j) are a per-thread sum of R products followed
+ *      by an xor-butterfly over the KS lanes: addition is commutative, so every lane of a
+ *      column ends with the same bits, and the order of every sum is fixed by the code alone
+ *      (no atomics), so results are identical run to run and whatever the batch composition
+ *      or grid.  Coefficients, values, betas and checkpoint indices of up to TB tokens are
+ *      staged in shared memory by cp.async, double-buffered; outputs go back through shared
+ *      memory in rows.
  * Products may be fused (FMA): SPEC.md §9.2's evaluation order binds the references only;
  * the fp32 class (SPEC.md §7.2) bounds the error, which stays within a few units.
- * Gates of -88, -1000 and -inf give expf(g) = +0 and a decayed row of zeros, never NaN
+ * Gates of -88, -1000 and -inf give exp(g) = +0 and a decayed row of zeros, never NaN
  * (SPEC.md §9.2), as long as the state is finite.
  */
 #include <stdio.h>
