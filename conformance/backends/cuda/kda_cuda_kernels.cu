@@ -332,11 +332,12 @@ template <int KS>
 __device__ __forceinline__ item_at item_of(const recur_args &A, int64_t item) {
   constexpr int VT = THREADS / KS;
   item_at it;
-  const int64_t ct = item % A.coltiles;
-  it.hv = (item / A.coltiles) % A.HV;
-  it.n = item / A.coltiles / A.HV;
+  /* 32-bit divisions: items < 2^31 (kda_cuda_why_not), coltiles and HV <= 2^31. */
+  const uint32_t u = (uint32_t)item, tiles = (uint32_t)A.coltiles, rest = u / tiles;
+  it.hv = rest % (uint32_t)A.HV;
+  it.n = rest / (uint32_t)A.HV;
   it.h = A.head_mod ? it.hv % A.H : it.hv / A.G; /* SPEC.md §4.4 */
-  it.col0 = ct * VT;
+  it.col0 = (int64_t)(u % tiles) * VT;
   it.bos = A.cu[it.n], it.eos = A.cu[it.n + 1];
   it.state_off = (it.n * A.HV + it.hv) * A.K * A.V;
   return it;
@@ -470,28 +471,29 @@ template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_rec
 template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(const recur_args A) {
   constexpr int KS = 4;
   const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  /* This thread's rows i0 .. i0+nr-1 of its column; element (i0 + r, j) of a stored state
+   * is at (i0, j)'s offset plus r * rs (SPEC.md §2.4). */
+  const int64_t i0 = (int64_t)s * R, left = A.K - i0;
+  const int nr = left >= R ? R : left > 0 ? (int)left : 0;
+  const int64_t rs = A.vk ? 1 : A.V;
   for (int64_t item = blockIdx.x; item < A.items; item += gridDim.x) {
     const item_at it = item_of<KS>(A, item);
     const int64_t j = it.col0 + c;
     const bool col = j < A.V;
+    const int64_t off = it.state_off + (A.vk ? j * A.K + i0 : i0 * A.V + j);
     float S[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int64_t i = s * R + r;
-      S[r] = (A.has_h0 && col && i < A.K)
-                 ? A.h0[it.state_off + (A.vk ? j * A.K + i : i * A.V + j)] : 0.0f;
-    }
+    for (int r = 0; r < R; r++) S[r] = (A.has_h0 && col && r < nr) ? A.h0[off + r * rs] : 0.0f;
     if (it.eos > it.bos) { /* one token t (uniform over the block) */
       const int64_t t = it.bos;
-      const float *kt = A.kh + (t * A.H + it.h) * A.K, *qt = A.qh + (t * A.H + it.h) * A.K;
-      const float *at = A.a + (A.gate_scalar ? t * A.HV + it.hv : (t * A.HV + it.hv) * A.K);
+      const float *kt = A.kh + (t * A.H + it.h) * A.K + i0, *qt = A.qh + (t * A.H + it.h) * A.K + i0;
+      const float *at = A.a + (A.gate_scalar ? t * A.HV + it.hv : (t * A.HV + it.hv) * A.K + i0);
       float p0 = 0.0f, p1 = 0.0f;
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        const int64_t i = s * R + r;
-        if (i < A.K) {
-          if (A.decays) S[r] = (A.gate_scalar ? at[0] : at[i]) * S[r]; /* 1. decay */
-          if (r % 2 == 0) p0 = fmaf(S[r], kt[i], p0); else p1 = fmaf(S[r], kt[i], p1);
+        if (r < nr) {
+          if (A.decays) S[r] = (A.gate_scalar ? at[0] : at[r]) * S[r]; /* 1. decay */
+          if (r % 2 == 0) p0 = fmaf(S[r], kt[r], p0); else p1 = fmaf(S[r], kt[r], p1);
         }
       }
       const float p = A.erases ? column_sum<KS>(p0 + p1) : 0.0f; /* 2. erase */
@@ -500,30 +502,25 @@ template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(cons
       float o0 = 0.0f, o1 = 0.0f;
 #pragma unroll
       for (int r = 0; r < R; r++) {
-        const int64_t i = s * R + r;
-        if (i < A.K) {
-          S[r] = fmaf(kt[i], w, S[r]); /* 3. write */
-          if (r % 2 == 0) o0 = fmaf(S[r], qt[i], o0); else o1 = fmaf(S[r], qt[i], o1);
+        if (r < nr) {
+          S[r] = fmaf(kt[r], w, S[r]); /* 3. write */
+          if (r % 2 == 0) o0 = fmaf(S[r], qt[r], o0); else o1 = fmaf(S[r], qt[r], o1);
         }
       }
       const float o = column_sum<KS>(o0 + o1); /* 4. readout */
       if (s == 0 && col) A.o[(t * A.HV + it.hv) * A.V + j] = o;
       const int cp = A.has_ckpt ? A.ckpt[t] : -1;
       if (cp >= 0 && col) {
-        float *dst = A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V;
+        float *dst = A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V + (off - it.state_off);
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-          const int64_t i = s * R + r;
-          if (i < A.K) dst[A.vk ? j * A.K + i : i * A.V + j] = S[r];
-        }
+        for (int r = 0; r < R; r++)
+          if (r < nr) dst[r * rs] = S[r];
       }
     }
     if (A.want_ht && col) {
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        const int64_t i = s * R + r;
-        if (i < A.K) A.ht[it.state_off + (A.vk ? j * A.K + i : i * A.V + j)] = S[r];
-      }
+      for (int r = 0; r < R; r++)
+        if (r < nr) A.ht[off + r * rs] = S[r];
     }
   }
 }
