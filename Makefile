@@ -247,3 +247,31 @@ check-python: $(KDA)
 	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh
 
 check: check-python
+
+# ---- The CUDA backend plugin (conformance/backends/cuda, docs/cuda.md): built with nvcc
+# when it is on the PATH, skipped with a message otherwise.  Never linked into kda or libkda.
+# Static cudart, hidden visibility and a version script: kda_backend_entry is its one symbol.
+# sm_90a machine code plus compute_90 PTX.  make cuda-bench builds the timing harness.
+NVCC        ?= nvcc
+CUDA_DIR    := conformance/backends/cuda
+CUDA_SO     := $(BUILD)/$(CUDA_DIR)/libkda_cuda.so
+CUDA_BENCH  := $(BUILD)/$(CUDA_DIR)/bench_cuda
+CUDA_GENCODE := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
+CUDA_FLAGS  := -std=c++17 -O3 $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall \
+               -Iref -Iconformance -I$(CUDA_DIR) -cudart static
+CUDA_DEPS   := $(wildcard $(CUDA_DIR)/*.h) ref/kda_problem.h conformance/kda_backend.h
+.PHONY: cuda cuda-bench
+cuda:
+	@if command -v $(NVCC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(CUDA_SO); \
+	else echo "make cuda: $(NVCC) not found; the CUDA backend is not built (skipped)"; fi
+$(BUILD)/$(CUDA_DIR)/%.o: $(CUDA_DIR)/%.cu $(CUDA_DEPS)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(CUDA_FLAGS) -c $< -o $@
+$(CUDA_SO): $(BUILD)/$(CUDA_DIR)/kda_cuda.o $(BUILD)/$(CUDA_DIR)/kda_cuda_kernels.o $(CUDA_DIR)/exports.map
+	$(NVCC) $(CUDA_FLAGS) -shared -o $@ $(filter %.o,$^) -Xlinker --version-script=$(CUDA_DIR)/exports.map
+cuda-bench: $(CUDA_BENCH)
+$(CUDA_BENCH): $(BUILD)/$(CUDA_DIR)/bench_cuda.o $(BUILD)/$(CUDA_DIR)/kda_cuda_kernels.o
+	$(NVCC) $(CUDA_FLAGS) -o $@ $^
+# The plugin is built before the unit tests (conformance/tests/check_cuda.c tests it when it
+# exists); the sanitizer pass reuses the plain build's plugin.
+check-unit: $(if $(SAN),,cuda)

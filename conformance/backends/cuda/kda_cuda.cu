@@ -1,0 +1,448 @@
+/* kda_cuda.cu: the `cuda` backend plugin (libkda_cuda.so): float32 KDA on an NVIDIA GPU.
+ * SPDX-License-Identifier: MIT
+ *
+ * The ABI table of conformance/kda_backend.h (SPEC.md §7.8), version 2: open / supports /
+ * forward on host buffers, describe, and device-resident buffers (buffers_create,
+ * forward_buffers, buffers_read, buffers_destroy, synchronize) for benchmarks.  The kernels
+ * are in kda_cuda_kernels.cu.
+ *
+ * CUDA contexts do not survive fork(), and the runner loads a plugin in its parent and calls
+ * it in forked children: nothing here touches CUDA before open, so the context is created in
+ * the process that calls open (the child).  Without a usable GPU open still succeeds, and
+ * supports declines every problem with the reason ("no CUDA device: ..."), so a CPU-only
+ * machine scores the plugin as NotSupported instead of failing.
+ *
+ * Every entry point treats its arguments as hostile: the problem, the tensors' struct_size
+ * and dtypes, every pointer the problem needs, cu_seqlens and checkpoints are checked on the
+ * host before anything reaches the device, where an index out of range would be a fault.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_backend.h"
+#include "kda_cuda.h"
+
+#define ERRLEN 512
+
+typedef struct cuda_handle {
+  int32_t device;  /* CUDA device ordinal */
+  int32_t ksplit;  /* threads per value column, 0: chosen from the shape */
+  int64_t grid;    /* cap on the persistent grid, 0: none */
+  int32_t decode;  /* 0: never the decode kernel (param decode=0) */
+  int32_t ready;   /* 1: the device is set and the stream exists */
+  cudaStream_t stream;
+  char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
+  char err[ERRLEN];    /* last_error */
+  char reason[ERRLEN];
+} cuda_handle;
+
+/* The device copy of one call (buffers_create). */
+typedef struct cuda_buffers {
+  kda_problem p;
+  kda_cuda_dev d;
+  kda_cuda_opts o;
+  void *mem;            /* one allocation holding every tensor and the scratch */
+  size_t off_o, off_ht, off_hc;
+} cuda_buffers;
+
+static int32_t say(char *buf, uint32_t len, int32_t st, const char *msg) {
+  if (len) snprintf(buf, len, "%s", msg);
+  return st;
+}
+
+/* ==== Problem and tensor checks ==== */
+
+/* Mode ranges and dimensions (the runner's kda_problem_check, restated: this plugin links
+ * nothing of libkda).  Also bounds every dimension by 2^31 and every element count by 2^40
+ * (in an order where no product can overflow), so that the size arithmetic below is safe. */
+static int32_t check_problem(const kda_problem *p, char *msg, uint32_t len) {
+  const int64_t dim = (int64_t)1 << 31, lim = (int64_t)1 << 40;
+  if (!p) return say(msg, len, KDA_EINVAL, "cuda: problem is NULL");
+  if (p->N < 1 || p->T < 0 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1 ||
+      p->n_checkpoints < 0 || p->HV % p->H)
+    return say(msg, len, KDA_EINVAL, "cuda: bad dimensions");
+  if (p->N > dim || p->T > dim || p->HV > dim || p->K > dim || p->V > dim ||
+      p->n_checkpoints > dim || p->T * p->HV > lim || p->T * p->H > lim ||
+      p->K * p->V > lim / (p->HV) ||
+      (p->N > p->n_checkpoints ? p->N : p->n_checkpoints) > lim / (p->HV * p->K * p->V) ||
+      p->T > lim / (p->HV * (p->K > p->V ? p->K : p->V)))
+    return say(msg, len, KDA_ESHAPE, "cuda: shape too large");
+  if (p->family < 0 || p->family > 3 || p->gate_mode < 0 || p->gate_mode > 2 ||
+      p->beta_mode < 0 || p->beta_mode > 2 || p->l2_mode < 0 || p->l2_mode > 2 ||
+      p->head_map < 0 || p->head_map > 1 || p->state_layout < 0 || p->state_layout > 1)
+    return say(msg, len, KDA_EINVAL, "cuda: bad mode");
+  const int decays = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
+  if (decays && p->gate_mode == KDA_GATE_SOFTPLUS && !p->has_A_log)
+    return say(msg, len, KDA_EINVAL, "cuda: the softplus gate needs A_log");
+  return KDA_OK;
+}
+
+static int needs_dt_bias(const kda_problem *p) {
+  return (p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN) &&
+         p->gate_mode != KDA_GATE_LOG;
+}
+static int64_t gate_width(const kda_problem *p) {
+  return p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
+}
+
+/* cu_seqlens: 0, non-decreasing, ends at T; checkpoints: strictly increasing in [0, T).
+ * Also the longest sequence, which sizes the kernel's staging. */
+static int32_t check_index(const kda_problem *p, const kda_backend_tensors *t, int64_t *max_len,
+                           char *msg, uint32_t len) {
+  const int64_t *cu = t->cu_seqlens;
+  if (!cu) return say(msg, len, KDA_EINVAL, "cuda: cu_seqlens is NULL");
+  if (cu[0] != 0 || cu[p->N] != p->T)
+    return say(msg, len, KDA_EINVAL, "cuda: cu_seqlens must start at 0 and end at T");
+  *max_len = 0;
+  for (int64_t n = 0; n < p->N; n++) {
+    if (cu[n + 1] < cu[n]) return say(msg, len, KDA_EINVAL, "cuda: cu_seqlens decreases");
+    if (cu[n + 1] - cu[n] > *max_len) *max_len = cu[n + 1] - cu[n];
+  }
+  if (p->n_checkpoints > 0 && !t->checkpoints)
+    return say(msg, len, KDA_EINVAL, "cuda: checkpoints is NULL");
+  for (int64_t c = 0; c < p->n_checkpoints; c++) {
+    const int64_t x = t->checkpoints[c];
+    if (x < 0 || x >= p->T || (c > 0 && x <= t->checkpoints[c - 1]))
+      return say(msg, len, KDA_EINVAL, "cuda: checkpoints must increase strictly within [0, T)");
+  }
+  return KDA_OK;
+}
+
+/* The struct, its dtypes and every pointer the problem needs (inputs; outputs when out). */
+static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t, int out,
+                             char *msg, uint32_t len) {
+  if (!t || t->struct_size < sizeof(kda_backend_tensors))
+    return say(msg, len, KDA_EINVAL, "cuda: tensors are NULL or too small");
+  if (t->in_dtype != KDA_BACKEND_DTYPE_F32 || (out && t->out_dtype != KDA_BACKEND_DTYPE_F32))
+    return say(msg, len, KDA_EINVAL, "cuda: buffers must be float32");
+  const int T = p->T > 0;
+  if ((T && (!t->q || !t->k || !t->v || !t->beta)) || (T && gate_width(p) && !t->g) ||
+      (needs_dt_bias(p) && !t->dt_bias) || (needs_dt_bias(p) && p->has_A_log && !t->A_log) ||
+      (p->has_initial_state && !t->h0))
+    return say(msg, len, KDA_EINVAL, "cuda: an input the problem needs is NULL");
+  if (out && ((T && !t->o) || (p->want_final_state && !t->ht) ||
+              (p->n_checkpoints > 0 && !t->hc)))
+    return say(msg, len, KDA_EINVAL, "cuda: an output the problem asks for is NULL");
+  return KDA_OK;
+}
+
+/* ==== Handle ==== */
+
+static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint32_t errlen) {
+  for (const char *s = params ? params : ""; *s;) {
+    while (*s == ' ' || *s == ',') s++;
+    size_t n = strcspn(s, " ,");
+    if (!n) break;
+    char w[64];
+    if (n >= sizeof w) n = sizeof w - 1;
+    memcpy(w, s, n);
+    w[n] = 0;
+    s += strcspn(s, " ,");
+    char *end;
+    if (strncmp(w, "device=", 7) == 0) {
+      long d = strtol(w + 7, &end, 10);
+      if (end != w + 7 && !*end && d >= 0 && d < 1024) { h->device = (int32_t)d; continue; }
+    } else if (strcmp(w, "decode=0") == 0 || strcmp(w, "decode=1") == 0) {
+      h->decode = w[7] == '1';
+      continue;
+    } else if (strncmp(w, "grid=", 5) == 0) {
+      long g = strtol(w + 5, &end, 10);
+      if (end != w + 5 && !*end && g >= 0 && g <= (1L << 24)) { h->grid = g; continue; }
+    } else if (strncmp(w, "ksplit=", 7) == 0) {
+      long k = strtol(w + 7, &end, 10);
+      if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
+    }
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1)", w);
+    return KDA_EINVAL;
+  }
+  return KDA_OK;
+}
+
+/* Finds the device and creates the stream: the first CUDA call of the process. */
+static void attach(cuda_handle *h) {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess || count < 1) {
+    snprintf(h->why, sizeof h->why, "no CUDA device: %s",
+             e != cudaSuccess ? cudaGetErrorString(e) : "none found");
+    return;
+  }
+  if (h->device >= count) {
+    snprintf(h->why, sizeof h->why, "no CUDA device: device=%d, but %d present", h->device, count);
+    return;
+  }
+  int major = 0;
+  e = cudaSetDevice(h->device);
+  if (e == cudaSuccess) e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, h->device);
+  if (e == cudaSuccess && major < 9) {
+    snprintf(h->why, sizeof h->why, "CUDA device %d has compute capability %d.x; the cuda "
+             "backend is built for 9.0 (sm_90a, compute_90)", h->device, major);
+    return;
+  }
+  if (e == cudaSuccess) e = cudaStreamCreateWithFlags(&h->stream, cudaStreamNonBlocking);
+  if (e != cudaSuccess) {
+    snprintf(h->why, sizeof h->why, "no CUDA device: %s", cudaGetErrorString(e));
+    return;
+  }
+  h->ready = 1;
+}
+
+static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  if (!handle) return say(err, errlen, KDA_EINVAL, "cuda: handle pointer is NULL");
+  cuda_handle *h = (cuda_handle *)calloc(1, sizeof *h);
+  if (!h) return say(err, errlen, KDA_ENOMEM, "cuda: out of memory opening the backend");
+  h->decode = 1;
+  if (parse_params(h, params, err, errlen) != KDA_OK) return free(h), KDA_EINVAL;
+  attach(h);
+  *handle = h;
+  return KDA_OK;
+}
+
+static void cuda_close(void *handle) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h) return;
+  if (h->ready) cudaStreamDestroy(h->stream);
+  free(h);
+}
+
+static const char *cuda_last_error(void *handle) {
+  return handle ? ((cuda_handle *)handle)->err : "";
+}
+
+static int32_t cuda_supports(void *handle, const kda_problem *p, char *reason, uint32_t len) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h) return say(reason, len, KDA_EUNSUPPORTED, "cuda: handle is NULL");
+  if (!h->ready) return say(reason, len, KDA_EUNSUPPORTED, h->why);
+  int32_t st = check_problem(p, reason, len);
+  if (st) return say(reason, len, KDA_EUNSUPPORTED, st == KDA_ESHAPE ? "cuda: shape too large"
+                                                                     : "cuda: invalid problem");
+  char why[ERRLEN];
+  if (kda_cuda_why_not(p, h->ksplit, why, sizeof why)) return say(reason, len, KDA_EUNSUPPORTED, why);
+  return KDA_OK;
+}
+
+/* ==== Device copies ==== */
+
+typedef struct layout {
+  size_t q, k, v, g, beta, A_log, dt_bias, h0, cu, ck, o, ht, hc, scratch, total; /* bytes */
+} layout;
+
+static size_t up(size_t x) { return (x + 255) / 256 * 256; }
+
+static layout layout_of(const kda_problem *p) {
+  const size_t f = sizeof(float), T = (size_t)p->T, HV = (size_t)p->HV, K = (size_t)p->K,
+               V = (size_t)p->V, st = HV * K * V * f;
+  const size_t sz[14] = {T * p->H * K * f, T * p->H * K * f, T * HV * V * f,
+                         T * HV * (size_t)gate_width(p) * f, T * HV * f, HV * f,
+                         HV * (size_t)gate_width(p) * f, (size_t)p->N * st,
+                         ((size_t)p->N + 1) * 8, (size_t)p->n_checkpoints * 8, T * HV * V * f,
+                         (size_t)p->N * st, (size_t)p->n_checkpoints * st,
+                         kda_cuda_scratch_bytes(p)};
+  size_t off[14], at = 0;
+  for (int i = 0; i < 14; i++) off[i] = at, at += up(sz[i]);
+  layout L = {off[0], off[1], off[2], off[3], off[4], off[5], off[6],
+              off[7], off[8], off[9], off[10], off[11], off[12], off[13], at};
+  return L;
+}
+
+/* Copies n bytes of host src to device dst (when both are given). */
+static cudaError_t put(char *base, size_t off, const void *src, size_t n, cudaStream_t s) {
+  if (!src || !n) return cudaSuccess;
+  return cudaMemcpyAsync(base + off, src, n, cudaMemcpyHostToDevice, s);
+}
+
+static int32_t cuda_err(cuda_handle *h, int32_t st, const char *what, cudaError_t e) {
+  snprintf(h->err, sizeof h->err, "cuda: %s: %s", what, cudaGetErrorString(e));
+  return st;
+}
+
+/* Checks p and t, allocates the device copy and enqueues the input copies. */
+static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_backend_tensors *t,
+                            cuda_buffers *b) {
+  int32_t st = check_problem(p, h->err, sizeof h->err);
+  if (!st) st = check_tensors(p, t, 0, h->err, sizeof h->err);
+  if (!st) st = check_index(p, t, &b->o.max_len, h->err, sizeof h->err);
+  if (st) return st;
+  if (!h->ready) return say(h->err, sizeof h->err, KDA_EUNSUPPORTED, h->why);
+  if (kda_cuda_why_not(p, h->ksplit, h->err, sizeof h->err)) return KDA_EUNSUPPORTED;
+  const layout L = layout_of(p);
+  cudaError_t e = cudaMalloc(&b->mem, L.total);
+  if (e != cudaSuccess) return b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
+  char *m = (char *)b->mem;
+  const size_t f = sizeof(float), T = (size_t)p->T, HV = (size_t)p->HV;
+  const size_t GW = (size_t)gate_width(p), st_bytes = HV * (size_t)p->K * (size_t)p->V * f;
+  const int dt = needs_dt_bias(p), al = dt && p->has_A_log;
+  const cudaStream_t s = h->stream;
+  const size_t qk = T * (size_t)p->H * (size_t)p->K * f;
+  if ((e = put(m, L.q, t->q, qk, s)) || (e = put(m, L.k, t->k, qk, s)) ||
+      (e = put(m, L.v, t->v, T * HV * (size_t)p->V * f, s)) ||
+      (e = put(m, L.g, GW ? t->g : NULL, T * HV * GW * f, s)) ||
+      (e = put(m, L.beta, t->beta, T * HV * f, s)) ||
+      (e = put(m, L.A_log, al ? t->A_log : NULL, HV * f, s)) ||
+      (e = put(m, L.dt_bias, dt ? t->dt_bias : NULL, HV * GW * f, s)) ||
+      (e = put(m, L.h0, p->has_initial_state ? t->h0 : NULL, (size_t)p->N * st_bytes, s)) ||
+      (e = put(m, L.cu, t->cu_seqlens, ((size_t)p->N + 1) * 8, s)) ||
+      (e = put(m, L.ck, t->checkpoints, (size_t)p->n_checkpoints * 8, s))) {
+    cudaFree(b->mem);
+    b->mem = NULL;
+    return cuda_err(h, KDA_EIO, "copy to the device", e);
+  }
+  b->p = *p;
+  b->o.ksplit = h->ksplit;
+  b->o.max_grid = h->grid;
+  b->o.no_decode = !h->decode;
+  kda_cuda_dev *d = &b->d;
+  d->q = (const float *)(m + L.q), d->k = (const float *)(m + L.k);
+  d->v = (const float *)(m + L.v), d->g = GW ? (const float *)(m + L.g) : NULL;
+  d->beta = (const float *)(m + L.beta), d->A_log = al ? (const float *)(m + L.A_log) : NULL;
+  d->dt_bias = dt ? (const float *)(m + L.dt_bias) : NULL;
+  d->h0 = p->has_initial_state ? (const float *)(m + L.h0) : NULL;
+  d->cu_seqlens = (const int64_t *)(m + L.cu);
+  d->checkpoints = p->n_checkpoints ? (const int64_t *)(m + L.ck) : NULL;
+  d->o = (float *)(m + L.o), d->ht = (float *)(m + L.ht), d->hc = (float *)(m + L.hc);
+  d->scratch = m + L.scratch;
+  b->off_o = L.o, b->off_ht = L.ht, b->off_hc = L.hc;
+  return KDA_OK;
+}
+
+/* Copies the outputs of b into t's host buffers and waits for them. */
+static int32_t read_buffers(cuda_handle *h, const cuda_buffers *b, const kda_backend_tensors *t) {
+  const kda_problem *p = &b->p;
+  int32_t st = check_tensors(p, t, 1, h->err, sizeof h->err);
+  if (st) return st;
+  const size_t f = sizeof(float), st_bytes = (size_t)p->HV * (size_t)p->K * (size_t)p->V * f;
+  const size_t no = (size_t)p->T * (size_t)p->HV * (size_t)p->V * f;
+  cudaError_t e = cudaSuccess;
+  if (no) e = cudaMemcpyAsync(t->o, b->d.o, no, cudaMemcpyDeviceToHost, h->stream);
+  if (!e && p->want_final_state)
+    e = cudaMemcpyAsync(t->ht, b->d.ht, (size_t)p->N * st_bytes, cudaMemcpyDeviceToHost, h->stream);
+  if (!e && p->n_checkpoints)
+    e = cudaMemcpyAsync(t->hc, b->d.hc, (size_t)p->n_checkpoints * st_bytes,
+                        cudaMemcpyDeviceToHost, h->stream);
+  if (!e) e = cudaStreamSynchronize(h->stream);
+  return e ? cuda_err(h, KDA_EIO, "copy from the device", e) : KDA_OK;
+}
+
+static int32_t launch(cuda_handle *h, const cuda_buffers *b) {
+  return kda_cuda_launch(&b->p, &b->d, &b->o, h->stream, h->err, sizeof h->err);
+}
+
+/* ==== Version 1: forward on host buffers ==== */
+
+static int32_t cuda_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h) return KDA_EINVAL;
+  h->err[0] = 0;
+  int32_t st = check_problem(p, h->err, sizeof h->err);
+  if (!st) st = check_tensors(p, t, 1, h->err, sizeof h->err);
+  if (st) return st;
+  cuda_buffers b;
+  memset(&b, 0, sizeof b);
+  st = make_buffers(h, p, t, &b);
+  if (!st) st = launch(h, &b);
+  if (!st) st = read_buffers(h, &b, t);
+  if (b.mem) {
+    cudaError_t e = cudaStreamSynchronize(h->stream);
+    cudaFree(b.mem);
+    if (!st && e) st = cuda_err(h, KDA_EIO, "kernel", e);
+  }
+  return st;
+}
+
+/* ==== Version 2 ==== */
+
+static int32_t cuda_describe(void *handle, kda_backend_info *info) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h || !info || info->struct_size < sizeof(kda_backend_info)) return KDA_EINVAL;
+  if (!h->ready) return say(h->err, sizeof h->err, KDA_EUNSUPPORTED, h->why);
+  cudaDeviceProp prop;
+  cudaError_t e = cudaGetDeviceProperties(&prop, h->device);
+  int clock_khz = 0, mem_khz = 0, bus_bits = 0;
+  if (!e) e = cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, h->device);
+  if (!e) e = cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, h->device);
+  if (!e) e = cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, h->device);
+  if (e) return cuda_err(h, KDA_EIO, "device properties", e);
+  info->is_device = 1;
+  snprintf(info->device, sizeof info->device, "%.127s", prop.name);
+  snprintf(info->isa, sizeof info->isa, "sm_%d%d", prop.major, prop.minor);
+  /* 128 float32 FMA lanes a multiprocessor on sm_90, 2 FLOP an FMA; DDR: 2 transfers a clock. */
+  info->peak_flops = 2.0 * 128.0 * prop.multiProcessorCount * clock_khz * 1e3;
+  info->peak_bytes_per_s = 2.0 * mem_khz * 1e3 * (bus_bits / 8.0);
+  info->threads = 1;
+  return KDA_OK;
+}
+
+static int32_t cuda_buffers_create(void *handle, const kda_problem *p, const kda_backend_tensors *t,
+                                   void **buffers) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h || !buffers) return KDA_EINVAL;
+  cuda_buffers *b = (cuda_buffers *)calloc(1, sizeof *b);
+  if (!b) return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory");
+  int32_t st = make_buffers(h, p, t, b);
+  cudaError_t e = st ? cudaSuccess : cudaStreamSynchronize(h->stream);
+  if (!st && e) st = cuda_err(h, KDA_EIO, "copy to the device", e);
+  if (st) {
+    if (b->mem) cudaFree(b->mem);
+    free(b);
+    return st;
+  }
+  *buffers = b;
+  return KDA_OK;
+}
+
+static int32_t cuda_forward_buffers(void *handle, const kda_problem *p, void *buffers) {
+  cuda_handle *h = (cuda_handle *)handle;
+  cuda_buffers *b = (cuda_buffers *)buffers;
+  if (!h || !b) return KDA_EINVAL;
+  if (!p || memcmp(p, &b->p, sizeof *p) != 0)
+    return say(h->err, sizeof h->err, KDA_EINVAL, "cuda: problem differs from buffers_create's");
+  return launch(h, b);
+}
+
+static int32_t cuda_buffers_read(void *handle, void *buffers, const kda_backend_tensors *t) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h || !buffers) return KDA_EINVAL;
+  return read_buffers(h, (const cuda_buffers *)buffers, t);
+}
+
+static void cuda_buffers_destroy(void *handle, void *buffers) {
+  cuda_buffers *b = (cuda_buffers *)buffers;
+  if (!b) return;
+  if (b->mem) cudaFree(b->mem); /* cudaFree synchronises with pending work on the memory */
+  free(b);
+}
+
+static int32_t cuda_synchronize(void *handle) {
+  cuda_handle *h = (cuda_handle *)handle;
+  if (!h) return KDA_EINVAL;
+  if (!h->ready) return KDA_OK;
+  cudaError_t e = cudaStreamSynchronize(h->stream);
+  return e ? cuda_err(h, KDA_EIO, "synchronize", e) : KDA_OK;
+}
+
+static const kda_backend cuda_table = {
+    KDA_BACKEND_ABI_VERSION,
+    sizeof(kda_backend),
+    "cuda",
+    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N decode=0|1",
+    KDA_CLASS_FP32,
+    KDA_BACKEND_DTYPE_F32,
+    KDA_BACKEND_DTYPE_F32,
+    0,
+    cuda_open,
+    cuda_close,
+    cuda_supports,
+    cuda_forward,
+    cuda_last_error,
+    cuda_describe,
+    cuda_buffers_create,
+    cuda_forward_buffers,
+    cuda_buffers_read,
+    cuda_buffers_destroy,
+    cuda_synchronize,
+};
+
+extern "C" KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {
+  return abi_version >= 1 ? &cuda_table : NULL;
+}

@@ -1,0 +1,706 @@
+/* kda_cuda_kernels.cu: the float32 KDA kernels of the CUDA backend (SPEC.md §3-§5).
+ * SPDX-License-Identifier: MIT
+ *
+ * Two stages on one stream (docs/cuda.md):
+ *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4
+ *      with the formulas of SPEC.md §9.2 evaluated in float64 and rounded to float once:
+ *      qh = scale * L2(q) and kh = L2(k) per (t, h); a = exp(g_eff) per (t, hv, gate
+ *      channel); beta_eff per (t, hv); and a map token -> checkpoint index (-1 for none).
+ *   2. The recurrent kernel (or, when no sequence has more than one token, the decode
+ *      kernel): one block of 128 threads per work item (sequence, value head, tile of VT
+ *      value columns), persistent over items.  KS consecutive lanes share one value column j
+ *      and hold R key rows each (i = s*R + r, s the lane's slice), so the column tile of the
+ *      state lives in registers for the whole sequence.  The two sums over i of SPEC.md §3.1
+ *      (the prediction p_j and the readout o_j) are a per-thread sum of R products followed
+ *      by an xor-butterfly over the KS lanes: addition is commutative, so every lane of a
+ *      column ends with the same bits, and the order of every sum is fixed by the code alone
+ *      (no atomics), so results are identical run to run and whatever the batch composition
+ *      or grid.  Coefficients, values, betas and checkpoint indices of up to TB tokens are
+ *      staged in shared memory by cp.async, double-buffered; outputs go back through shared
+ *      memory in rows.
+ * Products may be fused (FMA): SPEC.md §9.2's evaluation order binds the references only;
+ * the fp32 class (SPEC.md §7.2) bounds the error, which stays within a few units.
+ * Gates of -88, -1000 and -inf give exp(g) = +0 and a decayed row of zeros, never NaN
+ * (SPEC.md §9.2), as long as the state is finite.
+ */
+#include <stdio.h>
+
+#include <cuda_pipeline.h>
+
+#include "kda_cuda.h"
+
+#define THREADS 128
+#define ALIGN_BYTES 256
+
+/* ==== Scratch layout ==== */
+
+typedef struct scratch_map {
+  size_t qh, kh, a, b, ckpt, total; /* byte offsets */
+} scratch_map;
+
+static size_t round_up(size_t x) { return (x + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES; }
+
+static int64_t gate_width(const kda_problem *p) {
+  return p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
+}
+
+static scratch_map scratch_layout(const kda_problem *p) {
+  scratch_map m;
+  const size_t T = (size_t)p->T, qk = T * (size_t)p->H * (size_t)p->K * sizeof(float);
+  m.qh = 0;
+  m.kh = round_up(qk);
+  m.a = m.kh + round_up(qk);
+  m.b = m.a + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
+  m.ckpt = m.b + round_up(T * (size_t)p->HV * sizeof(float));
+  m.total = m.ckpt + round_up(T * sizeof(int32_t));
+  return m;
+}
+
+size_t kda_cuda_scratch_bytes(const kda_problem *p) {
+  return p->T > 0 ? scratch_layout(p).total : 0;
+}
+
+/* ==== Coefficients (SPEC.md §4), evaluated in float64 and rounded to float once ====
+ *
+ * The formulas are those of SPEC.md §9.2 (no threshold in softplus, the sigmoid that never
+ * overflows), but in double: each coefficient is then within about half an ulp of float of
+ * its exact value.  With CUDA's float expf (up to 2 ulp, not correctly rounded) the betas and
+ * decays of a long run carried a small bias that golden/L1's drift-lowrank (a direction that
+ * is never decayed nor erased, 65536 steps) turned into 72 units against a cap of 64; with
+ * float64 coefficients it stays near ref-f32's figures.  This is O(K) work a token and head
+ * against O(K V) for the recurrence, and the fp32 class's claim (SPEC.md §7.2) is about the
+ * float32 state and recurrence, which this does not change. */
+
+/* softplus(y) = max(y, 0) + log1p(exp(-|y|)) (SPEC.md §4.1, §9.2). */
+__device__ static double dev_softplus(double y) {
+  return (y > 0.0 ? y : 0.0) + log1p(exp(-fabs(y)));
+}
+
+/* sigmoid in the form that never overflows (SPEC.md §9.2). */
+__device__ static double dev_sigmoid(double y) {
+  if (y >= 0.0) return 1.0 / (1.0 + exp(-y));
+  const double e = exp(y);
+  return e / (1.0 + e);
+}
+
+/* qh = scale * L2(q), kh = L2(k): one warp per (t, h); the sum of squares is a per-lane sum
+ * over i = lane, lane + 32, ... and an xor-butterfly (every lane gets the same bits). */
+__global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, float *kh,
+                                 int64_t rows, int64_t K, int32_t l2_mode, double scale,
+                                 double eps) {
+  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return; /* whole warps leave together: blocks hold whole warps */
+  for (int which = 0; which < 2; which++) {
+    const float *x = (which ? k : q) + row * K;
+    float *y = (which ? kh : qh) + row * K;
+    double d = 1.0;
+    if (l2_mode != KDA_L2_OFF) {
+      double ss = 0.0;
+      for (int64_t i = lane; i < K; i += 32) ss += (double)x[i] * (double)x[i];
+      for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+      d = l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps);
+    }
+    for (int64_t i = lane; i < K; i += 32) {
+      const double xi = (double)x[i] / d;
+      y[i] = (float)(which ? xi : scale * xi);
+    }
+  }
+}
+
+/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0. */
+__global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const float *dt_bias,
+                                   float *a, int64_t n, int64_t HV, int64_t GW,
+                                   int32_t gate_mode, int32_t has_A_log, double lb) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const int64_t c = e % GW, hv = (e / GW) % HV;
+  double ge = g[e];
+  if (gate_mode != KDA_GATE_LOG) {
+    const double y = ge + (double)dt_bias[hv * GW + c];
+    if (gate_mode == KDA_GATE_SOFTPLUS) {
+      ge = -(exp((double)A_log[hv]) * dev_softplus(y));
+    } else {
+      ge = lb * dev_sigmoid(has_A_log ? exp((double)A_log[hv]) * y : y);
+    }
+  }
+  a[e] = (float)exp(ge);
+}
+
+/* beta_eff per (t, hv) (SPEC.md §4.2). */
+__global__ void kda_cuda_coef_beta(const float *beta, float *b, int64_t n, int32_t mode) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e >= n) return;
+  const double x = beta[e];
+  b[e] = (float)(mode == KDA_BETA_PROB ? x : mode == KDA_BETA_LOGIT ? dev_sigmoid(x)
+                                                                    : 2.0 * dev_sigmoid(x));
+}
+
+/* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
+__global__ void kda_cuda_ckpt_fill(int32_t *ckpt, int64_t T) {
+  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < T) ckpt[e] = -1;
+}
+__global__ void kda_cuda_ckpt_scatter(int32_t *ckpt, const int64_t *checkpoints, int64_t C) {
+  const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (c < C) ckpt[checkpoints[c]] = (int32_t)c;
+}
+
+/* ==== The recurrent kernel ==== */
+
+typedef struct recur_args {
+  int64_t H, HV, K, V, G;
+  int32_t decays, erases, gate_scalar, head_mod, vk, has_h0, want_ht, has_ckpt, vec;
+  int32_t coltiles, TB;
+  int64_t items; /* N * HV * coltiles work items */
+  const float *qh, *kh, *a, *b, *v, *h0;
+  const int32_t *ckpt;
+  const int64_t *cu;
+  float *o, *ht, *hc;
+} recur_args;
+
+/* Floats of one staging buffer of TB tokens, rounded up to 16 bytes so that the second
+ * buffer is aligned for the 16-byte copies and loads too. */
+__host__ __device__ constexpr int stage_size(int TB, int ROW, int VT) {
+  return (TB * (3 * ROW + VT + 2) + 3) / 4 * 4;
+}
+
+/* Row stride of a staged key vector slice: padded by 4 floats so that the float4 loads of
+ * the KS slices of a warp fall in distinct banks. */
+template <int R> struct pad { static constexpr int RP = R >= 4 ? R + 4 : R; };
+
+/* Asynchronous copies global -> shared (cp.async): a chunk's inputs are in flight while the
+ * previous chunk is computed. */
+__device__ __forceinline__ void async4(void *dst, const void *src) {
+  __pipeline_memcpy_async(dst, src, 4);
+}
+__device__ __forceinline__ void async16(void *dst, const void *src) {
+  __pipeline_memcpy_async(dst, src, 16);
+}
+
+/* x[0..R) from shared memory into registers, 16 bytes at a time when R allows. */
+template <int R> __device__ __forceinline__ void load_row(float *dst, const float *src) {
+  if constexpr (R % 4 == 0) {
+#pragma unroll
+    for (int r = 0; r < R; r += 4) {
+      const float4 f = *reinterpret_cast<const float4 *>(src + r);
+      dst[r] = f.x, dst[r + 1] = f.y, dst[r + 2] = f.z, dst[r + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int r = 0; r < R; r++) dst[r] = src[r];
+  }
+}
+
+/* Sum over the KS lanes of one column; every one of them gets the same bits (addition is
+ * commutative, and lanes x and x^m add the same two numbers). */
+template <int KS> __device__ __forceinline__ float column_sum(float x) {
+#pragma unroll
+  for (int m = 1; m < KS; m <<= 1) x += __shfl_xor_sync(0xffffffffu, x, m);
+  return x;
+}
+template <int KS> __device__ __forceinline__ void column_sum2(float &x, float &y) {
+#pragma unroll
+  for (int m = 1; m < KS; m <<= 1) {
+    const float xs = __shfl_xor_sync(0xffffffffu, x, m), ys = __shfl_xor_sync(0xffffffffu, y, m);
+    x += xs, y += ys;
+  }
+}
+
+/* sum_r S[r] * x[r], two interleaved accumulators. */
+template <int R> __device__ __forceinline__ float dot_rows(const float *S, const float *x) {
+  float a0 = 0.0f, a1 = 0.0f;
+#pragma unroll
+  for (int r = 0; r < R; r += 2) {
+    a0 = fmaf(S[r], x[r], a0);
+    if (r + 1 < R) a1 = fmaf(S[r + 1], x[r + 1], a1);
+  }
+  return a0 + a1;
+}
+
+/* Decay and erase of one token (SPEC.md §3.1 steps 1-2): S <- a * S, then the per-thread
+ * part of p = sum_i S[i][j] k_i on the decayed state. */
+template <int R>
+__device__ __forceinline__ float decay_erase(const recur_args &A, float *S, const float *sa,
+                                             const float *sk) {
+  float x[R];
+  if (A.decays) {
+    load_row<R>(x, sa);
+#pragma unroll
+    for (int r = 0; r < R; r++) S[r] = x[r] * S[r];
+  }
+  load_row<R>(x, sk);
+  return dot_rows<R>(S, x);
+}
+
+/* The tile of one stored state (K rows, VT columns from col0) as tile[i][c], (VT+1) floats a
+ * row, copied in the storage order of its layout (SPEC.md §2.4) so that global accesses run
+ * along contiguous memory.  Entries outside K x V are left as they are (zero). */
+template <int KS, int R>
+__device__ void tile_issue(const recur_args &A, const float *src, float *tile, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R;
+  for (int e = threadIdx.x; e < KP * VT; e += THREADS) {
+    const int i = A.vk ? e % KP : e / VT, c = A.vk ? e / KP : e % VT;
+    const int64_t j = col0 + c;
+    if (i < A.K && j < A.V) async4(tile + i * (VT + 1) + c, src + (A.vk ? j * A.K + i : i * A.V + j));
+  }
+}
+template <int KS, int R>
+__device__ void tile_store(const recur_args &A, float *dst, const float *tile, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R;
+  for (int e = threadIdx.x; e < KP * VT; e += THREADS) {
+    const int i = A.vk ? e % KP : e / VT, c = A.vk ? e / KP : e % VT;
+    const int64_t j = col0 + c;
+    if (i < A.K && j < A.V) dst[A.vk ? j * A.K + i : i * A.V + j] = tile[i * (VT + 1) + c];
+  }
+}
+
+/* Writes the registers' state into dst (one stored state of the problem's layout).  Called by
+ * every thread of the block (it synchronises). */
+template <int KS, int R>
+__device__ void state_store(const recur_args &A, const float *S, float *tile, float *dst,
+                            int64_t col0) {
+  constexpr int VT = THREADS / KS;
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  __syncthreads();
+#pragma unroll
+  for (int r = 0; r < R; r++) tile[(s * R + r) * (VT + 1) + c] = S[r];
+  __syncthreads();
+  tile_store<KS, R>(A, dst, tile, col0);
+}
+
+/* One staging buffer: TB tokens of kh, qh, a (ROW floats each: KS slices of RP), v (VT), beta,
+ * checkpoint index. */
+struct stage {
+  float *k, *q, *a, *v, *b;
+  int *c;
+};
+template <int KS, int R> __device__ stage stage_at(float *base, int TB) {
+  constexpr int VT = THREADS / KS, ROW = KS * pad<R>::RP;
+  stage g;
+  g.k = base, g.q = base + TB * ROW, g.a = base + 2 * TB * ROW, g.v = base + 3 * TB * ROW;
+  g.b = g.v + TB * VT, g.c = reinterpret_cast<int *>(g.b + TB);
+  return g;
+}
+
+/* Issues the copies of tokens t0 .. t0+nt-1 into g.  Key rows beyond K and columns beyond V
+ * are never written: they stay zero, so padded rows of the state stay exactly zero. */
+template <int KS, int R>
+__device__ void stage_issue(const recur_args &A, const stage &g, int64_t t0, int nt, int64_t h,
+                            int64_t hv, int64_t col0) {
+  constexpr int VT = THREADS / KS, KP = KS * R, RP = pad<R>::RP, ROW = KS * RP;
+  if (A.vec) { /* K % 4 == 0 and R % 4 == 0: 16-byte copies, 4 rows never straddle a slice */
+    for (int e = threadIdx.x; e < nt * (KP / 4); e += THREADS) {
+      const int tt = e / (KP / 4), i = (e % (KP / 4)) * 4, at = tt * ROW + (i / R) * RP + i % R;
+      if (i >= A.K) continue;
+      const int64_t t = t0 + tt;
+      async16(g.k + at, A.kh + (t * A.H + h) * A.K + i);
+      async16(g.q + at, A.qh + (t * A.H + h) * A.K + i);
+      if (A.decays && !A.gate_scalar) async16(g.a + at, A.a + (t * A.HV + hv) * A.K + i);
+    }
+  }
+  const bool scalar_pass = !A.vec || (A.decays && A.gate_scalar);
+  for (int e = threadIdx.x; scalar_pass && e < nt * KP; e += THREADS) {
+    const int tt = e / KP, i = e % KP, at = tt * ROW + (i / R) * RP + i % R;
+    if (i >= A.K) continue;
+    const int64_t t = t0 + tt;
+    if (!A.vec) {
+      async4(g.k + at, A.kh + (t * A.H + h) * A.K + i);
+      async4(g.q + at, A.qh + (t * A.H + h) * A.K + i);
+    }
+    if (A.decays && A.gate_scalar) async4(g.a + at, A.a + t * A.HV + hv);
+    else if (A.decays && !A.vec) async4(g.a + at, A.a + (t * A.HV + hv) * A.K + i);
+  }
+  for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
+    const int tt = e / VT, c = e % VT;
+    const int64_t j = col0 + c;
+    if (j < A.V) async4(g.v + e, A.v + ((t0 + tt) * A.HV + hv) * A.V + j);
+  }
+  for (int e = threadIdx.x; e < nt; e += THREADS) {
+    async4(g.b + e, A.b + (t0 + e) * A.HV + hv);
+    if (A.has_ckpt) async4(g.c + e, A.ckpt + t0 + e);
+    else g.c[e] = -1;
+  }
+}
+
+/* What one work item is: sequence n, value head hv (q/k head h), value columns col0 ..
+ * col0+VT-1, tokens bos .. eos-1. */
+struct item_at {
+  int64_t n, hv, h, col0, bos, eos, state_off;
+};
+template <int KS>
+__device__ __forceinline__ item_at item_of(const recur_args &A, int64_t item) {
+  constexpr int VT = THREADS / KS;
+  item_at it;
+  /* 32-bit divisions: items < 2^31 (kda_cuda_why_not), coltiles and HV <= 2^31. */
+  const uint32_t u = (uint32_t)item, tiles = (uint32_t)A.coltiles, rest = u / tiles;
+  it.hv = rest % (uint32_t)A.HV;
+  it.n = rest / (uint32_t)A.HV;
+  it.h = A.head_mod ? it.hv % A.H : it.hv / A.G; /* SPEC.md §4.4 */
+  it.col0 = (int64_t)(u % tiles) * VT;
+  it.bos = A.cu[it.n], it.eos = A.cu[it.n + 1];
+  it.state_off = (it.n * A.HV + it.hv) * A.K * A.V;
+  return it;
+}
+
+/* Issues the copies an item starts with: its initial state tile and its first chunk. */
+template <int KS, int R>
+__device__ void item_issue(const recur_args &A, const item_at &it, const stage &g, float *tile) {
+  if (A.has_h0) tile_issue<KS, R>(A, A.h0 + it.state_off, tile, it.col0);
+  if (it.bos < it.eos)
+    stage_issue<KS, R>(A, g, it.bos, (int)(it.eos - it.bos < A.TB ? it.eos - it.bos : A.TB),
+                       it.h, it.hv, it.col0);
+}
+
+/* A persistent block takes items blockIdx.x, + gridDim.x, ...  Within an item, chunk c + 1's
+ * copies are in flight while chunk c is computed; during an item's last chunk, the next
+ * item's initial state and first chunk are (so decode, one token an item, streams states).
+ * Per token, after the chunk's first: write, then the readout of this token and the decay +
+ * erase of the next one in one pass over the registers (o_t and p_{t+1} are both sums over i
+ * of the same state), their two lane sums interleaved.  Which block computes an item, and
+ * when, does not change a bit of its result. */
+template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_recur(const recur_args A) {
+  constexpr int VT = THREADS / KS, KP = KS * R, RP = pad<R>::RP, ROW = KS * RP;
+  extern __shared__ __align__(16) float smem[];
+  const int TB = A.TB;
+  const int stage_floats = stage_size(TB, ROW, VT), tile_floats = KP * (VT + 1);
+  const int total = 2 * stage_floats + TB * VT + 2 * tile_floats;
+  float *so = smem + 2 * stage_floats, *tiles = so + TB * VT;
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+
+  for (int e = threadIdx.x; e < total; e += THREADS) smem[e] = 0.0f;
+  __syncthreads(); /* the zeros land before any copy */
+  int64_t item = blockIdx.x;
+  if (item >= A.items) return; /* the whole block */
+  int cur = 0, tb = 0;
+  item_issue<KS, R>(A, item_of<KS>(A, item), stage_at<KS, R>(smem, TB), tiles);
+  __pipeline_commit();
+
+  for (; item < A.items; item += gridDim.x, tb ^= 1) {
+    const item_at it = item_of<KS>(A, item);
+    const int64_t next = item + gridDim.x;
+    float *tile = tiles + tb * tile_floats;
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    float S[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) S[r] = A.has_h0 ? tile[(s * R + r) * (VT + 1) + c] : 0.0f;
+    bool issued = false;
+    for (int64_t t0 = it.bos; t0 < it.eos; t0 += TB, cur ^= 1) {
+      const int nt = (int)(it.eos - t0 < TB ? it.eos - t0 : TB);
+      const int64_t t1 = t0 + TB;
+      const stage gn = stage_at<KS, R>(smem + (cur ^ 1) * stage_floats, TB);
+      if (t1 < it.eos) {
+        stage_issue<KS, R>(A, gn, t1, (int)(it.eos - t1 < TB ? it.eos - t1 : TB), it.h, it.hv,
+                           it.col0);
+      } else if (next < A.items) {
+        item_issue<KS, R>(A, item_of<KS>(A, next), gn, tiles + (tb ^ 1) * tile_floats);
+        issued = true;
+      }
+      __pipeline_commit();
+      __pipeline_wait_prior(1); /* this chunk's copies (the previous group) are done */
+      __syncthreads();
+      const stage g = stage_at<KS, R>(smem + cur * stage_floats, TB);
+      float p = decay_erase<R>(A, S, g.a + s * RP, g.k + s * RP);
+      p = A.erases ? column_sum<KS>(p) : 0.0f;
+      for (int tt = 0; tt < nt; tt++) {
+        float x[R], q[R], y[R], a[R];
+        const float w = g.b[tt] * (g.v[tt * VT + c] - p); /* 3. write: S += k (b (v - p)) */
+        load_row<R>(x, g.k + tt * ROW + s * RP);
+        const bool more = tt + 1 < nt;
+        load_row<R>(q, g.q + tt * ROW + s * RP);
+        if (more) {
+          load_row<R>(y, g.k + (tt + 1) * ROW + s * RP);
+          if (A.decays) load_row<R>(a, g.a + (tt + 1) * ROW + s * RP);
+        }
+#pragma unroll
+        for (int r = 0; r < R; r++) S[r] = fmaf(x[r], w, S[r]);
+        const int cp = g.c[tt];
+        if (cp >= 0) /* uniform over the block: g.c is shared */
+          state_store<KS, R>(A, S, tile, A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V, it.col0);
+        float o; /* 4. readout after the write */
+        if (more) { /* fused with steps 1-2 of token tt + 1 */
+          float o0 = 0.0f, o1 = 0.0f, p0 = 0.0f, p1 = 0.0f;
+          if (A.decays) {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              if (r % 2 == 0) o0 = fmaf(S[r], q[r], o0); else o1 = fmaf(S[r], q[r], o1);
+              S[r] = a[r] * S[r];
+              if (r % 2 == 0) p0 = fmaf(S[r], y[r], p0); else p1 = fmaf(S[r], y[r], p1);
+            }
+          } else {
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              if (r % 2 == 0) o0 = fmaf(S[r], q[r], o0), p0 = fmaf(S[r], y[r], p0);
+              else o1 = fmaf(S[r], q[r], o1), p1 = fmaf(S[r], y[r], p1);
+            }
+          }
+          o = o0 + o1, p = p0 + p1;
+          column_sum2<KS>(o, p);
+          if (!A.erases) p = 0.0f;
+        } else {
+          o = column_sum<KS>(dot_rows<R>(S, q));
+        }
+        if (s == 0) so[tt * VT + c] = o;
+      }
+      __syncthreads();
+      for (int e = threadIdx.x; e < nt * VT; e += THREADS) {
+        const int tt = e / VT, cc = e % VT;
+        if (it.col0 + cc < A.V) A.o[((t0 + tt) * A.HV + it.hv) * A.V + it.col0 + cc] = so[e];
+      }
+    }
+    if (A.want_ht) state_store<KS, R>(A, S, tile, A.ht + it.state_off, it.col0);
+    if (!issued && next < A.items) { /* an empty sequence: nothing was overlapped */
+      __syncthreads();
+      item_issue<KS, R>(A, item_of<KS>(A, next), stage_at<KS, R>(smem + cur * stage_floats, TB),
+                        tiles + (tb ^ 1) * tile_floats);
+      __pipeline_commit();
+    }
+  }
+}
+
+/* ==== The decode kernel ====
+ *
+ * When no sequence has more than one token (decode, the serving case: T = 1 a sequence), the
+ * work is moving states: K*V floats in and out a token and head.  Then a thread group of KS =
+ * 4 lanes per value column holds R = 32 key rows each in registers straight from global
+ * memory, with all of its loads in flight at once and no shared memory, so that many blocks
+ * fit on a multiprocessor; 8 columns a warp make 32-byte runs in the kv layout and 512-byte
+ * runs in the vk layout.  The arithmetic is the recurrent kernel's (same step, same roundings
+ * per thread, the same lane sums), in the plain order decay, erase, write, readout. */
+template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(const recur_args A) {
+  constexpr int KS = 4;
+  const int s = threadIdx.x % KS, c = threadIdx.x / KS;
+  /* This thread's rows i0 .. i0+nr-1 of its column; element (i0 + r, j) of a stored state
+   * is at (i0, j)'s offset plus r * rs (SPEC.md §2.4). */
+  const int64_t i0 = (int64_t)s * R, left = A.K - i0;
+  const int nr = left >= R ? R : left > 0 ? (int)left : 0;
+  const int64_t rs = A.vk ? 1 : A.V;
+  for (int64_t item = blockIdx.x; item < A.items; item += gridDim.x) {
+    const item_at it = item_of<KS>(A, item);
+    const int64_t j = it.col0 + c;
+    const bool col = j < A.V;
+    const int64_t off = it.state_off + (A.vk ? j * A.K + i0 : i0 * A.V + j);
+    float S[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) S[r] = (A.has_h0 && col && r < nr) ? A.h0[off + r * rs] : 0.0f;
+    if (it.eos > it.bos) { /* one token t (uniform over the block) */
+      const int64_t t = it.bos;
+      const float *kt = A.kh + (t * A.H + it.h) * A.K + i0, *qt = A.qh + (t * A.H + it.h) * A.K + i0;
+      const float *at = A.a + (A.gate_scalar ? t * A.HV + it.hv : (t * A.HV + it.hv) * A.K + i0);
+      float p0 = 0.0f, p1 = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (r < nr) {
+          if (A.decays) S[r] = (A.gate_scalar ? at[0] : at[r]) * S[r]; /* 1. decay */
+          if (r % 2 == 0) p0 = fmaf(S[r], kt[r], p0); else p1 = fmaf(S[r], kt[r], p1);
+        }
+      }
+      const float p = A.erases ? column_sum<KS>(p0 + p1) : 0.0f; /* 2. erase */
+      const float vj = col ? A.v[(t * A.HV + it.hv) * A.V + j] : 0.0f;
+      const float w = A.b[t * A.HV + it.hv] * (vj - p);
+      float o0 = 0.0f, o1 = 0.0f;
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        if (r < nr) {
+          S[r] = fmaf(kt[r], w, S[r]); /* 3. write */
+          if (r % 2 == 0) o0 = fmaf(S[r], qt[r], o0); else o1 = fmaf(S[r], qt[r], o1);
+        }
+      }
+      const float o = column_sum<KS>(o0 + o1); /* 4. readout */
+      if (s == 0 && col) A.o[(t * A.HV + it.hv) * A.V + j] = o;
+      const int cp = A.has_ckpt ? A.ckpt[t] : -1;
+      if (cp >= 0 && col) {
+        float *dst = A.hc + ((int64_t)cp * A.HV + it.hv) * A.K * A.V + (off - it.state_off);
+#pragma unroll
+        for (int r = 0; r < R; r++)
+          if (r < nr) dst[r * rs] = S[r];
+      }
+    }
+    if (A.want_ht && col) {
+#pragma unroll
+      for (int r = 0; r < R; r++)
+        if (r < nr) A.ht[off + r * rs] = S[r];
+    }
+  }
+}
+
+template <int R>
+static cudaError_t launch_decode(const recur_args &A, int64_t max_grid, cudaStream_t st) {
+  int dev = 0, sms = 0, per_sm = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (!e) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (!e) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_cuda_decode<R>, THREADS, 0);
+  if (e) return e;
+  const int64_t resident = (int64_t)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  int64_t grid = A.items < resident ? A.items : resident;
+  if (max_grid > 0 && grid > max_grid) grid = max_grid;
+  kda_cuda_decode<R><<<(unsigned)grid, THREADS, 0, st>>>(A);
+  return cudaGetLastError();
+}
+
+static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid, cudaStream_t st) {
+  switch (R) {
+  case 1: return launch_decode<1>(A, max_grid, st);
+  case 2: return launch_decode<2>(A, max_grid, st);
+  case 4: return launch_decode<4>(A, max_grid, st);
+  case 8: return launch_decode<8>(A, max_grid, st);
+  case 16: return launch_decode<16>(A, max_grid, st);
+  default: return launch_decode<32>(A, max_grid, st);
+  }
+}
+
+/* ==== Host side ==== */
+
+static int fail(int st, char *err, size_t len, const char *msg, cudaError_t e) {
+  if (len) snprintf(err, len, "cuda: %s: %s", msg, cudaGetErrorString(e));
+  return st;
+}
+
+static int rows_for(int64_t K, int ks) {
+  int R = 1;
+  while ((int64_t)R * ks < K) R *= 2;
+  return R;
+}
+
+int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len) {
+  const int ks = ksplit ? ksplit : 8;
+  if (p->K > KDA_CUDA_MAX_K || rows_for(p->K, ks) > 32) {
+    if (len)
+      snprintf(why, len, "K = %lld: the cuda backend holds K <= %d (ksplit=%d: K <= %d)",
+               (long long)p->K, KDA_CUDA_MAX_K, ks, ks * 32 < KDA_CUDA_MAX_K ? ks * 32 : KDA_CUDA_MAX_K);
+    return KDA_EUNSUPPORTED;
+  }
+  const int64_t vt = THREADS / ks, blocks = p->N * p->HV * ((p->V + vt - 1) / vt);
+  if (blocks > 0x7fffffffLL || p->T > 0x7fffffffLL) {
+    if (len) snprintf(why, len, "N*HV*V = %lld blocks or T = %lld: too many for one launch",
+                      (long long)blocks, (long long)p->T);
+    return KDA_EUNSUPPORTED;
+  }
+  return KDA_OK;
+}
+
+static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
+
+/* Enqueues the prologue kernels of SPEC.md §4. */
+static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
+                            cudaStream_t st) {
+  char *base = (char *)d->scratch;
+  const int64_t GW = gate_width(p), T = p->T;
+  const int64_t rows = T * p->H;
+  kda_cuda_coef_qk<<<grid_of(rows * 32, THREADS), THREADS, 0, st>>>(
+      d->q, d->k, (float *)(base + m->qh), (float *)(base + m->kh), rows, p->K, p->l2_mode,
+      p->scale, p->l2_eps);
+  if (GW > 0) {
+    const int64_t n = T * p->HV * GW;
+    kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
+        d->g, d->A_log, d->dt_bias, (float *)(base + m->a), n, p->HV, GW, p->gate_mode,
+        p->has_A_log, p->lower_bound);
+  }
+  kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
+      d->beta, (float *)(base + m->b), T * p->HV, p->beta_mode);
+  if (p->n_checkpoints > 0) {
+    kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
+    kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
+        (int32_t *)(base + m->ckpt), d->checkpoints, p->n_checkpoints);
+  }
+}
+
+template <int KS, int R>
+static cudaError_t launch_recur(const recur_args &A, int64_t blocks, int64_t max_grid,
+                                cudaStream_t st) {
+  constexpr int VT = THREADS / KS, KP = KS * R, ROW = KS * pad<R>::RP;
+  const size_t floats = 2 * (size_t)stage_size(A.TB, ROW, VT) + (size_t)A.TB * VT +
+                        2 * (size_t)KP * (VT + 1);
+  const size_t bytes = floats * sizeof(float);
+  cudaError_t e = cudaSuccess;
+  if (bytes > 48 * 1024)
+    e = cudaFuncSetAttribute(kda_cuda_recur<KS, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)bytes);
+  /* A persistent grid: as many blocks as are resident at once, each taking items in turn. */
+  int dev = 0, sms = 0, per_sm = 0;
+  if (!e) e = cudaGetDevice(&dev);
+  if (!e) e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  if (!e) e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kda_cuda_recur<KS, R>, THREADS, bytes);
+  if (e) return e;
+  const int64_t resident = (int64_t)(per_sm > 0 ? per_sm : 1) * (sms > 0 ? sms : 1);
+  int64_t grid = blocks < resident ? blocks : resident;
+  if (max_grid > 0 && grid > max_grid) grid = max_grid;
+  kda_cuda_recur<KS, R><<<(unsigned)grid, THREADS, bytes, st>>>(A);
+  return cudaGetLastError();
+}
+
+template <int KS>
+static cudaError_t dispatch_rows(const recur_args &A, int R, int64_t blocks, int64_t max_grid,
+                                 cudaStream_t st) {
+  switch (R) {
+  case 1: return launch_recur<KS, 1>(A, blocks, max_grid, st);
+  case 2: return launch_recur<KS, 2>(A, blocks, max_grid, st);
+  case 4: return launch_recur<KS, 4>(A, blocks, max_grid, st);
+  case 8: return launch_recur<KS, 8>(A, blocks, max_grid, st);
+  case 16: return launch_recur<KS, 16>(A, blocks, max_grid, st);
+  default: return launch_recur<KS, 32>(A, blocks, max_grid, st);
+  }
+}
+
+/* ksplit=0: 4 threads a column (32 key rows each: fewer instructions a state element) when
+ * there are enough blocks of 32 columns to keep every multiprocessor busy twice over and K
+ * fits, else 8 (more warps for a few long sequences).  Measured on the H200: docs/cuda.md. */
+static int auto_ksplit(const kda_problem *p) {
+  int dev = 0, sms = 132;
+  if (cudaGetDevice(&dev) != cudaSuccess ||
+      cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    sms = 132;
+  const int64_t items4 = p->N * p->HV * ((p->V + 31) / 32);
+  return p->K <= 128 && items4 >= 2 * (int64_t)sms ? 4 : 8;
+}
+
+int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
+                    cudaStream_t stream, char *err, size_t errlen) {
+  const int decode = !o->no_decode && o->max_len <= 1 && p->K <= 4 * 32;
+  const int ks = decode ? 4 : o->ksplit ? o->ksplit : auto_ksplit(p);
+  if (ks != 4 && ks != 8 && ks != 16) {
+    if (errlen) snprintf(err, errlen, "cuda: ksplit=%d (4, 8 or 16)", ks);
+    return KDA_EINVAL;
+  }
+  int st = kda_cuda_why_not(p, ks, err, errlen);
+  if (st) return st;
+  const scratch_map m = scratch_layout(p);
+  if (p->T > 0) launch_prologue(p, d, &m, stream);
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
+
+  const int64_t vt = THREADS / ks, coltiles = (p->V + vt - 1) / vt;
+  const int64_t tb = o->max_len < 1 ? 1 : o->max_len < KDA_CUDA_TOKENS ? o->max_len
+                                                                         : KDA_CUDA_TOKENS;
+  char *base = (char *)d->scratch;
+  recur_args A;
+  A.H = p->H, A.HV = p->HV, A.K = p->K, A.V = p->V, A.G = p->HV / p->H;
+  A.decays = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
+  A.erases = p->family != KDA_FAMILY_LINEAR;
+  A.gate_scalar = p->family == KDA_FAMILY_GDN;
+  A.head_mod = p->head_map == KDA_HEADMAP_MOD;
+  A.vk = p->state_layout == KDA_STATE_VK;
+  A.has_h0 = p->has_initial_state != 0, A.want_ht = p->want_final_state != 0;
+  A.has_ckpt = p->n_checkpoints > 0;
+  A.vec = p->K % 4 == 0 && rows_for(p->K, ks) % 4 == 0;
+  A.coltiles = (int32_t)coltiles, A.TB = (int32_t)tb;
+  A.qh = (const float *)(base + m.qh), A.kh = (const float *)(base + m.kh);
+  A.a = (const float *)(base + m.a), A.b = (const float *)(base + m.b);
+  A.ckpt = (const int32_t *)(base + m.ckpt);
+  A.v = d->v, A.h0 = d->h0, A.cu = d->cu_seqlens;
+  A.o = d->o, A.ht = d->ht, A.hc = d->hc;
+  const int64_t blocks = p->N * p->HV * coltiles;
+  A.items = blocks;
+  const int R = rows_for(p->K, ks);
+  if (decode) {
+    e = dispatch_decode(A, R, o->max_grid, stream);
+    if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
+    return KDA_OK;
+  }
+  e = ks == 4 ? dispatch_rows<4>(A, R, blocks, o->max_grid, stream)
+      : ks == 8 ? dispatch_rows<8>(A, R, blocks, o->max_grid, stream)
+                : dispatch_rows<16>(A, R, blocks, o->max_grid, stream);
+  if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "recurrent kernel launch", e);
+  return KDA_OK;
+}

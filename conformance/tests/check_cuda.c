@@ -1,0 +1,306 @@
+/* check_cuda.c: tests of the CUDA backend plugin (conformance/backends/cuda, docs/cuda.md).
+ * SPDX-License-Identifier: MIT
+ *
+ * Everywhere (CPU-only machines and CI included): the plugin loads and validates, exports
+ * kda_backend_entry and nothing else (its static cudart stays hidden), rejects bad params,
+ * hostile tensors and bad indices with KDA_EINVAL, and tolerates NULL handles.  Without a
+ * usable GPU, open succeeds and supports declines with "no CUDA device: ...", so the runner
+ * scores NotSupported.  With a GPU (the H200 of docs/cuda.md): every mode of SPEC.md §4-§5
+ * and edge sizes pass in the fp32 class for ksplit 4, 8, 16 and automatic, with a capped
+ * persistent grid too, decode shapes through the decode kernel and (decode=0) the recurrent
+ * one, with --repeat's bit check.
+ * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
+ * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing.
+ */
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "kda_case.h"
+#include "kda_conform.h"
+
+#define DEFAULT_PLUGIN "build/conformance/backends/cuda/libkda_cuda.so"
+
+static const char *plugin_path(void) {
+  const char *p = getenv("KDA_CUDA_PLUGIN");
+  return p && *p ? p : DEFAULT_PLUGIN;
+}
+
+static const kda_backend *load(kda_plugin **pl) {
+  char err[KDA_ERRLEN];
+  const kda_backend *b = NULL;
+  ck_assert_msg(kda_plugin_load(plugin_path(), pl, &b, err, sizeof err) == KDA_OK, "%s", err);
+  return b;
+}
+
+/* 1 when this machine has a GPU the plugin runs on (supports accepts a small problem). */
+static int device_here(const kda_backend *b, char *why, size_t len) {
+  void *h = NULL;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(b->open("", &h, err, sizeof err) == KDA_OK, "open: %s", err);
+  kda_problem p;
+  kda_problem_init(&p, 4, 1, 1, 8, 8);
+  const int ok = b->supports(h, &p, why, (uint32_t)len) == KDA_OK;
+  b->close(h);
+  return ok;
+}
+
+START_TEST(test_table) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  ck_assert_str_eq(b->name, "cuda");
+  ck_assert_int_eq(b->abi_version, 2);
+  ck_assert_uint_ge(b->struct_size, KDA_BACKEND_V2_SIZE);
+  ck_assert_int_eq(b->precision_class, KDA_CLASS_FP32);
+  ck_assert_int_eq(b->input_dtype, KDA_BACKEND_DTYPE_F32);
+  ck_assert_int_eq(b->output_dtype, KDA_BACKEND_DTYPE_F32);
+  ck_assert(b->describe && b->buffers_create && b->forward_buffers && b->buffers_read &&
+            b->buffers_destroy && b->synchronize);
+  kda_plugin_unload(pl);
+  /* One exported symbol: the cudart it links statically and its own internals are hidden. */
+  void *dl = dlopen(plugin_path(), RTLD_NOW | RTLD_LOCAL);
+  ck_assert_msg(dl != NULL, "%s", dlerror());
+  ck_assert(dlsym(dl, "kda_backend_entry") != NULL);
+  static const char *const hidden[] = {"cudaGetDeviceCount", "cudaMalloc", "kda_cuda_launch",
+                                       "kda_cuda_scratch_bytes", "cudaLaunchKernel"};
+  for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+    ck_assert_msg(dlsym(dl, hidden[i]) == NULL, "%s is exported", hidden[i]);
+  kda_backend_entry_fn entry = (kda_backend_entry_fn)dlsym(dl, "kda_backend_entry");
+  ck_assert(entry(0) == NULL);
+  dlclose(dl);
+}
+END_TEST
+
+START_TEST(test_params_and_nulls) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  void *h = NULL;
+  char err[KDA_ERRLEN] = "";
+  static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
+                                    "ksplit=8 bogus", "grid=-1", "grid=99999999999",
+                                    "decode=2"};
+  for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+    ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
+    ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
+  }
+  ck_assert_int_eq(b->open("", NULL, err, sizeof err), KDA_EINVAL);
+  b->close(NULL);
+  ck_assert_str_eq(b->last_error(NULL), "");
+  ck_assert_int_eq(b->synchronize(NULL), KDA_EINVAL);
+  ck_assert_int_eq(b->forward(NULL, NULL, NULL), KDA_EINVAL);
+  ck_assert_int_eq(b->open("ksplit=16, device=0", &h, err, sizeof err), KDA_OK);
+  b->buffers_destroy(h, NULL);
+  kda_backend_info info;
+  memset(&info, 0, sizeof info);
+  ck_assert_int_eq(b->describe(h, &info), KDA_EINVAL); /* struct_size 0 */
+  b->close(h);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* Hostile tensors and indices are refused on the host (KDA_EINVAL), with or without a GPU. */
+START_TEST(test_hostile_calls) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  void *h = NULL;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(b->open("", &h, err, sizeof err), KDA_OK);
+  kda_problem p;
+  kda_problem_init(&p, 4, 1, 1, 8, 8);
+  p.N = 2;
+  float q[32] = {0}, o[32], ht[128];
+  int64_t cu[3] = {0, 5, 4}; /* ends past T, and not at T */
+  kda_backend_tensors t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.in_dtype = t.out_dtype = KDA_BACKEND_DTYPE_F32;
+  t.q = t.k = t.v = t.g = t.beta = q;
+  t.cu_seqlens = cu;
+  t.o = o, t.ht = ht;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  ck_assert_msg(strstr(b->last_error(h), "cu_seqlens") != NULL, "%s", b->last_error(h));
+  cu[1] = 3, cu[2] = 4;
+  t.in_dtype = KDA_BACKEND_DTYPE_F64;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  t.in_dtype = KDA_BACKEND_DTYPE_F32;
+  t.struct_size = 8;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  t.struct_size = sizeof t;
+  t.ht = NULL; /* want_final_state without ht */
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  t.ht = ht;
+  int64_t ck[2] = {2, 2}; /* not strictly increasing */
+  p.n_checkpoints = 2;
+  t.checkpoints = ck;
+  t.hc = ht;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  ck_assert_msg(strstr(b->last_error(h), "checkpoints") != NULL, "%s", b->last_error(h));
+  p.n_checkpoints = 0;
+  p.HV = 3, p.H = 2; /* HV not a multiple of H */
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  p.H = p.HV = 1;
+  p.K = (int64_t)1 << 40; /* sizes that would overflow */
+  ck_assert_int_ne(b->forward(h, &p, &t), KDA_OK);
+  ck_assert_int_eq(b->supports(h, &p, err, sizeof err), KDA_EUNSUPPORTED);
+  b->close(h);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* Every mode, family, head map, layout, varlen with empty sequences, checkpoints, K != V, and
+ * sizes that are not multiples of the tiles (SPEC.md §2-§5). */
+static const char *const descs[] = {
+    "seed=11 T=40 H=2 HV=4 K=16 V=16 gate=log beta=prob l2=off prec=f32 id=log-prob-off",
+    "seed=52 T=40 H=2 HV=4 K=16 V=24 gate=softplus beta=logit l2=fla prec=bf16 h0=1 id=sp",
+    "seed=53 T=40 H=2 HV=4 K=20 V=16 gate=lower_bound lb=-5 beta=logit_neg l2=ggml prec=f16 "
+    "h0=1 layout=vk id=lb-vk",
+    "seed=54 T=33 H=1 HV=3 K=9 V=17 gate=lower_bound lb=-2 alog=0 beta=logit l2=fla prec=f32 "
+    "head_map=mod id=lb-noalog",
+    "seed=55 T=50 H=2 HV=4 K=16 V=8 family=gdn gate=softplus beta=logit l2=fla prec=bf16 h0=1 "
+    "head_map=mod checkpoints=0,7,49 id=gdn",
+    "seed=56 T=50 H=2 HV=2 K=12 V=12 family=deltanet beta=logit l2=fla prec=f32 h0=1 id=dn",
+    "seed=57 T=30 H=1 HV=2 K=8 V=8 family=linear beta=prob l2=fla prec=f32 h0=1 id=linear",
+    "seed=58 seqlens=0,5,0,37,1,0 H=2 HV=4 K=16 V=20 gate=softplus beta=logit_neg l2=ggml "
+    "prec=f16 h0=1 layout=vk checkpoints=0,4,6,40,42 id=varlen",
+    "seed=59 T=200 H=1 HV=1 K=256 V=48 regime=decay-small gate=softplus beta=logit l2=fla "
+    "prec=f32 checkpoints=log id=k256",
+    "seed=60 T=70 H=2 HV=2 K=129 V=131 gate=softplus beta=logit l2=fla prec=f32 h0=1 "
+    "layout=vk checkpoints=15,16,17,69 id=k129-v131",
+    "seed=61 seqlens=1,1,1,1,1,1,1 H=2 HV=4 K=128 V=128 gate=softplus beta=logit l2=fla "
+    "prec=f32 h0=1 id=decode",
+    /* many work items: with grid=3 every block takes hundreds, prefetching the next one's
+     * state during its last chunk; lengths 0 to 3 */
+    "seed=63 seqlens=1,0,2,1,1,3,1,1,0,1,2,1,1,1,3,1,1,1,0,1,1,2,1,1,1,1,1,3,1,1,1,1 H=2 HV=8 "
+    "K=64 V=64 gate=softplus beta=logit l2=fla prec=f32 h0=1 layout=vk checkpoints=1,7,20 "
+    "id=many-items",
+    /* decode shapes (no sequence longer than one token: the decode kernel) */
+    "seed=64 seqlens=1,0,1,1,0,1,1,1,1,0,1,1 H=2 HV=4 K=100 V=48 gate=lower_bound lb=-3 "
+    "beta=logit_neg l2=ggml prec=f32 h0=1 layout=vk checkpoints=0,5,8 id=decode-vk",
+    "seed=65 seqlens=1,1,1,0,1 H=1 HV=2 K=32 V=40 family=gdn gate=softplus beta=logit l2=fla "
+    "prec=f32 checkpoints=1,3 id=decode-gdn",
+    "seed=66 seqlens=1,1,1 H=1 HV=1 K=16 V=16 family=linear beta=prob l2=fla prec=f32 h0=1 "
+    "id=decode-linear",
+    "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
+    "checkpoints=0,299 id=k1-v1",
+};
+#define N_DESCS (sizeof descs / sizeof descs[0])
+
+START_TEST(test_conform) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
+  const int gpu = device_here(b, why, sizeof why);
+  kda_gen_desc d;
+  kda_case c;
+  kda_truth t;
+  ck_assert_msg(kda_gen_parse(descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_gen_desc_free(&d);
+  if (!c.id) c.id = strdup("case");
+  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
+  static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
+                                       "ksplit=16 grid=2", "decode=0 grid=3"};
+  const size_t n_params = sizeof params / sizeof params[0];
+  for (size_t k = 0; k < (gpu ? n_params : 1u); k++) {
+    kda_conform_opts o;
+    kda_conform_opts_init(&o);
+    o.repeat = 1;
+    o.call.isolate = 0; /* this process holds the CUDA context: a forked child could not */
+    kda_case_report r;
+    ck_assert_msg(kda_conform_case(b, params[k], &c, &t, &o, &r, err, sizeof err) == KDA_OK,
+                  "%s", err);
+    if (gpu) {
+      /* K = 256 does not fit ksplit=4's 32 rows a thread: declined, with the reason. */
+      if (k == 1 && c.p.K > 128) {
+        ck_assert_int_eq(r.verdict, KDA_VERDICT_NOT_SUPPORTED);
+      } else {
+        ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s %s: %s %s (o %g ht %g hc %g)",
+                      params[k], descs[_i], kda_verdict_name(r.verdict), r.reason,
+                      r.score.o.worst, r.score.ht.worst, r.score.hc.worst);
+        ck_assert(r.repeat_done && r.repeat_identical);
+      }
+    } else {
+      ck_assert_msg(r.verdict == KDA_VERDICT_NOT_SUPPORTED, "%s: %s %s", descs[_i],
+                    kda_verdict_name(r.verdict), r.reason);
+      ck_assert_msg(strstr(r.reason, "no CUDA device: ") || strstr(r.reason, "compute capability"),
+                    "reason: %s", r.reason);
+    }
+    kda_case_report_free(&r);
+  }
+  if (_i == 0) fprintf(stderr, "check_cuda: %s\n", gpu ? "GPU present: conformance run" : why);
+  kda_truth_free(&t);
+  kda_case_free(&c);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* Without a GPU, describe and the device-buffer slots answer KDA_EUNSUPPORTED with the reason;
+ * with one, describe names the device and its sm_XX. */
+START_TEST(test_describe) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  char why[KDA_ERRLEN], err[KDA_ERRLEN];
+  const int gpu = device_here(b, why, sizeof why);
+  void *h = NULL;
+  ck_assert_int_eq(b->open("", &h, err, sizeof err), KDA_OK);
+  kda_backend_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (gpu) {
+    ck_assert_int_eq(b->describe(h, &info), KDA_OK);
+    ck_assert_int_eq(info.is_device, 1);
+    ck_assert_msg(strncmp(info.isa, "sm_", 3) == 0, "%s", info.isa);
+    ck_assert(info.peak_flops > 0 && info.peak_bytes_per_s > 0);
+    fprintf(stderr, "check_cuda: %s %s, %.1f TFLOP/s, %.0f GB/s\n", info.device, info.isa,
+            info.peak_flops * 1e-12, info.peak_bytes_per_s * 1e-9);
+  } else {
+    ck_assert_int_eq(b->describe(h, &info), KDA_EUNSUPPORTED);
+    ck_assert_msg(strstr(b->last_error(h), "no CUDA device") != NULL, "%s", b->last_error(h));
+    kda_problem p;
+    kda_problem_init(&p, 4, 1, 1, 8, 8);
+    float x[32] = {0};
+    int64_t cu[2] = {0, 4};
+    kda_backend_tensors t;
+    memset(&t, 0, sizeof t);
+    t.struct_size = sizeof t;
+    t.in_dtype = t.out_dtype = KDA_BACKEND_DTYPE_F32;
+    t.q = t.k = t.v = t.g = t.beta = x;
+    t.cu_seqlens = cu;
+    void *buf = (void *)&t;
+    ck_assert_int_eq(b->buffers_create(h, &p, &t, &buf), KDA_EUNSUPPORTED);
+    ck_assert(buf == (void *)&t); /* untouched on failure */
+    ck_assert_int_eq(b->synchronize(h), KDA_OK);
+  }
+  b->close(h);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+static Suite *cuda_suite(void) {
+  Suite *s = suite_create("cuda");
+  TCase *tc = tcase_create("core");
+  tcase_set_timeout(tc, 600);
+  tcase_add_test(tc, test_table);
+  tcase_add_test(tc, test_params_and_nulls);
+  tcase_add_test(tc, test_hostile_calls);
+  tcase_add_loop_test(tc, test_conform, 0, (int)N_DESCS);
+  tcase_add_test(tc, test_describe);
+  suite_add_tcase(s, tc);
+  return s;
+}
+
+int main(void) {
+  if (access(plugin_path(), R_OK) != 0) {
+    printf("check_cuda: %s not built (make cuda needs nvcc): skipped\n", plugin_path());
+    return 0;
+  }
+  SRunner *sr = srunner_create(cuda_suite());
+  srunner_run_all(sr, CK_NORMAL);
+  const int failed = srunner_ntests_failed(sr);
+  srunner_free(sr);
+  return failed ? 1 : 0;
+}
