@@ -418,7 +418,9 @@ typedef int (*report_fn)(FILE *f, const run_state *s);
 static int rep_summary(FILE *f, const run_state *s) {
   return kda_report_summary_json(f, &s->tally, s->reports, s->n, s->info);
 }
-static int rep_junit(FILE *f, const run_state *s) { return kda_report_junit(f, s->reports, s->n); }
+static int rep_junit(FILE *f, const run_state *s) {
+  return kda_report_junit_strict(f, s->reports, s->n, s->info ? s->info->strict : 0);
+}
 static int rep_baseline(FILE *f, const run_state *s) {
   return kda_report_baseline(f, s->reports, s->n);
 }

@@ -513,8 +513,11 @@ START_TEST(test_golden_truth_verified) {
     /* kda conform: a runner error for that file (exit 2), not a Fail of every backend. */
     ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", bad, NULL), 2);
     ck_assert_ptr_nonnull(strstr(g_err, "doubled.npz"));
-    ck_assert_int_eq(kda_run("inspect", bad, NULL), 0);
+    /* kda inspect prints the file, says MISMATCH and exits 1: a check failed (§12.2) */
+    ck_assert_int_eq(kda_run("inspect", bad, NULL), 1);
+    ck_assert_int_eq(kda_run("inspect", "--json", bad, NULL), 1);
   }
+  ck_assert_int_eq(kda_run("inspect", GOLDEN, NULL), 0);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", GOLDEN, NULL), 0);
 }
 END_TEST
