@@ -617,6 +617,38 @@ START_TEST(test_conform_backend_path) {
 }
 END_TEST
 
+/* kda golden --list says which sets the lookup of kda conform and --verify finds, and where
+ * (SPEC.md §12.3): ./golden here, $KDA_GOLDEN before it, and why there is none. */
+START_TEST(test_golden_list_sets) {
+  run_result r = {0, NULL, NULL};
+  unsetenv("KDA_GOLDEN");
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list");
+  ck_assert_msg(strncmp(r.out, "golden sets in golden (from ./golden):\n", 39) == 0 &&
+                strstr(r.out, "\n  L1       present: ") && strstr(r.out, " case files in golden/L1\n") &&
+                strstr(r.out, "\ncatalog:\nL0  "), "golden --list:\n%.600s", r.out);
+  mkdir(tpath("gset"), 0755);
+  mkdir(tpath("gset/L1"), 0755);
+  FILE *f = fopen(tpath("gset/L1/x.npz"), "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  setenv("KDA_GOLDEN", tpath("gset"), 1);
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list with KDA_GOLDEN");
+  char want[1200];
+  snprintf(want, sizeof want, "golden sets in %s (from KDA_GOLDEN):\n  L0       absent\n"
+           "  L1       present: 1 case file in %s/L1\n", tpath("gset"), tpath("gset"));
+  ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "golden --list:\n%.600s", r.out);
+  setenv("KDA_GOLDEN", tpath("no-such-dir"), 1);
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list with a bad KDA_GOLDEN");
+  ck_assert_msg(strstr(r.out, "golden sets: none found (KDA_GOLDEN: ") &&
+                strstr(r.out, "no-such-dir is not a directory)\ncatalog:\n"), "%.600s", r.out);
+  unsetenv("KDA_GOLDEN");
+  run_free(&r);
+}
+END_TEST
+
 /* kda ref runs any backend through the same path: simd and a plugin on the hand case. */
 START_TEST(test_ref_any_backend) {
   const char *in = tpath("hand.npz"), *out = tpath("o.npz");
@@ -1141,6 +1173,7 @@ static Suite *tools_suite(void) {
   tcase_add_test(tc, test_bench_runs);
   tcase_add_test(tc, test_bench_backends);
   tcase_add_test(tc, test_conform_backend_path);
+  tcase_add_test(tc, test_golden_list_sets);
   tcase_add_test(tc, test_ref_any_backend);
   tcase_add_test(tc, test_output_dir_missing);
   tcase_add_test(tc, test_gen_bad_description);
