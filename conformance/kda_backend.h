@@ -47,9 +47,16 @@
  *     threads or devices internally but must have finished all work on the outputs, and joined
  *     or parked its threads, before forward returns.  Different handles may be used from
  *     different threads or processes concurrently.
- *   - Processes: the runner may call open, supports, forward and close in a fresh child
- *     process for every case (SPEC.md §7.8): open must not depend on state of another handle,
- *     and a backend must tolerate being killed at any point (SIGKILL on a timeout).
+ *   - Processes (SPEC.md §7.8): the runner runs each backend, with its parameters, in one
+ *     persistent worker process that serves many cases, and loads a plugin only there, never
+ *     in the runner.  The worker opens one handle per case and closes it at the end of the
+ *     case (so open must not depend on the state of another handle); a crash or timeout
+ *     kills the worker with its whole process group (children of the backend included), at
+ *     any point, with SIGKILL, and the next call starts a fresh worker that loads the plugin
+ *     again.  Constructors and kda_backend_entry must therefore be cheap and must not touch
+ *     a device: create device contexts (a CUDA context, a stream, a cuBLAS handle) lazily in
+ *     open or forward, never in a constructor, where a runtime without a device aborts the
+ *     load and the plugin gets no verdict but Crash.
  *   - supports is answered before forward: the runner calls forward only for problems that
  *     supports accepted, and forward may then still return KDA_EUNSUPPORTED.
  */

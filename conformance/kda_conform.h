@@ -419,8 +419,12 @@ typedef struct kda_run_info {
 int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *rs, int64_t n,
                             const kda_run_info *info);
 /* JUnit XML (testsuites/testsuite/testcase with failure, error and skipped children);
- * reports are grouped into one testsuite per backend. */
+ * reports are grouped into one testsuite per backend.  What the backend printed goes to the
+ * testcase's <system-out>, nondeterminism to a property (SPEC.md §7.9). */
 int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n);
+/* The same for a --strict run (strict 1): QualityWarning and Waived cases, which fail such a
+ * run (SPEC.md §12.2), are <failure> elements and counted as failures, not skipped. */
+int kda_report_junit_strict(FILE *f, const kda_case_report *rs, int64_t n, int32_t strict);
 /* A baseline file from the reports: kda-baseline/1 when they hold one backend, else
  * kda-baseline/2 with one entry per backend. */
 int kda_report_baseline(FILE *f, const kda_case_report *rs, int64_t n);

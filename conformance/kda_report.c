@@ -98,6 +98,10 @@ static json_t *report_json(const kda_case_report *r) {
                         json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1, "reason",
                                   r->waiver, "link",
                                   r->waiver_link[0] ? json_string(r->waiver_link) : json_null()));
+  /* what the backend printed and whether it repeated itself bit for bit (SPEC.md §7.7, §7.8) */
+  json_object_set_new(j, "nondeterministic", json_boolean(r->nondeterministic));
+  json_object_set_new(j, "log_bytes", json_integer((json_int_t)r->log_bytes));
+  json_object_set_new(j, "log", r->log_bytes ? json_string(r->log) : json_null());
   static const char *const bstate[] = {NULL, "compared", "absent"};
   if (r->baseline_state > 0 && r->baseline_state <= KDA_BASELINE_ABSENT)
     json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));
@@ -199,6 +203,19 @@ static json_t *summary_failing(const kda_case_report *rs, int64_t n, int32_t str
   return a;
 }
 
+/* Reports of backends found nondeterministic, and of backends that printed (with the bytes),
+ * so that a CI job can see both without reading every line (SPEC.md §7.9). */
+static json_t *summary_flagged(const kda_case_report *rs, int64_t n, int printed) {
+  json_t *a = json_array();
+  for (int64_t i = 0; i < n; i++) {
+    if (printed ? !rs[i].log_bytes : !rs[i].nondeterministic) continue;
+    json_t *x = json_pack("{s:s,s:s}", "case", rs[i].case_id, "backend", rs[i].backend);
+    if (printed) json_object_set_new(x, "log_bytes", json_integer((json_int_t)rs[i].log_bytes));
+    json_array_append_new(a, x);
+  }
+  return a;
+}
+
 static json_t *summary_unused(const kda_case_report *rs, int64_t n, const kda_run_info *info) {
   json_t *a = json_array();
   const kda_waivers *w = info ? info->waivers : NULL;
@@ -246,6 +263,8 @@ int kda_report_summary_json(FILE *f, const kda_tally *t, const kda_case_report *
   bad |= json_object_set_new(j, "case_set", summary_case_set(info));
   bad |= json_object_set_new(j, "failing", summary_failing(rs, n, strict));
   bad |= json_object_set_new(j, "unused_waivers", summary_unused(rs, n, info));
+  bad |= json_object_set_new(j, "nondeterministic", summary_flagged(rs, n, 0));
+  bad |= json_object_set_new(j, "backend_output", summary_flagged(rs, n, 1));
   bad |= json_object_set_new(j, "baseline", summary_baseline(rs, n, info));
   if (bad) return json_decref(j), KDA_ENOMEM;
   int rc = json_dumpf(j, f, JSON_INDENT(1));
@@ -275,16 +294,23 @@ static void junit_property(FILE *f, const char *name, const char *value) {
   fputs("\"/>\n", f);
 }
 
-/* Warnings and waivers as testcase properties, which Jenkins, GitLab and pytest's junit
- * readers show next to the case (SPEC.md §7.9). */
+/* Warnings, waivers, nondeterminism and the bytes the backend printed as testcase
+ * properties, which Jenkins, GitLab and pytest's junit readers show next to the case
+ * (SPEC.md §7.9). */
 static void junit_properties(FILE *f, const kda_case_report *r) {
   int warn = r->verdict == KDA_VERDICT_QUALITY_WARNING, waived = r->verdict == KDA_VERDICT_WAIVED;
-  if (!warn && !waived) return;
+  if (!warn && !waived && !r->nondeterministic && !r->log_bytes) return;
   fputs("      <properties>\n", f);
   junit_property(f, "verdict", kda_verdict_name(r->verdict));
   if (warn) junit_property(f, "warning", r->reason);
   if (waived) junit_property(f, "waiver", r->waiver);
   if (waived && r->waiver_link[0]) junit_property(f, "waiver_link", r->waiver_link);
+  if (r->nondeterministic) junit_property(f, "nondeterministic", "true");
+  if (r->log_bytes) {
+    char n[32];
+    snprintf(n, sizeof n, "%llu", (unsigned long long)r->log_bytes);
+    junit_property(f, "backend_output_bytes", n);
+  }
   fputs("      </properties>\n", f);
 }
 
@@ -302,9 +328,18 @@ static void junit_skipped(FILE *f, const kda_case_report *r) {
   fputs("</skipped>\n", f);
 }
 
+/* Under --strict a QualityWarning or Waived case fails the run (SPEC.md §12.2), so it is a
+ * <failure> too: CI reporters then agree with the exit status. */
+static int junit_strict_failure(const kda_case_report *r, int32_t strict) {
+  return strict && (r->verdict == KDA_VERDICT_QUALITY_WARNING || r->verdict == KDA_VERDICT_WAIVED);
+}
+
 static void junit_problem(FILE *f, const kda_case_report *r, const char *tag) {
   fprintf(f, "      <%s message=\"", tag);
-  xml_text(f, r->reason);
+  if (r->verdict == KDA_VERDICT_QUALITY_WARNING || r->verdict == KDA_VERDICT_WAIVED)
+    fputs("strict: ", f);
+  if (r->verdict == KDA_VERDICT_WAIVED) fputs("waived: ", f), xml_text(f, r->waiver);
+  else xml_text(f, r->reason);
   fprintf(f, "\" type=\"%s\">", kda_verdict_name(r->verdict));
   char *buf = NULL;
   size_t len = 0;
@@ -318,28 +353,45 @@ static void junit_problem(FILE *f, const kda_case_report *r, const char *tag) {
   fprintf(f, "</%s>\n", tag);
 }
 
-static void junit_case(FILE *f, const kda_case_report *r) {
+/* <system-out>: a QualityWarning's reason, then what the backend printed (SPEC.md §7.8). */
+static void junit_system_out(FILE *f, const kda_case_report *r) {
+  int warn = r->verdict == KDA_VERDICT_QUALITY_WARNING;
+  if (!warn && !r->log_bytes) return;
+  fputs("      <system-out>", f);
+  if (warn) fputs("QualityWarning: ", f), xml_text(f, r->reason);
+  if (warn && r->log_bytes) fputc('\n', f);
+  if (r->log_bytes) {
+    fprintf(f, "backend output (%llu bytes%s):\n", (unsigned long long)r->log_bytes,
+            r->log_bytes > strlen(r->log) ? ", beginning" : "");
+    xml_text(f, r->log);
+  }
+  fputs("</system-out>\n", f);
+}
+
+static void junit_case(FILE *f, const kda_case_report *r, int32_t strict) {
   fputs("    <testcase classname=\"kda.conform.", f);
   xml_text(f, r->backend);
   fputs("\" name=\"", f);
   xml_text(f, r->case_id);
   fprintf(f, "\" time=\"%.6f\"", r->seconds);
   int32_t v = r->verdict;
-  if (v == KDA_VERDICT_PASS && !r->reason[0]) return (void)fputs("/>\n", f);
+  if (v == KDA_VERDICT_PASS && !r->reason[0] && !r->log_bytes && !r->nondeterministic)
+    return (void)fputs("/>\n", f);
   fputs(">\n", f);
   junit_properties(f, r);
-  if (v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED) junit_skipped(f, r);
+  if (junit_strict_failure(r, strict)) junit_problem(f, r, "failure");
+  else if (v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED) junit_skipped(f, r);
   else if (v == KDA_VERDICT_CRASH || v == KDA_VERDICT_TIMEOUT) junit_problem(f, r, "error");
   else if (v == KDA_VERDICT_FAIL) junit_problem(f, r, "failure");
-  if (v == KDA_VERDICT_QUALITY_WARNING) {
-    fputs("      <system-out>QualityWarning: ", f);
-    xml_text(f, r->reason);
-    fputs("</system-out>\n", f);
-  }
+  junit_system_out(f, r);
   fputs("    </testcase>\n", f);
 }
 
 int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n) {
+  return kda_report_junit_strict(f, rs, n, 0);
+}
+
+int kda_report_junit_strict(FILE *f, const kda_case_report *rs, int64_t n, int32_t strict) {
   fputs("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<testsuites name=\"kda-conform\">\n", f);
   for (int64_t i = 0; i < n; i++) {
     int first = 1;
@@ -352,16 +404,17 @@ int kda_report_junit(FILE *f, const kda_case_report *rs, int64_t n) {
       if (strcmp(rs[k].backend, rs[i].backend) != 0) continue;
       tests++, time += rs[k].seconds;
       int32_t v = rs[k].verdict;
-      failures += v == KDA_VERDICT_FAIL;
+      int sf = junit_strict_failure(&rs[k], strict);
+      failures += v == KDA_VERDICT_FAIL || sf;
       errors += v == KDA_VERDICT_CRASH || v == KDA_VERDICT_TIMEOUT;
-      skipped += v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED;
+      skipped += (v == KDA_VERDICT_NOT_SUPPORTED || v == KDA_VERDICT_WAIVED) && !sf;
     }
     fputs("  <testsuite name=\"", f);
     xml_text(f, rs[i].backend);
     fprintf(f, "\" tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" skipped=\"%lld\" time=\"%.6f\">\n",
             (long long)tests, (long long)failures, (long long)errors, (long long)skipped, time);
     for (int64_t k = i; k < n; k++)
-      if (strcmp(rs[k].backend, rs[i].backend) == 0) junit_case(f, &rs[k]);
+      if (strcmp(rs[k].backend, rs[i].backend) == 0) junit_case(f, &rs[k], strict);
     fputs("  </testsuite>\n", f);
   }
   fputs("</testsuites>\n", f);

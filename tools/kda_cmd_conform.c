@@ -46,7 +46,10 @@ static const char help_text[] =
     "                            and exit\n"
     "      --list-backends       list the backends (-b/-p, default: every built-in): name,\n"
     "                            class, dtypes, source, ISA or device picked, and whether it runs\n"
-    "                            on this machine (and why not); exit 0\n"
+    "                            on this machine (and why not); exit 0.  A plugin is loaded only\n"
+    "                            in a worker, which tries a tiny problem (a plugin that fails to\n"
+    "                            load is listed with the reason)\n"
+    "      --json                with --list-backends: one JSON document (kda-backends/1)\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
     "                            directory holding CASE_ID.npz for each case; members o,\n"
     "                            ht, hc of exactly the problem's shapes as <f4 or <f8; a\n"
@@ -106,6 +109,7 @@ typedef struct conform_args {
   const char *html; /* --html DIR */
   int32_t cls;
   int quiet, bench, strict;
+  int json; /* --json: --list-backends as one JSON document */
   int64_t max_lines;
   kda_conform_opts opts;
   char **paths;
@@ -190,7 +194,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
-  enum { O_HTML = 512 };
+  enum { O_HTML = 512, O_JSON };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -208,7 +212,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"strict", no_argument, NULL, O_STRICT},
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
-      {"html", required_argument, NULL, O_HTML},
+      {"html", required_argument, NULL, O_HTML}, {"json", no_argument, NULL, O_JSON},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -273,11 +277,13 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_STRICT: a->strict = 1; break;
       case O_FAILREG: a->opts.fail_on_regression = 1; break;
       case O_HTML: a->html = optarg; break;
+      case O_JSON: a->json = 1; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
   }
   a->opts.cls = a->cls;
+  if (a->json && !a->list_backends) return kda_tool_usage(SUB, "--json needs --list-backends");
   if (a->opts.fail_on_regression && !a->baseline)
     return kda_tool_usage(SUB, "--fail-on-regression needs --baseline");
   a->paths = argv + optind;
@@ -418,7 +424,9 @@ typedef int (*report_fn)(FILE *f, const run_state *s);
 static int rep_summary(FILE *f, const run_state *s) {
   return kda_report_summary_json(f, &s->tally, s->reports, s->n, s->info);
 }
-static int rep_junit(FILE *f, const run_state *s) { return kda_report_junit(f, s->reports, s->n); }
+static int rep_junit(FILE *f, const run_state *s) {
+  return kda_report_junit_strict(f, s->reports, s->n, s->info ? s->info->strict : 0);
+}
 static int rep_baseline(FILE *f, const run_state *s) {
   return kda_report_baseline(f, s->reports, s->n);
 }
@@ -672,7 +680,8 @@ int kda_cmd_conform(int argc, char **argv) {
     const char *specs[2 * MAX_ITEMS];
     for (int i = 0; i < a.n_backends + a.n_plugins; i++)
       specs[i] = i < a.n_backends ? a.backends[i] : a.plugins[i - a.n_backends];
-    return kda_conform_list_backends(specs, a.n_backends + a.n_plugins, a.params);
+    return kda_conform_list_backends(specs, a.n_backends + a.n_plugins, a.params, &a.opts.call,
+                                     a.json);
   }
   path_list cases = {0};
   for (int i = 0; i < a.n_paths && rc == 0; i++) rc = collect(a.paths[i], &cases);

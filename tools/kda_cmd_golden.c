@@ -47,7 +47,10 @@ static const char help_text[] =
     "                regenerate every case into a temporary directory and compare it with\n"
     "                DIR byte for byte (generator-made files such as DIR/example/*.npz too).\n"
     "                `make check` runs this.\n"
-    "  --list        print the catalog: level, id, flags and comment of every case\n"
+    "  --list        say which golden sets are present and where ($KDA_GOLDEN, else\n"
+    "                ./golden, else the installed share/kda/golden: the sets kda conform\n"
+    "                and --verify use), then print the catalog: level, id, flags and\n"
+    "                comment of every case\n"
     "  --bench-step  time one certified MPFR step against one float64 step (K = V = 128)\n"
     "\n"
     "Options:\n"
@@ -689,7 +692,47 @@ static int cmd_verify(const gargs *a) {
 }
 
 /* ---- --list. */
+/* Case files (*.npz) directly in dir, or -1 when dir is not a directory. */
+static int64_t count_cases(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return -1;
+  int64_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    size_t len = strlen(e->d_name);
+    n += len > 4 && strcmp(e->d_name + len - 4, ".npz") == 0;
+  }
+  closedir(d);
+  return n;
+}
+
+/* Which golden sets the lookup of kda conform and --verify finds (SPEC.md §12.3) and where:
+ * "golden sets in DIR (from SOURCE)" and one line per level, or why there are none. */
+static void list_sets(void) {
+  char dir[4096], sub[4200];
+  const char *source;
+  if (kda_tool_golden_dir(dir, sizeof dir, &source) != 0) {
+    printf("golden sets: none found (%s: %s is not a directory)\n", source, dir);
+    return (void)printf("catalog:\n");
+  }
+  printf("golden sets in %s (from %s):\n", dir, source);
+  static const char *const sets[] = {"L0", "L1", "L2", "example"};
+  for (int i = 0; i < 4; i++) {
+    snprintf(sub, sizeof sub, "%s/%s", dir, sets[i]);
+    int64_t n = count_cases(sub);
+    if (n >= 0)
+      printf("  %-8s present: %lld case file%s in %s\n", sets[i], (long long)n, n == 1 ? "" : "s",
+             sub);
+    else printf("  %-8s absent%s\n", sets[i],
+                i == 2 ? " (made on demand: kda golden --write --level L2)" : "");
+  }
+  snprintf(sub, sizeof sub, "%s/SHA256SUMS", dir);
+  printf("  %-8s %s\n", "SHA256SUMS", access(sub, R_OK) == 0 ? "present" : "absent");
+  printf("catalog:\n");
+}
+
 static int cmd_list(void) {
+  list_sets();
   for (int64_t i = 0; i < kda_catalog_count(); i++) {
     const kda_catalog_entry *e = kda_catalog_get(i);
     printf("%s  %-26s ", kda_level_name(e->level), e->id);

@@ -26,7 +26,8 @@ static const char help_text[] =
     "would load it (shapes, index arrays, finite values).  When the manifest records\n"
     "golden.members_sha256, a last line says whether every member's SHA-256 matches it\n"
     "(\"golden hashes: verified\" or \"golden hashes: MISMATCH: ...\"; golden outputs are\n"
-    "used as truth only when they verify).  Nothing is printed when the file is bad.\n"
+    "used as truth only when they verify; a mismatch is exit 1).  Nothing is printed when\n"
+    "the file is bad.\n"
     "\n"
     "Options:\n"
     "  -j, --json           print one JSON object instead of text: {\"file\", \"verified\",\n"
@@ -39,6 +40,8 @@ static const char help_text[] =
     "\n"
     "Exit status:\n"
     "  0  the file is a valid vector file and was printed\n"
+    "  1  it was printed, but its golden.members_sha256 do not match its members (a check\n"
+    "     failed: its golden outputs are not truth)\n"
     "  2  usage error, I/O error or bad file: not a zip archive, truncated, a CRC-32\n"
     "     mismatch, a bad .npy member, a bad manifest or an invalid case (one line on\n"
     "     standard error)\n";
@@ -365,6 +368,8 @@ int kda_cmd_inspect(int argc, char **argv) {
                              : kda_tool_fail(SUB, "%s: %s", a.path, err);
   } else {
     st = a.json ? print_json(&a, &s) : (print_text(&a, &s), KDA_EXIT_OK);
+    /* recorded hashes that do not verify are a failed check (SPEC.md §12.2), after printing */
+    if (st == KDA_EXIT_OK && s.hashes[0] && !s.hashes_ok) st = KDA_EXIT_CHECK;
   }
   inspection_free(&s);
   return st;

@@ -1,10 +1,13 @@
 /* kda_conform_list.c: `kda conform --list-backends` and `--list-cases` (SPEC.md §7.8).
  * SPDX-License-Identifier: MIT
  *
- * Kept out of kda_cmd_conform.c: listing opens backends in-process (plugins too: the user
- * asked about them, and nothing is scored), while a run isolates every plugin call.
+ * Built-ins are listed in-process (they are part of this program); a plugin is loaded only in
+ * a worker (SPEC.md §7.8), which tries a tiny problem, so that a plugin whose constructor
+ * aborts, or that lacks its entry, is a row that says why, and the listing completes.
  */
+#include <jansson.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "kda_case.h"
@@ -14,74 +17,217 @@
 
 #define SUB "conform"
 
-/* What an open handle of b says about itself (v2 describe), or "-". */
-static void describe_handle(const kda_backend *b, void *h, char *out, size_t cap) {
-  snprintf(out, cap, "-");
-  if (!KDA_BACKEND_HAS(b, describe) || !b->describe) return;
-  kda_backend_info info;
-  memset(&info, 0, sizeof info);
-  info.struct_size = sizeof info;
-  if (b->describe(h, &info) != KDA_OK) return;
-  info.device[sizeof info.device - 1] = info.isa[sizeof info.isa - 1] = 0; /* hostile tables */
-  int w = snprintf(out, cap, "%s%s%s", info.device, info.device[0] && info.isa[0] ? ", " : "",
-                   info.isa);
-  if (w >= 0 && (size_t)w < cap && info.threads > 0)
-    w += snprintf(out + w, cap - (size_t)w, ", %d thread%s", (int)info.threads,
-                  info.threads == 1 ? "" : "s");
-  if (w >= 0 && (size_t)w < cap && info.peak_flops > 0)
-    snprintf(out + w, cap - (size_t)w, ", peak %.0f GFLOP/s", info.peak_flops / 1e9);
+/* One row of --list-backends, text or JSON. */
+typedef struct row {
+  char name[128];
+  int32_t cls, in_dt, out_dt; /* -1: unknown (a plugin that did not load) */
+  const char *def;            /* in the default set: "yes", "no", "-" (named) */
+  int runs;
+  char why[KDA_ERRLEN + 64];  /* why it does not run here, or "" */
+  char picked[400];           /* ISA/device (describe), or "-" */
+  char desc[512];
+  char plugin[4096];          /* the plugin's path, "" for a built-in */
+  char params[1024];          /* given to open */
+  uint32_t abi;
+} row;
+
+/* What describe said (info from a hostile table: strings terminated first), or "-". */
+static void picked_text(kda_backend_info *info, char *out, size_t cap) {
+  info->device[sizeof info->device - 1] = info->isa[sizeof info->isa - 1] = 0;
+  int w = snprintf(out, cap, "%s%s%s", info->device, info->device[0] && info->isa[0] ? ", " : "",
+                   info->isa);
+  if (w >= 0 && (size_t)w < cap && info->threads > 0)
+    w += snprintf(out + w, cap - (size_t)w, ", %d thread%s", (int)info->threads,
+                  info->threads == 1 ? "" : "s");
+  if (w >= 0 && (size_t)w < cap && info->peak_flops > 0)
+    snprintf(out + w, cap - (size_t)w, ", peak %.0f GFLOP/s", info->peak_flops / 1e9);
+  if (!out[0]) snprintf(out, cap, "-");
 }
 
-/* One row of --list-backends: opens b with params and asks it about a tiny problem. */
-static void list_backend(const kda_backend *b, const char *params, const char *source,
-                         const char *def) {
-  char avail[KDA_ERRLEN + 32] = "yes", picked[400] = "-", why[KDA_ERRLEN] = "";
+/* A built-in, in-process (it is part of this program): open, describe, supports of a tiny
+ * problem. */
+static void builtin_row(const kda_backend *b, const char *params, const char *def, row *r) {
+  snprintf(r->name, sizeof r->name, "%s", b->name);
+  r->cls = b->precision_class, r->in_dt = b->input_dtype, r->out_dt = b->output_dtype;
+  r->def = def, r->abi = b->abi_version;
+  snprintf(r->params, sizeof r->params, "%s", params);
+  snprintf(r->desc, sizeof r->desc, "%s", b->description ? b->description : "");
+  char why[KDA_ERRLEN] = "";
   void *h = NULL;
   int32_t st = b->open(params, &h, why, sizeof why);
   if (st != KDA_OK) {
-    snprintf(avail, sizeof avail, "no: open: %s", why[0] ? why : kda_strstatus(st));
-  } else {
-    kda_problem p;
-    kda_problem_init(&p, 4, 1, 1, 16, 16);
-    describe_handle(b, h, picked, sizeof picked);
-    if (b->supports(h, &p, why, sizeof why) != KDA_OK)
-      snprintf(avail, sizeof avail, "no: %s", why[0] ? why : "does not support a tiny problem");
-    b->close(h);
+    snprintf(r->why, sizeof r->why, "open: %s", why[0] ? why : kda_strstatus(st));
+    return;
   }
-  static const char *const dt[] = {"f64", "f32"};
-  printf("%-14s %-5s %3s->%-3s %-8s %-4s %s\n", b->name, kda_class_name(b->precision_class),
-         dt[b->input_dtype], dt[b->output_dtype], def, avail[0] == 'y' ? "yes" : "no", picked);
-  printf("    %s%s%s\n", source, b->description ? ": " : "", b->description ? b->description : "");
-  if (avail[0] != 'y') printf("    not available: %s\n", avail + 4);
+  kda_problem p;
+  kda_problem_init(&p, 4, 1, 1, 16, 16);
+  kda_backend_info info;
+  memset(&info, 0, sizeof info);
+  info.struct_size = sizeof info;
+  if (KDA_BACKEND_HAS(b, describe) && b->describe && b->describe(h, &info) == KDA_OK)
+    picked_text(&info, r->picked, sizeof r->picked);
+  if (b->supports(h, &p, why, sizeof why) != KDA_OK)
+    snprintf(r->why, sizeof r->why, "%s", why[0] ? why : "does not support a tiny problem");
+  else r->runs = 1;
+  b->close(h);
 }
 
-int kda_conform_list_backends(const char *const *specs, int n_specs, const char *params) {
-  char err[KDA_ERRLEN], source[4200];
-  printf("%-14s %-5s %-8s %-8s %-4s %s\n", "name", "class", "dtypes", "default", "runs",
-         "ISA/device picked");
-  if (n_specs == 0)
-    for (int32_t i = 0; i < kda_backend_builtin_count(); i++)
-      list_backend(kda_backend_builtin(i), params ? params : "", "built-in",
-                   kda_backend_builtin_is_default(i) ? "yes" : "no");
-  for (int i = 0; i < n_specs; i++) {
-    kda_backend_ref ref;
-    if (kda_backend_resolve(specs[i], &ref, err, sizeof err) != KDA_OK)
-      return kda_tool_fail(SUB, "%s", err);
-    /* The spec's own parameters, else the deprecated --params (as the run gives them). */
-    const char *p = strchr(specs[i], ':') ? ref.params : params ? params : "";
-    if (ref.builtin) {
-      list_backend(ref.builtin, p, "built-in", "-");
+/* The tiny problem (T = 4, K = V = 16) through the worker: supports and forward. */
+static void worker_try(kda_worker *w, row *r) {
+  char err[KDA_ERRLEN] = "";
+  kda_gen_desc d;
+  kda_case c;
+  kda_outputs out;
+  kda_tensors_f64 in;
+  kda_call_result cr;
+  memset(&out, 0, sizeof out);
+  int st = kda_gen_parse("seed=1 T=4 H=1 K=16 V=16", &d, err, sizeof err);
+  if (st == KDA_OK) st = kda_gen_case(&d, &c, err, sizeof err), kda_gen_desc_free(&d);
+  if (st != KDA_OK) return (void)snprintf(r->why, sizeof r->why, "runner: %s", err);
+  kda_case_tensors(&c, &in);
+  st = kda_outputs_alloc(&c.p, &out, err, sizeof err);
+  if (st == KDA_OK) st = kda_worker_call(w, &c.p, &in, &out, &cr, err, sizeof err);
+  if (st != KDA_OK) snprintf(r->why, sizeof r->why, "runner: %s", err);
+  else if (cr.outcome == KDA_CALL_OK) r->runs = 1;
+  else if (cr.outcome == KDA_CALL_UNSUPPORTED) snprintf(r->why, sizeof r->why, "%s", cr.msg);
+  else snprintf(r->why, sizeof r->why, "%s: %s", kda_call_outcome_name(cr.outcome), cr.msg);
+  kda_backend_info info;
+  if (st == KDA_OK && (cr.outcome == KDA_CALL_OK || cr.outcome == KDA_CALL_UNSUPPORTED) &&
+      kda_worker_describe(w, &info, &cr, err, sizeof err) == KDA_OK && cr.outcome == KDA_CALL_OK)
+    picked_text(&info, r->picked, sizeof r->picked);
+  kda_worker_end_case(w, &cr, err, sizeof err);
+  kda_outputs_free(&out);
+  kda_case_free(&c);
+}
+
+/* A plugin, only ever loaded in its worker (SPEC.md §7.8): a constructor that aborts, a
+ * missing entry or a bad table is this row's "why", not the end of the listing. */
+static void plugin_row(const kda_backend_ref *ref, const kda_call_opts *o, row *r) {
+  r->def = "-";
+  snprintf(r->plugin, sizeof r->plugin, "%s", ref->path);
+  snprintf(r->params, sizeof r->params, "%s", ref->params);
+  r->cls = r->in_dt = r->out_dt = -1;
+  char err[KDA_ERRLEN] = "";
+  kda_worker *w;
+  if (kda_worker_start(ref, o, &w, err, sizeof err) != KDA_OK) {
+    snprintf(r->name, sizeof r->name, "%s", ref->spec);
+    snprintf(r->why, sizeof r->why, "runner: %s", err);
+    return;
+  }
+  snprintf(r->name, sizeof r->name, "%s", kda_worker_name(w));
+  const char *d = kda_worker_description(w);
+  snprintf(r->desc, sizeof r->desc, "%s", d ? d : "");
+  const kda_call_result *lr = kda_worker_load_result(w);
+  if (lr) {
+    snprintf(r->why, sizeof r->why, "load: %s: %s", kda_call_outcome_name(lr->outcome), lr->msg);
+  } else {
+    r->cls = kda_worker_class(w), r->abi = kda_worker_abi_version(w);
+    r->in_dt = kda_worker_input_dtype(w), r->out_dt = kda_worker_output_dtype(w);
+    worker_try(w, r);
+  }
+  kda_worker_stop(w);
+}
+
+static const char *dtype_text(int32_t dt) {
+  return dt == KDA_BACKEND_DTYPE_F64 ? "f64" : dt == KDA_BACKEND_DTYPE_F32 ? "f32" : "?";
+}
+
+static const char *class_text(int32_t cls) {
+  const char *n = cls >= 0 ? kda_class_name(cls) : NULL;
+  return n ? n : "-";
+}
+
+static void print_row(const row *r) {
+  printf("%-14s %-5s %3s->%-3s %-8s %-4s %s\n", r->name, class_text(r->cls), dtype_text(r->in_dt),
+         dtype_text(r->out_dt), r->def, r->runs ? "yes" : "no", r->picked);
+  if (r->plugin[0]) printf("    plugin %s%s%s\n", r->plugin, r->desc[0] ? ": " : "", r->desc);
+  else printf("    built-in%s%s\n", r->desc[0] ? ": " : "", r->desc);
+  if (!r->runs) printf("    not available: %s\n", r->why);
+}
+
+/* A JSON string of text a plugin may have chosen: invalid UTF-8 (which jansson refuses) is
+ * written with '?' for every byte outside printable ASCII, so the row is never dropped. */
+static json_t *jsafe(const char *s) {
+  json_t *j = json_string(s);
+  if (j) return j;
+  char buf[4096];
+  size_t n = 0;
+  for (; s[n] && n < sizeof buf - 1; n++)
+    buf[n] = (unsigned char)s[n] >= 0x20 && (unsigned char)s[n] < 0x7f ? s[n] : '?';
+  buf[n] = 0;
+  return json_string(buf);
+}
+
+/* null for "" and "-" (nothing known). */
+static json_t *jtext(const char *s) {
+  return s && s[0] && strcmp(s, "-") ? jsafe(s) : json_null();
+}
+
+static json_t *row_json(const row *r) {
+  json_t *def = strcmp(r->def, "-") == 0 ? json_null() : json_boolean(r->def[0] == 'y');
+  return json_pack("{s:o,s:o,s:o,s:o,s:o,s:s,s:o,s:o,s:o,s:o,s:b,s:o,s:o}", "name", jsafe(r->name),
+                   "class", jtext(r->cls >= 0 ? kda_class_name(r->cls) : NULL), "input_dtype",
+                   r->in_dt >= 0 ? json_string(dtype_text(r->in_dt)) : json_null(),
+                   "output_dtype",
+                   r->out_dt >= 0 ? json_string(dtype_text(r->out_dt)) : json_null(), "default",
+                   def, "source", r->plugin[0] ? "plugin" : "built-in", "plugin", jtext(r->plugin),
+                   "params", jsafe(r->params), "description", jtext(r->desc),
+                   "abi_version", r->abi ? json_integer(r->abi) : json_null(), "runs", r->runs,
+                   "why", r->runs ? json_null() : jsafe(r->why), "picked",
+                   jtext(r->picked));
+}
+
+/* Every row, resolved first (an unknown spec is exit 2 before anything is printed). */
+static row *gather_rows(const char *const *specs, int n_specs, const char *params,
+                        const kda_call_opts *o, int *n_rows) {
+  int n = n_specs ? n_specs : kda_backend_builtin_count();
+  row *rows = calloc((size_t)n, sizeof *rows);
+  kda_backend_ref *refs = calloc((size_t)n, sizeof *refs);
+  char err[KDA_ERRLEN];
+  if (!rows || !refs) return free(rows), free(refs), kda_tool_fail(SUB, "out of memory"), NULL;
+  for (int i = 0; i < n_specs; i++)
+    if (kda_backend_resolve(specs[i], &refs[i], err, sizeof err) != KDA_OK)
+      return free(rows), free(refs), kda_tool_fail(SUB, "%s", err), NULL;
+  for (int i = 0; i < n; i++) {
+    snprintf(rows[i].picked, sizeof rows[i].picked, "-");
+    if (!n_specs) {
+      builtin_row(kda_backend_builtin(i), params ? params : "",
+                  kda_backend_builtin_is_default(i) ? "yes" : "no", &rows[i]);
       continue;
     }
-    kda_plugin *pl;
-    const kda_backend *b;
-    if (kda_plugin_load(ref.path, &pl, &b, err, sizeof err) != KDA_OK)
-      return kda_tool_fail(SUB, "%s", err);
-    snprintf(source, sizeof source, "plugin %s", ref.path);
-    list_backend(b, p, source, "-");
-    kda_plugin_unload(pl);
+    /* The spec's own parameters, else the deprecated --params (as the run gives them). */
+    if (!strchr(specs[i], ':'))
+      snprintf(refs[i].params, sizeof refs[i].params, "%s", params ? params : "");
+    if (refs[i].builtin) builtin_row(refs[i].builtin, refs[i].params, "-", &rows[i]);
+    else plugin_row(&refs[i], o, &rows[i]);
   }
-  return KDA_EXIT_OK;
+  free(refs);
+  *n_rows = n;
+  return rows;
+}
+
+int kda_conform_list_backends(const char *const *specs, int n_specs, const char *params,
+                              const kda_call_opts *o, int json) {
+  int n = 0;
+  row *rows = gather_rows(specs, n_specs, params, o, &n);
+  if (!rows) return KDA_EXIT_USAGE;
+  int rc = KDA_EXIT_OK;
+  if (json) {
+    json_t *a = json_array();
+    for (int i = 0; i < n; i++) json_array_append_new(a, row_json(&rows[i]));
+    json_t *j = json_pack("{s:s,s:o}", "schema", "kda-backends/1", "backends", a);
+    char *text = j ? json_dumps(j, JSON_INDENT(1)) : NULL;
+    if (text) printf("%s\n", text);
+    else rc = kda_tool_fail(SUB, "out of memory formatting JSON");
+    free(text);
+    json_decref(j);
+  } else {
+    printf("%-14s %-5s %-8s %-8s %-4s %s\n", "name", "class", "dtypes", "default", "runs",
+           "ISA/device picked");
+    for (int i = 0; i < n; i++) print_row(&rows[i]);
+  }
+  free(rows);
+  return rc;
 }
 
 /* The case id: the manifest's, else the file name without ".npz". */

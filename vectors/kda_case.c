@@ -132,6 +132,32 @@ int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_
   return KDA_OK;
 }
 
+static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+/* Sizes bounded by the data (SPEC.md §10.2): what a case makes a reader allocate, o and the
+ * states of every sequence and checkpoint (T*HV*V + (N + C)*HV*K*V elements), is at most
+ * KDA_CASE_ALLOC_FREE elements or KDA_CASE_ALLOC_RATIO times the input elements the file holds.
+ * Declared sizes alone (T = 0 and K = V = 65536: a 2 KB file, a 32 GiB state) witness
+ * nothing.  Checked on load after the members are read (so the inputs are witnessed), and on
+ * save, before anything is allocated for outputs. */
+static int check_alloc_bound(const char *path, const kda_problem *p, const kda_case_sizes *sz,
+                             char *err, size_t errlen) {
+  uint64_t in = 0, state = sz->h0 ? sz->h0 : sz->ht, out;
+  if (!state) mul4((uint64_t)p->N, (uint64_t)p->HV, (uint64_t)p->K, (uint64_t)p->V, &state);
+  const uint64_t parts[] = {sz->q, sz->k, sz->v, sz->g, sz->beta, sz->A_log, sz->dt_bias,
+                            sz->h0, sz->cu_seqlens, sz->checkpoints};
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) in = add_sat(in, parts[i]);
+  out = add_sat(add_sat(sz->o, state), sz->hc);
+  if (out <= KDA_CASE_ALLOC_FREE || out / KDA_CASE_ALLOC_RATIO < in) return KDA_OK;
+  return kda_fail(KDA_EFORMAT, err, errlen,
+                  "%s: the problem (N=%lld T=%lld HV=%lld K=%lld V=%lld C=%lld) needs %llu "
+                  "output and state elements but the file holds %llu input elements: at most "
+                  "%llu or %d times the inputs (SPEC.md 10.2)", path, (long long)p->N,
+                  (long long)p->T, (long long)p->HV, (long long)p->K, (long long)p->V,
+                  (long long)p->n_checkpoints, (unsigned long long)out, (unsigned long long)in,
+                  (unsigned long long)KDA_CASE_ALLOC_FREE, KDA_CASE_ALLOC_RATIO);
+}
+
 /* ---- Member specifications: shape, names of the axes, why the member is needed. */
 typedef struct member_spec {
   int used;                  /* the problem reads the member */
@@ -630,6 +656,7 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_
   member_spec s[KDA_M_COUNT];
   member_specs(&c->p, s);
   for (int m = 0; m < KDA_M_COUNT && !st; m++) st = load_member(z, path, m, &s[m], c, err, errlen);
+  if (!st) st = check_alloc_bound(path, &c->p, &sz, err, errlen);
   if (!st) st = default_cu_seqlens(c, err, errlen);
   if (!st) st = check_values(path, c, s, err, errlen);
   if (!st) {
@@ -690,6 +717,8 @@ static int save_checks(const char *path, const kda_case *c, member_spec *s, cons
   kda_case_sizes sz;
   if (!st) st = kda_case_sizes_get(&c->p, &sz, err, errlen);
   if (st) return prefix_err(st, err, errlen, path, "problem");
+  st = check_alloc_bound(path, &c->p, &sz, err, errlen);
+  if (st) return st;
   if (!kda_precision_file_name(c->input_precision))
     return kda_fail(KDA_EINVAL, err, errlen, "%s: invalid input precision %d", path,
                     (int)c->input_precision);

@@ -67,9 +67,17 @@ typedef struct kda_case_sizes {
 } kda_case_sizes;
 int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
 
+/* Sizes bounded by the data (SPEC.md §10.2): the outputs and states a case implies,
+ * T*HV*V + (N + C)*HV*K*V elements, must be at most KDA_CASE_ALLOC_FREE elements (128 MiB of
+ * float64) or less than KDA_CASE_ALLOC_RATIO times the input elements the file holds (every
+ * input member, cu_seqlens as N + 1); load and save refuse another case (KDA_EFORMAT). */
+#define KDA_CASE_ALLOC_FREE (UINT64_C(1) << 24)
+#define KDA_CASE_ALLOC_RATIO 1024
+
 /* Loads and validates a case file.  On failure the case is left empty (all NULL).  Returns
  * KDA_OK, KDA_EIO, KDA_EFORMAT (container or manifest malformed: bytes after the JSON, an id
- * that is not one path component, SPEC.md §10.2), KDA_ENOTFOUND (a member or
+ * that is not one path component, outputs not bounded by the data, SPEC.md §10.2),
+ * KDA_ENOTFOUND (a member or
  * manifest key the problem needs is missing), KDA_ESHAPE (shapes disagree), KDA_EDTYPE,
  * KDA_EINVAL (bad option or index array), KDA_ENONFINITE, KDA_ENOMEM.  Messages name the file
  * and the member. */
@@ -80,7 +88,8 @@ int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen);
  * NULL, the generator_info of c->manifest_json is kept).  The case is first checked as
  * kda_case_load would check it.  Atomic.  Returns KDA_OK, KDA_EIO, KDA_EINVAL (bad problem,
  * missing array, bad index array, a value not exact in its precision, extra not an object),
- * KDA_ESHAPE (sizes overflow), KDA_ENONFINITE, KDA_ENOMEM. */
+ * KDA_ESHAPE (sizes overflow), KDA_EFORMAT (outputs not bounded by the data), KDA_ENONFINITE,
+ * KDA_ENOMEM. */
 int kda_case_save(const char *path, const kda_case *c, const char *extra_json, char *err,
                   size_t errlen);
 void kda_case_free(kda_case *c);

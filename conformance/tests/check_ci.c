@@ -303,6 +303,100 @@ START_TEST(test_junit_warning_and_waiver) {
 }
 END_TEST
 
+/* JUnit of the reports, strict or not, in a string the caller frees. */
+static char *junit_text(const kda_case_report *rs, int64_t n, int32_t strict) {
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(kda_report_junit_strict(f, rs, n, strict), KDA_OK);
+  fclose(f);
+  return buf;
+}
+
+/* --strict: QualityWarning and Waived fail the run, so JUnit shows them as <failure> and counts
+ * them; without it they stay a pass with properties and a <skipped> (SPEC.md §7.9, §12.2). */
+START_TEST(test_junit_strict) {
+  kda_case_report rs[3];
+  sample_reports(rs);
+  char *plain = junit_text(rs, 3, 0), *strict = junit_text(rs, 3, 1);
+  ck_assert_msg(strstr(plain, "name=\"b\" tests=\"2\" failures=\"0\" errors=\"0\" skipped=\"1\""),
+                "%s", plain);
+  ck_assert_ptr_null(strstr(plain, "strict:"));
+  ck_assert_msg(strstr(strict, "name=\"b\" tests=\"2\" failures=\"2\" errors=\"0\" skipped=\"0\""),
+                "%s", strict);
+  ck_assert_msg(strstr(strict, "<failure message=\"strict: regression: o error 2.5 &gt; 2 x baseline "
+                              "1\" type=\"QualityWarning\">"), "%s", strict);
+  ck_assert_msg(strstr(strict, "<failure message=\"strict: waived: known &lt;bug&gt;\" "
+                              "type=\"Waived\">"), "%s", strict);
+  ck_assert_ptr_null(strstr(strict, "<skipped"));
+  ck_assert_ptr_nonnull(strstr(strict, "<property name=\"waiver\" value=\"known &lt;bug&gt;\"/>"));
+  free(plain), free(strict);
+  /* the library's plain writer is the non-strict one */
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  ck_assert_int_eq(kda_report_junit(f, rs, 3), KDA_OK);
+  fclose(f);
+  plain = junit_text(rs, 3, 0);
+  ck_assert_str_eq(buf, plain);
+  free(buf), free(plain);
+  for (int i = 0; i < 3; i++) kda_case_report_free(&rs[i]);
+}
+END_TEST
+
+/* What the backend printed and nondeterminism reach JSONL, summary.json and JUnit, not only the
+ * human report (SPEC.md §7.7, §7.8, §7.9). */
+START_TEST(test_log_and_nondeterminism_reported) {
+  kda_case_report rs[3];
+  sample_reports(rs);
+  snprintf(rs[0].log, sizeof rs[0].log, "hello <x> & \"y\"\nline 2");
+  rs[0].log_bytes = 5000; /* more than kept: "beginning" */
+  rs[1].nondeterministic = 1;
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = open_memstream(&buf, &len);
+  for (int i = 0; i < 2; i++) ck_assert_int_eq(kda_report_jsonl(f, &rs[i]), KDA_OK);
+  fclose(f);
+  char *nl = strchr(buf, '\n');
+  ck_assert_ptr_nonnull(nl);
+  json_t *j1 = json_loads(nl + 1, 0, NULL);
+  *nl = 0;
+  json_t *j0 = parse(buf);
+  ck_assert_ptr_nonnull(j1);
+  ck_assert_str_eq(json_string_value(json_object_get(j0, "log")), rs[0].log);
+  ck_assert_int_eq(json_integer_value(json_object_get(j0, "log_bytes")), 5000);
+  ck_assert(json_is_false(json_object_get(j0, "nondeterministic")));
+  ck_assert(json_is_true(json_object_get(j1, "nondeterministic")));
+  ck_assert(json_is_null(json_object_get(j1, "log")));
+  ck_assert_int_eq(json_integer_value(json_object_get(j1, "log_bytes")), 0);
+  json_decref(j0), json_decref(j1);
+  kda_tally t;
+  memset(&t, 0, sizeof t);
+  for (int i = 0; i < 3; i++) kda_tally_add(&t, &rs[i]);
+  f = open_memstream(&buf, &len);
+  ck_assert_int_eq(kda_report_summary_json(f, &t, rs, 3, NULL), KDA_OK);
+  fclose(f);
+  json_t *j = parse(buf);
+  json_t *nd = json_object_get(j, "nondeterministic"), *out = json_object_get(j, "backend_output");
+  ck_assert_int_eq(json_array_size(nd), 1);
+  ck_assert_str_eq(json_string_value(json_object_get(json_array_get(nd, 0), "backend")), "b");
+  ck_assert_int_eq(json_array_size(out), 1);
+  ck_assert_int_eq(json_integer_value(json_object_get(json_array_get(out, 0), "log_bytes")), 5000);
+  json_decref(j);
+  char *x = junit_text(rs, 3, 0);
+  const char *c0 = strstr(x, "name=\"c1\""), *so = c0 ? strstr(c0, "<system-out>") : NULL;
+  ck_assert_msg(so && strstr(so, "<system-out>backend output (5000 bytes, beginning):\nhello "
+                                 "&lt;x&gt; &amp; &quot;y&quot;\nline 2</system-out>") == so,
+                "%s", x);
+  ck_assert_ptr_nonnull(strstr(x, "<property name=\"backend_output_bytes\" value=\"5000\"/>"));
+  const char *c1 = strstr(x, "classname=\"kda.conform.b\" name=\"c1\"");
+  ck_assert_msg(c1 && strstr(c1, "<property name=\"nondeterministic\" value=\"true\"/>"), "%s", x);
+  ck_assert_ptr_nonnull(strstr(c1, "<system-out>QualityWarning: regression"));
+  free(x);
+  for (int i = 0; i < 3; i++) kda_case_report_free(&rs[i]);
+}
+END_TEST
+
 /* Baselines of several backends are written as one kda-baseline/2 map, readable back. */
 START_TEST(test_baseline_written_per_backend) {
   kda_case_report rs[3];
@@ -345,6 +439,8 @@ static Suite *ci_suite(void) {
   tcase_add_test(tc, test_baseline_backend_and_class);
   tcase_add_test(tc, test_json_numbers_and_summary);
   tcase_add_test(tc, test_junit_warning_and_waiver);
+  tcase_add_test(tc, test_junit_strict);
+  tcase_add_test(tc, test_log_and_nondeterminism_reported);
   tcase_add_test(tc, test_baseline_written_per_backend);
   suite_add_tcase(s, tc);
   return s;

@@ -9,7 +9,7 @@
 #  3. nothing ran (no case files, or every case NotSupported) is exit 5;
 #  4. summary.json names the backends, the golden set, the failing cases, the unused waivers
 #     and the exit status, with numbers (or null) in numeric fields; JUnit carries the waiver
-#     reason and the warning, and validates against junit.xsd.
+#     reason and the warning (as <failure> under --strict), and validates against junit.xsd.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/ci_semantics.sh
 set -u
 kda=${KDA_BIN:-build/kda}
@@ -116,8 +116,15 @@ grep -q "^note: .*no baseline for backend 'mutant'" "$tmp/out.txt" ||
 command -v xmllint >/dev/null 2>&1 || fail "xmllint is missing (Debian package libxml2-utils)"
 xmllint --noout --schema conformance/tests/junit.xsd "$tmp/r/junit.xml" 2>"$tmp/xmllint.txt" ||
   fail "JUnit report does not validate: $(head -3 "$tmp/xmllint.txt")"
-grep -q '<skipped message="waived: known &amp; &lt;transposed&gt;"' "$tmp/r/junit.xml" ||
-  fail "JUnit: no waiver reason in <skipped message>"
+# --strict: Waived and QualityWarning fail the run, so JUnit shows them as <failure> (and
+# counts them), not <skipped>: CI reporters agree with the exit status.
+grep -q '<failure message="strict: waived: known &amp; &lt;transposed&gt;" type="Waived">' \
+  "$tmp/r/junit.xml" || fail "JUnit --strict: the waived case is not a <failure> with its reason"
+grep -q '<failure message="strict: regression.*type="QualityWarning">' "$tmp/r/junit.xml" ||
+  fail "JUnit --strict: the QualityWarning is not a <failure>"
+grep -q '<skipped' "$tmp/r/junit.xml" && fail "JUnit --strict: a case is still <skipped>"
+grep -q '<testsuite name="mutant" tests="2" failures="2" errors="0" skipped="0"' \
+  "$tmp/r/junit.xml" || fail "JUnit --strict: the mutant's suite does not count 2 failures"
 grep -q '<property name="waiver_link" value="https://example.org/7"/>' "$tmp/r/junit.xml" ||
   fail "JUnit: no waiver link property"
 grep -q '<property name="warning" value="regression' "$tmp/r/junit.xml" &&

@@ -513,9 +513,67 @@ START_TEST(test_golden_truth_verified) {
     /* kda conform: a runner error for that file (exit 2), not a Fail of every backend. */
     ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", bad, NULL), 2);
     ck_assert_ptr_nonnull(strstr(g_err, "doubled.npz"));
-    ck_assert_int_eq(kda_run("inspect", bad, NULL), 0);
+    /* kda inspect prints the file, says MISMATCH and exits 1: a check failed (§12.2) */
+    ck_assert_int_eq(kda_run("inspect", bad, NULL), 1);
+    ck_assert_int_eq(kda_run("inspect", "--json", bad, NULL), 1);
   }
+  ck_assert_int_eq(kda_run("inspect", GOLDEN, NULL), 0);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", GOLDEN, NULL), 0);
+}
+END_TEST
+
+/* ---- Sizes bounded by the data (SPEC.md §10.2). */
+/* A case of description desc (T = 0: every float member empty) written member by member, as
+ * an outside tool would: kda_case_save refuses to write what the bound refuses. */
+static const char *empty_case(const char *desc, const char *name, int save_refused) {
+  char err[KDA_ERRLEN] = "";
+  kda_gen_desc d;
+  kda_case c;
+  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_gen_desc_free(&d);
+  const char *path = tpath(name);
+  int st = kda_case_save(path, &c, NULL, err, sizeof err);
+  ck_assert_msg(st == (save_refused ? KDA_EFORMAT : KDA_OK), "save %s: %d %s", desc, st, err);
+  kda_npz_writer *w;
+  const kda_problem *p = &c.p;
+  int64_t qs[3] = {0, p->H, p->K}, vs[3] = {0, p->HV, p->V}, bs[2] = {0, p->HV}, cs[1] = {2};
+  const int64_t cu[2] = {0, 0};
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_set_manifest(w, c.manifest_json, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add(w, "q", KDA_DTYPE_F32, 3, qs, NULL, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add(w, "k", KDA_DTYPE_F32, 3, qs, NULL, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add(w, "v", KDA_DTYPE_F32, 3, vs, NULL, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add(w, "beta", KDA_DTYPE_F32, 2, bs, NULL, err, sizeof err),
+                   KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add(w, "cu_seqlens", KDA_DTYPE_I64, 1, cs, cu, err, sizeof err),
+                   KDA_OK);
+  ck_assert_msg(kda_npz_writer_commit(w, err, sizeof err) == KDA_OK, "%s", err);
+  kda_case_free(&c);
+  return path;
+}
+
+/* T = 0 with K = V = 65536 declares a 32 GiB state in a file of 2 KB: refused on load with
+ * KDA_EFORMAT naming the file, before anything is allocated; kda ref and kda conform exit 2.
+ * A state of exactly the free bound (K = V = 4096) still loads. */
+START_TEST(test_alloc_bounded_by_data) {
+  const char *huge = empty_case("T=0 K=65536 V=65536 family=deltanet id=huge", "huge.npz", 1);
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  expect(kda_case_load(huge, &c, err, sizeof err), KDA_EFORMAT, err, "huge.npz",
+         "needs 4294967296 output and state elements but the file holds 2 input elements");
+#if !defined(__SANITIZE_ADDRESS__)
+  struct rlimit lim = {(rlim_t)2 << 30, (rlim_t)2 << 30}; /* were it allocated: ENOMEM, not OOM */
+  setrlimit(RLIMIT_AS, &lim);
+#endif
+  ck_assert_int_eq(kda_run("ref", huge, "-o", tpath("huge-out.npz"), NULL), 2);
+  ck_assert_msg(strstr(g_err, "huge.npz") && strstr(g_err, "SPEC.md 10.2"), "%s", g_err);
+  ck_assert_int_eq(access(tpath("huge-out.npz"), F_OK), -1);
+  ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", huge, NULL), 2);
+  ck_assert_msg(strstr(g_err, "huge.npz") && strstr(g_err, "input elements"), "%s", g_err);
+  const char *edge = empty_case("T=0 K=4096 V=4096 family=deltanet id=edge", "edge.npz", 0);
+  ck_assert_msg(kda_case_load(edge, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_case_free(&c);
 }
 END_TEST
 
@@ -766,6 +824,7 @@ static Suite *files_suite(void) {
   tcase_add_test(tc, test_golden_verify_cli);
   tcase_add_test(tc, test_golden_truth_verified);
   tcase_add_test(tc, test_result_shapes_dtypes);
+  tcase_add_test(tc, test_alloc_bounded_by_data);
   suite_add_tcase(s, tc);
   tc = tcase_create("writers");
   tcase_add_checked_fixture(tc, setup, teardown);

@@ -363,7 +363,8 @@ START_TEST(test_help) {
   expect_help("inspect", inspect);
   static const char *const conform[] = {"--backend", "-b", "--plugin", "-p", "--params",
                                         "deprecated", "-k GLOB", "flag:", "--list-cases",
-                                        "--list-backends", "KDA_PLUGIN_PATH", "mpfr", NULL};
+                                        "--list-backends", "--json", "KDA_PLUGIN_PATH", "mpfr",
+                                        NULL};
   static const char *const bench[] = {"--backend", "-b", "--stream-mib", "FMA-slot", "--threads",
                                       "--isa", "--params", "--ref-tokens", NULL};
   static const char *const ref_spec[] = {"SPEC", "KDA_PLUGIN_PATH", "simd", NULL};
@@ -572,6 +573,38 @@ START_TEST(test_conform_backend_path) {
     ck_assert_msg(strstr(r.out, names[i]), "--list-backends lacks %s:\n%s", names[i], r.out);
   ck_assert_msg(strstr(r.out, "\nmpfr           fp64  f64->f64 no "), "mpfr is not off the "
                 "default set:\n%s", r.out);
+  /* Plugins are listed through their workers (SPEC.md §7.8): one whose constructor aborts and
+   * one without its entry are rows saying why, and the listing completes (exit 0). */
+  char abort_so[1100], noentry_so[1100], mutants_so[1100];
+  snprintf(abort_so, sizeof abort_so, "%s", plugin_path("kda_plugin_ctor_abort.so"));
+  snprintf(noentry_so, sizeof noentry_so, "%s", plugin_path("kda_plugin_noentry.so"));
+  snprintf(mutants_so, sizeof mutants_so, "%s:mutant=none", plugin_path("kda_plugin_mutants.so"));
+  kda(&r, "conform", "--list-backends", "-p", abort_so, "-p", noentry_so, "-p", mutants_so, NULL);
+  expect_ok(&r, "--list-backends of hostile plugins");
+  ck_assert_msg(strstr(r.out, "not available: load: crash: killed by signal 6") &&
+                strstr(r.out, "no symbol 'kda_backend_entry'") &&
+                strstr(r.out, "\nmutant         fp32  f64->f64 -        yes "),
+                "--list-backends of hostile plugins:\n%s", r.out);
+  kda(&r, "conform", "--list-backends", "--json", "-p", abort_so, "-p", mutants_so, "-b",
+      "ref-f64:x", NULL);
+  expect_ok(&r, "--list-backends --json");
+  json_error_t je;
+  json_t *lj = json_loads(r.out, 0, &je), *lb = json_object_get(lj, "backends");
+  ck_assert_msg(lj && json_array_size(lb) == 3, "--list-backends --json: %s", r.out);
+  ck_assert_str_eq(json_string_value(json_object_get(lj, "schema")), "kda-backends/1");
+  json_t *b0 = json_array_get(lb, 0), *b1 = json_array_get(lb, 1), *b2 = json_array_get(lb, 2);
+  ck_assert_str_eq(json_string_value(json_object_get(b0, "name")), "ref-f64");
+  ck_assert(json_is_false(json_object_get(b0, "runs")));
+  ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(b0, "why")), "parameter 'x'"));
+  ck_assert(json_is_false(json_object_get(b1, "runs")) && json_is_null(json_object_get(b1, "class")));
+  ck_assert_ptr_nonnull(strstr(json_string_value(json_object_get(b1, "why")), "load: crash"));
+  ck_assert_str_eq(json_string_value(json_object_get(b1, "source")), "plugin");
+  ck_assert(json_is_true(json_object_get(b2, "runs")));
+  ck_assert_str_eq(json_string_value(json_object_get(b2, "params")), "mutant=none");
+  ck_assert_str_eq(json_string_value(json_object_get(b2, "class")), "fp32");
+  json_decref(lj);
+  kda(&r, "conform", "--json", "golden/L1", NULL);
+  expect_error(&r, "--json alone", "kda conform: ", "--json needs --list-backends", NULL);
   kda(&r, "conform", "--list-backends", "-b", "simd:threads=3", "-b", "ref-f64:x", NULL);
   expect_ok(&r, "--list-backends -b");
   ck_assert_msg(strstr(r.out, "3 threads") && strstr(r.out, "not available: open: unknown "
@@ -580,6 +613,38 @@ START_TEST(test_conform_backend_path) {
       NULL);
   expect_ok(&r, "conform -b mpfr");
   ck_assert_str_eq(r.out, "1 passed, 0 failed\n");
+  run_free(&r);
+}
+END_TEST
+
+/* kda golden --list says which sets the lookup of kda conform and --verify finds, and where
+ * (SPEC.md §12.3): ./golden here, $KDA_GOLDEN before it, and why there is none. */
+START_TEST(test_golden_list_sets) {
+  run_result r = {0, NULL, NULL};
+  unsetenv("KDA_GOLDEN");
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list");
+  ck_assert_msg(strncmp(r.out, "golden sets in golden (from ./golden):\n", 39) == 0 &&
+                strstr(r.out, "\n  L1       present: ") && strstr(r.out, " case files in golden/L1\n") &&
+                strstr(r.out, "\ncatalog:\nL0  "), "golden --list:\n%.600s", r.out);
+  mkdir(tpath("gset"), 0755);
+  mkdir(tpath("gset/L1"), 0755);
+  FILE *f = fopen(tpath("gset/L1/x.npz"), "w");
+  ck_assert_ptr_nonnull(f);
+  fclose(f);
+  setenv("KDA_GOLDEN", tpath("gset"), 1);
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list with KDA_GOLDEN");
+  char want[1200];
+  snprintf(want, sizeof want, "golden sets in %s (from KDA_GOLDEN):\n  L0       absent\n"
+           "  L1       present: 1 case file in %s/L1\n", tpath("gset"), tpath("gset"));
+  ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "golden --list:\n%.600s", r.out);
+  setenv("KDA_GOLDEN", tpath("no-such-dir"), 1);
+  kda(&r, "golden", "--list", NULL);
+  expect_ok(&r, "golden --list with a bad KDA_GOLDEN");
+  ck_assert_msg(strstr(r.out, "golden sets: none found (KDA_GOLDEN: ") &&
+                strstr(r.out, "no-such-dir is not a directory)\ncatalog:\n"), "%.600s", r.out);
+  unsetenv("KDA_GOLDEN");
   run_free(&r);
 }
 END_TEST
@@ -1108,6 +1173,7 @@ static Suite *tools_suite(void) {
   tcase_add_test(tc, test_bench_runs);
   tcase_add_test(tc, test_bench_backends);
   tcase_add_test(tc, test_conform_backend_path);
+  tcase_add_test(tc, test_golden_list_sets);
   tcase_add_test(tc, test_ref_any_backend);
   tcase_add_test(tc, test_output_dir_missing);
   tcase_add_test(tc, test_gen_bad_description);

@@ -50,6 +50,10 @@ env -u KDA_GOLDEN "$tmp/prefix/bin/kda" conform --export-prompts prompts >out.tx
 env -u KDA_GOLDEN "$tmp/prefix/bin/kda" golden --verify --level L0 >out.txt 2>err.txt &&
   grep -q "verify $tmp/prefix/share/kda/golden: .*identical" out.txt ||
   fail "installed kda golden --verify without KDA_GOLDEN: $(cat out.txt err.txt)"
+env -u KDA_GOLDEN "$tmp/prefix/bin/kda" golden --list >out.txt 2>err.txt &&
+  grep -q "^golden sets in $tmp/prefix/share/kda/golden (from the installed set):" out.txt &&
+  grep -q "^  L1       present: $n_l1 case files in $tmp/prefix/share/kda/golden/L1" out.txt ||
+  fail "installed kda golden --list does not name share/kda/golden: $(head -3 out.txt) $(cat err.txt)"
 gd=$(PKG_CONFIG_PATH="$tmp/prefix/lib/pkgconfig" pkg-config --variable=goldendir kda)
 [ "$gd" = "$tmp/prefix/share/kda/golden" ] || fail "kda.pc goldendir is '$gd'"
 echo "install: PREFIX install; the installed kda finds its compiled-in share/kda/golden"
