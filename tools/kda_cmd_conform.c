@@ -59,7 +59,12 @@ static const char help_text[] =
     "      --memory-limit BYTES|auto|none  address-space limit of each worker (suffix k M G;\n"
     "                            default auto: a multiple of each call's buffers plus 4 GiB)\n"
     "      --repeat              run every case twice and flag bitwise differences\n"
-    "      --no-prefix           skip the prefix-resume and causality checks\n"
+    "      --serving MODE        serving-path checks (SPEC.md section 7.7): default (resume at\n"
+    "                            floor(5T/8)+1, 65 and each sequence's last token, a\n"
+    "                            4-draft speculative verify, causality with q,v and with\n"
+    "                            g,k,beta perturbed), full (also resume at 1, 63 and T-1),\n"
+    "                            off; with --export-prompts: which prompts are written\n"
+    "      --no-prefix           the same as --serving off\n"
     "      --no-isolate          call backends in-process (debugging; a crash ends the run,\n"
     "                            prints are not captured, no guard pages or memory limit)\n"
     "      --waivers FILE        waivers (JSON, SPEC.md section 7.6); an unknown key, a missing\n"
@@ -190,7 +195,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
-  enum { O_HTML = 512 };
+  enum { O_HTML = 512, O_SERVING };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -209,6 +214,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"html", required_argument, NULL, O_HTML},
+      {"serving", required_argument, NULL, O_SERVING},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -249,6 +255,12 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         break;
       case O_REPEAT: a->opts.repeat = 1; break;
       case O_NOPREFIX: a->opts.prefix = 0; break;
+      case O_SERVING: /* SPEC.md §7.7: which serving checks */
+        if (strcmp(optarg, "off") == 0) a->opts.prefix = 0;
+        else if (strcmp(optarg, "default") == 0) a->opts.prefix = 1, a->opts.serving = KDA_SERVING_DEFAULT;
+        else if (strcmp(optarg, "full") == 0) a->opts.prefix = 1, a->opts.serving = KDA_SERVING_FULL;
+        else return kda_tool_usage(SUB, "bad --serving '%s' (default, full, off)", optarg);
+        break;
       case O_NOISOLATE: a->opts.call.isolate = 0; break;
       case O_WAIVERS: a->waivers = optarg; break;
       case O_BASELINE: a->baseline = optarg; break;
