@@ -94,3 +94,29 @@ grep -v '^    | ' "$tmp/w.txt" "$tmp/w.err" | grep -q 'hello from forward' &&
   fail "--memory-limit 8G"
 "$kda" conform --help | grep -q -- '--memory-limit' || fail "--help does not document --memory-limit"
 echo "conform_l1: worker: load failures and crashes are verdicts, prints captured, run completes"
+
+# 5. The serving-path checks (SPEC.md §7.7).  Each serving mutant passes the plain scoring of
+#    every L1 case (--serving off) and fails its own serving check (the reason names it) on
+#    some case; the correct backends pass all of L1 with every offset (--serving full).
+for row in "future_gate_anchor:causality: outputs before token [0-9]* changed when later g, k and beta" \
+           "resume_unaligned:resume at P=" \
+           "decode_transposed:decode resume (each sequence at its last token)" \
+           "spec_state_last:speculative verify after P=[0-9]* (4 drafts): hc error"; do
+  m=${row%%:*} why=${row#*:}
+  "$kda" conform -q --serving off --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=$m" \
+    golden/L1 > "$tmp/s.txt" 2>&1 || fail "serving mutant $m fails the plain scoring: $(head -1 "$tmp/s.txt")"
+  "$kda" conform -q --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=$m" golden/L1 \
+    > "$tmp/s.txt" 2>&1
+  rc=$?
+  [ $rc = 1 ] || fail "serving mutant $m: exit status $rc, expected 1"
+  grep -q "^FAIL .*-- $why" "$tmp/s.txt" || fail "serving mutant $m is not failed by its check"
+  grep "^FAIL" "$tmp/s.txt" | grep -v -- "-- $why" | grep -q . &&
+    fail "serving mutant $m failed by another check: $(grep '^FAIL' "$tmp/s.txt" | grep -v -- "-- $why" | head -1)"
+  echo "conform_l1: serving mutant $m passes plain scoring, killed by its check on $(grep -c '^FAIL' "$tmp/s.txt") cases"
+done
+"$kda" conform -q --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=decode_transposed" \
+  -k 'varlen-*' golden/L1 | grep -q '^FAIL .*varlen-ragged-h0 .*decode resume' ||
+  fail "the decode resume does not run on multi-sequence cases"
+"$kda" conform -q --serving full --max-lines 0 -b ref-f32 -b simd golden/L1 > "$tmp/s.txt" 2>&1 ||
+  fail "ref-f32 or simd fails a serving check: $(grep -v '^WARN' "$tmp/s.txt" | head -1)"
+echo "conform_l1: ref-f32 and simd pass every serving check (--serving full) on golden/L1"
