@@ -4,6 +4,7 @@
  */
 #include "kda_serving.h"
 
+#include <jansson.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -307,4 +308,28 @@ int kda_serving_prompts(const kda_case *c, int32_t mode, kda_serving_prompt **ou
 void kda_serving_prompts_free(kda_serving_prompt *p, int64_t n) {
   for (int64_t i = 0; i < n; i++) kda_case_free(&p[i].c);
   free(p);
+}
+
+int kda_serving_is_prompt(const kda_case *c) {
+  json_t *m = c->manifest_json ? json_loads(c->manifest_json, 0, NULL) : NULL;
+  json_t *gi = m ? json_object_get(m, "generator_info") : NULL;
+  int yes = json_is_object(gi) && json_is_object(json_object_get(gi, "serving"));
+  json_decref(m);
+  return yes;
+}
+
+/* {"serving": {"case": ID, "check": "resume"|"decode"|"spec"|"causal-qv"|"causal-gkb",
+ * "P": P}} (P null for the decode cut): the generator_info of an exported prompt. */
+char *kda_serving_prompt_info(const kda_case *c, const kda_serving_prompt *sp) {
+  const char *id = c->id && c->id[0] ? c->id : "case";
+  const char *dot = strrchr(sp->c.id, '.');
+  const char *check = sp->kind == KDA_PROMPT_RESUME ? (sp->P == KDA_SERVING_DECODE ? "decode" : "resume")
+                      : sp->kind == KDA_PROMPT_SPEC ? "spec"
+                      : dot ? dot + 1 : "causal";
+  json_t *s = json_pack("{s:s,s:s,s:o}", "case", id, "check", check, "P",
+                        sp->P == KDA_SERVING_DECODE ? json_null() : json_integer(sp->P));
+  json_t *o = s ? json_pack("{s:o}", "serving", s) : NULL;
+  char *text = o ? json_dumps(o, JSON_COMPACT) : NULL;
+  json_decref(o);
+  return text;
 }

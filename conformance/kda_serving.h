@@ -75,5 +75,18 @@ typedef struct kda_serving_prompt {
 int kda_serving_prompts(const kda_case *c, int32_t mode, kda_serving_prompt **out, int64_t *n,
                         char *err, size_t errlen);
 void kda_serving_prompts_free(kda_serving_prompt *p, int64_t n);
+/* 1 when c is an exported serving prompt (its manifest's generator_info has "serving"). */
+int kda_serving_is_prompt(const kda_case *c);
+/* The generator_info JSON text of prompt sp of case c (free with free()), or NULL. */
+char *kda_serving_prompt_info(const kda_case *c, const kda_serving_prompt *sp);
+/* Scores a candidate's result file of prompt sp of case c (kda_runner.c): as a case of its
+ * own against the reference (kda_conform_candidate); a causal prompt's outputs before the cut
+ * must also keep the bits of the case's own result main_path (else, within the o cap of c's
+ * truth tc, a QualityWarning: a candidate cannot be repeated to tell nondeterminism apart).
+ * Returns as kda_conform_candidate. */
+int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prompt *sp,
+                                 const kda_case *c, const kda_truth *tc, const char *main_path,
+                                 int32_t cls, const kda_conform_opts *o, kda_case_report *r,
+                                 char *err, size_t errlen);
 
 #endif
