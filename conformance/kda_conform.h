@@ -338,10 +338,10 @@ typedef struct kda_case_report {
   char waiver[KDA_ERRLEN];  /* reason of the waiver that applied, or "" */
   kda_score score;
   double seconds;           /* wall time of the backend call */
-  int32_t prefix_done;      /* 1: prefix checks ran */
-  int32_t causal_ok;        /* 1: outputs before P unchanged bit for bit */
-  int64_t prefix_P;
-  double prefix_worst;      /* worst error of the resumed run, class units, vs the truth */
+  int32_t prefix_done;      /* 1: serving-path checks ran (§7.7) */
+  int32_t causal_ok;        /* 1: outputs before P unchanged bit for bit (both perturbations) */
+  int64_t prefix_P;         /* floor(5L/8)+1 of the longest sequence L */
+  double prefix_worst;      /* worst error of the resumed runs, class units, vs the truth */
   int32_t repeat_done;
   int32_t repeat_identical;
   uint64_t bytes_scored;    /* truth plus candidate bytes */

@@ -120,6 +120,9 @@ done
 "$kda" conform -q --serving full --max-lines 0 -b ref-f32 -b simd golden/L1 > "$tmp/s.txt" 2>&1 ||
   fail "ref-f32 or simd fails a serving check: $(grep -v '^WARN' "$tmp/s.txt" | head -1)"
 echo "conform_l1: ref-f32 and simd pass every serving check (--serving full) on golden/L1"
+"$kda" conform --help | grep -q -- '--serving MODE' || fail "--help does not document --serving"
+"$kda" conform --serving most -b ref-f32 golden/L1/t15-log-prob.npz >/dev/null 2>&1
+[ $? = 2 ] || fail "a bad --serving is not a usage error"
 
 # 6. Candidates get the serving checks through prompt files (SPEC.md §7.7): results of every
 #    prompt written by a correct backend pass; a mutant's fail (or, for the causality prompt of
