@@ -556,46 +556,37 @@ void kda_case_report_free(kda_case_report *r) { kda_score_free(&r->score); }
 
 /* ---- Candidates' serving prompts (SPEC.md §7.7). */
 
-/* The causal prompt's outputs before the cut against the case's own result: same bits, or
- * within the o cap of the truth (QualityWarning: no repeat can tell nondeterminism apart). */
+/* The causal prompt's outputs before the cut against the case's own result: the same bits,
+ * else a QualityWarning.  Both passed their own scoring against the same truth before the
+ * cut, so the difference is within the caps, and a candidate cannot be repeated to tell
+ * nondeterminism from a causality bug (SPEC.md §7.7). */
 static int candidate_causal(const char *result_path, const kda_serving_prompt *sp,
-                            const kda_case *c, const kda_truth *tc, const char *main_path,
-                            kda_case_report *r, char *err, size_t errlen) {
+                            const kda_case *c, const char *main_path, kda_case_report *r,
+                            char *err, size_t errlen) {
   kda_outputs a = {0}, b = {0};
   int64_t *at = malloc(((size_t)c->p.N + 1) * sizeof *at);
   int st = at ? kda_outputs_alloc(&c->p, &a, err, errlen) : KDA_ENOMEM;
   if (st == KDA_OK) st = kda_outputs_alloc(&c->p, &b, err, errlen);
-  if (st != KDA_OK) goto done;
   char msg[KDA_ERRLEN];
-  if (kda_result_load(main_path, c, a.o, a.ht, a.hc, msg, sizeof msg) != KDA_OK ||
-      kda_result_load(result_path, &sp->c, b.o, b.ht, b.hc, msg, sizeof msg) != KDA_OK)
-    goto done; /* the case's own report says what is wrong with its result */
-  kda_serving_cut(c, sp->P, at);
-  if (kda_serving_before_same(c, at, a.o, b.o)) goto done;
-  kda_serving_mix(c, at, b.o, tc->out.o, a.o);
-  kda_truth t = *tc;
-  t.out.ht = NULL, t.out.hc = NULL;
-  kda_score sc;
-  st = kda_score_outputs(c, &t, &(kda_outputs){a.o, NULL, NULL, a.n_o, 0, 0}, r->score.cls, &sc,
-                         err, errlen);
-  if (st != KDA_OK) goto done;
-  int within = sc.o.worst <= r->score.caps.o;
-  r->causal_ok = 0;
-  snprintf(msg, sizeof msg, "causality: outputs before token %lld differ in bits from %s's "
-           "result (%.3g units from the truth%s)", (long long)sp->P, c->id ? c->id : "the case",
-           sc.o.worst, within ? "; a candidate cannot be repeated to tell nondeterminism apart"
-                              : "");
-  set_reason(r, within ? KDA_VERDICT_QUALITY_WARNING : KDA_VERDICT_FAIL, msg);
-  kda_score_free(&sc);
-done:
-  if (!at && st == KDA_ENOMEM) snprintf(err, errlen, "out of memory");
+  if (st == KDA_OK && kda_result_load(main_path, c, a.o, a.ht, a.hc, msg, sizeof msg) == KDA_OK &&
+      kda_result_load(result_path, &sp->c, b.o, b.ht, b.hc, msg, sizeof msg) == KDA_OK) {
+    kda_serving_cut(c, sp->P, at);
+    if (!kda_serving_before_same(c, at, a.o, b.o)) {
+      r->causal_ok = 0;
+      snprintf(msg, sizeof msg, "causality: outputs before token %lld differ in bits from %s's "
+               "result (within the caps; a candidate cannot be repeated to tell "
+               "nondeterminism apart)", (long long)sp->P, c->id ? c->id : "the case");
+      set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+    }
+  } /* else the case's own report says what is wrong with its result */
+  if (st == KDA_ENOMEM && !at) snprintf(err, errlen, "out of memory");
   free(at);
   kda_outputs_free(&a), kda_outputs_free(&b);
   return st;
 }
 
 int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prompt *sp,
-                                 const kda_case *c, const kda_truth *tc, const char *main_path,
+                                 const kda_case *c, const char *main_path,
                                  int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                                  char *err, size_t errlen) {
   kda_truth tp;
@@ -604,5 +595,5 @@ int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prom
   st = kda_conform_candidate(result_path, &sp->c, &tp, cls, o, r, err, errlen);
   kda_truth_free(&tp);
   if (st != KDA_OK || sp->kind != KDA_PROMPT_CAUSAL || !judged(r)) return st;
-  return candidate_causal(result_path, sp, c, tc, main_path, r, err, errlen);
+  return candidate_causal(result_path, sp, c, main_path, r, err, errlen);
 }

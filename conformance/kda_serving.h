@@ -81,11 +81,11 @@ int kda_serving_is_prompt(const kda_case *c);
 char *kda_serving_prompt_info(const kda_case *c, const kda_serving_prompt *sp);
 /* Scores a candidate's result file of prompt sp of case c (kda_runner.c): as a case of its
  * own against the reference (kda_conform_candidate); a causal prompt's outputs before the cut
- * must also keep the bits of the case's own result main_path (else, within the o cap of c's
- * truth tc, a QualityWarning: a candidate cannot be repeated to tell nondeterminism apart).
- * Returns as kda_conform_candidate. */
+ * must also keep the bits of the case's own result main_path, else a QualityWarning (a
+ * candidate cannot be repeated to tell nondeterminism apart).  Returns as
+ * kda_conform_candidate. */
 int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prompt *sp,
-                                 const kda_case *c, const kda_truth *tc, const char *main_path,
+                                 const kda_case *c, const char *main_path,
                                  int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                                  char *err, size_t errlen);
 

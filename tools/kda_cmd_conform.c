@@ -355,8 +355,8 @@ static double now_s(void) {
 
 /* The serving prompts of case c whose result files are in the candidate directory (SPEC.md
  * §7.7): each present one is a report; an absent one is counted, not a Fail. */
-static int score_prompts(const conform_args *a, const kda_case *c, const kda_truth *t,
-                         const char *main_path, run_state *s, char *err, size_t errlen) {
+static int score_prompts(const conform_args *a, const kda_case *c, const char *main_path,
+                         run_state *s, char *err, size_t errlen) {
   kda_serving_prompt *sp;
   int64_t n;
   int st = kda_serving_prompts(c, a->opts.serving, &sp, &n, err, errlen);
@@ -370,7 +370,7 @@ static int score_prompts(const conform_args *a, const kda_case *c, const kda_tru
     }
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
-    else st = kda_conform_candidate_prompt(pp, &sp[i], c, t, main_path,
+    else st = kda_conform_candidate_prompt(pp, &sp[i], c, main_path,
                                            a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
                                            r, err, errlen);
     if (st == KDA_OK) emit(s, a, r);
@@ -421,7 +421,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     if (st == KDA_OK) s->bytes += r->bytes_scored;
     if (st == KDA_OK) emit(s, a, r);
     if (st == KDA_OK && a->opts.prefix && is_dir)
-      st = score_prompts(a, &c, &t, rp, s, err, sizeof err);
+      st = score_prompts(a, &c, rp, s, err, sizeof err);
   }
   kda_truth_free(&t);
   kda_case_free(&c);
