@@ -788,7 +788,7 @@ int kda_cmd_conform(int argc, char **argv) {
     rc = kda_tool_fail(SUB, "%s", err);
   if (rc == 0 && (s.serving_absent || s.serving_given))
     printf("note: serving prompts (SPEC.md section 7.7): %lld without a result file in %s (not "
-           "run), %lld prompt files among the cases scored through their cases\n",
+           "run), %lld prompt files given as cases (scored through their case, when given)\n",
            (long long)s.serving_absent, a.candidate, (long long)s.serving_given);
   if (rc == 0 && s.selected == 0 && a.n_filters > 0)
     printf("note: no case matches the -k patterns\n"); /* nothing ran: status 5 below */
