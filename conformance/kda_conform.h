@@ -317,8 +317,8 @@ typedef struct kda_conform_opts {
   kda_call_opts call;
   int32_t cls;           /* class to score in; -1: the backend's declared class */
   int32_t repeat;        /* 1: run twice, flag bitwise differences */
-  int32_t prefix;        /* 1: prefix-resume and causality checks */
-  int32_t reserved0;
+  int32_t prefix;        /* 1: the serving-path checks (resume, verify, causality; §7.7) */
+  int32_t serving;       /* KDA_SERVING_DEFAULT or _FULL: which resume offsets (§7.7) */
   double baseline_factor;        /* QualityWarning above factor x baseline (default 2) */
   int32_t fail_on_regression;    /* 1: a regression above the factor is a Fail */
   int32_t reserved1;
@@ -326,6 +326,8 @@ typedef struct kda_conform_opts {
   const kda_baseline *baseline;  /* may be NULL */
 } kda_conform_opts;
 void kda_conform_opts_init(kda_conform_opts *o);
+#define KDA_SERVING_DEFAULT 0 /* resume at floor(5T/8)+1, 65 and the decode cut */
+#define KDA_SERVING_FULL 1    /* also at 1, 63 and T-1 */
 
 typedef struct kda_case_report {
   char case_id[128];
@@ -336,10 +338,10 @@ typedef struct kda_case_report {
   char waiver[KDA_ERRLEN];  /* reason of the waiver that applied, or "" */
   kda_score score;
   double seconds;           /* wall time of the backend call */
-  int32_t prefix_done;      /* 1: prefix checks ran */
-  int32_t causal_ok;        /* 1: outputs before P unchanged bit for bit */
-  int64_t prefix_P;
-  double prefix_worst;      /* worst error of the resumed run, class units, vs the truth */
+  int32_t prefix_done;      /* 1: serving-path checks ran (§7.7) */
+  int32_t causal_ok;        /* 1: outputs before P unchanged bit for bit (both perturbations) */
+  int64_t prefix_P;         /* floor(5L/8)+1 of the longest sequence L */
+  double prefix_worst;      /* worst error of the resumed runs, class units, vs the truth */
   int32_t repeat_done;
   int32_t repeat_identical;
   uint64_t bytes_scored;    /* truth plus candidate bytes */

@@ -1,5 +1,5 @@
 /* kda_runner.c: verdicts of one case: isolated call, scoring, repeat, prefix checks, baselines
- * and waivers (SPEC.md §7.6-§7.8).
+ * and waivers (SPEC.md §7.6-§7.8); the serving-path checks' calls (§7.7, kda_serving.c).
  * SPDX-License-Identifier: MIT
  */
 #include <fnmatch.h>
@@ -11,6 +11,7 @@
 
 #include "kda_conform.h"
 #include "kda_npz.h"
+#include "kda_serving.h"
 
 const char *kda_verdict_name(int32_t v) {
   static const char *const names[] = {"Pass",   "Fail",  "QualityWarning", "NotSupported",
@@ -209,64 +210,138 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   return -1; /* reported in r */
 }
 
-/* Worst error (class units, SPEC.md §7.3, the same scoring as the case itself) of the o of
- * tokens [0, P) taken from a, [P, T) from b, and of the final state ht (NULL: not scored). */
-static double joined_worst(prefix_ctx *x, int64_t P, const double *a, const double *b,
-                           uint64_t n_b, const double *ht, char *err, size_t errlen, int *st) {
-  const kda_problem *p0 = &x->c->p;
-  uint64_t n1 = (uint64_t)(P * p0->HV * p0->V);
-  kda_outputs joined = {0};
-  joined.o = malloc((size_t)(n1 + n_b + 1) * sizeof(double));
-  if (!joined.o) return *st = KDA_ENOMEM, snprintf(err, errlen, "out of memory"), INFINITY;
-  memcpy(joined.o, a, (size_t)n1 * sizeof(double));
-  memcpy(joined.o + n1, b, (size_t)n_b * sizeof(double));
-  joined.ht = (double *)ht;
-  kda_truth t = *x->t;
-  t.out.hc = NULL; /* no checkpoints in the joined outputs */
-  if (!ht) t.out.ht = NULL;
+/* ---- Serving-path checks (SPEC.md §7.7): every derived call goes to the same worker and is
+ * scored against the truth (the case's, or the reference's for a derived case). */
+
+/* Scores obs against truth t of case c in the case's class; *within: inside every cap.  With
+ * what != NULL, a score over the caps is a Fail of the case saying "what: ...". */
+static int serving_score(prefix_ctx *x, const kda_case *c, const kda_truth *t,
+                         const kda_outputs *obs, const char *what, double *worst, char *err,
+                         size_t errlen) {
   kda_score sc;
-  *st = kda_score_outputs(x->c, &t, &joined, x->r->score.cls, &sc, err, errlen);
-  free(joined.o);
-  if (*st != KDA_OK) return INFINITY;
-  double w = fmax(sc.o.worst, t.out.ht ? sc.ht.worst : 0.0);
+  int st = kda_score_outputs(c, t, obs, x->r->score.cls, &sc, err, errlen);
+  if (st != KDA_OK) return st;
+  *worst = fmax(sc.o.worst, fmax(t->out.ht ? sc.ht.worst : 0.0, t->out.hc ? sc.hc.worst : 0.0));
+  if (what && !kda_score_within_caps(&sc)) {
+    const kda_qmetric *m;
+    double cap;
+    const char *q = worst_quantity(&sc, &m, &cap);
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "%s: %s error %.4g units > %g allowed (%llu elements over, %llu "
+             "NaN)", what, q, m->worst, cap, (unsigned long long)m->n_fail,
+             (unsigned long long)(sc.o.n_nan + sc.ht.n_nan + sc.hc.n_nan));
+    set_reason(x->r, KDA_VERDICT_FAIL, msg);
+  }
   kda_score_free(&sc);
-  return w;
+  return KDA_OK;
 }
 
-/* Prefix resume: tokens [0,P) then [P,T) from the returned state, against the truth. */
-static int prefix_resume(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
-  const kda_problem *p0 = &x->c->p;
+/* Work arrays of N entries each: zero, at (the cut), end (L_n), len2 (L_n - at), to. */
+typedef struct cut_arrays {
+  int64_t *zero, *at, *end, *len2, *to;
+} cut_arrays;
+
+static int cut_alloc(const kda_case *c, int64_t P, cut_arrays *a, char *err, size_t errlen) {
+  size_t N = (size_t)c->p.N;
+  int64_t *w = calloc(5 * N + 1, sizeof *w);
+  if (!w) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  *a = (cut_arrays){w, w + N, w + 2 * N, w + 3 * N, w + 4 * N};
+  kda_serving_cut(c, P, a->at);
+  for (size_t n = 0; n < N; n++) {
+    a->end[n] = c->cu_seqlens[n + 1] - c->cu_seqlens[n];
+    a->len2[n] = a->end[n] - a->at[n];
+    a->to[n] = a->at[n] + KDA_SERVING_DRAFTS < a->end[n] ? a->at[n] + KDA_SERVING_DRAFTS
+                                                         : a->end[n];
+  }
+  return KDA_OK;
+}
+
+/* One derived case's call: out allocated for d's problem. */
+static int part_call(prefix_ctx *x, const kda_case *d, kda_outputs *out, const char *what,
+                     char *err, size_t errlen) {
   kda_tensors_f64 in;
-  kda_case_tensors(x->c, &in);
-  kda_problem p1 = *p0, p2 = *p0;
-  int64_t cu1[2] = {0, P}, cu2[2] = {0, p0->T - P};
-  p1.T = P, p1.n_checkpoints = 0, p1.want_final_state = 1;
-  p2.T = p0->T - P, p2.n_checkpoints = 0, p2.has_initial_state = 1;
-  kda_tensors_f64 in1 = in, in2 = in;
-  in1.cu_seqlens = cu1, in1.checkpoints = NULL;
-  kda_outputs o1 = {0}, o2 = {0};
-  int st = run_call(x, &p1, &in1, &o1, "prefix resume, first part", err, errlen);
+  kda_case_tensors(d, &in);
+  return run_call(x, &d->p, &in, out, what, err, errlen);
+}
+
+static void offset_name(int64_t P, char *buf, size_t cap) {
+  if (P == KDA_SERVING_DECODE) snprintf(buf, cap, "decode resume (each sequence at its last token)");
+  else snprintf(buf, cap, "resume at P=%lld", (long long)P);
+}
+
+/* Resume: every sequence's tokens before the cut, then the rest from the returned states;
+ * the joined outputs and final states are scored as the case itself (§7.3). */
+static int resume_at(prefix_ctx *x, int64_t P, char *err, size_t errlen) {
+  const kda_case *c = x->c;
+  cut_arrays a;
+  int st = cut_alloc(c, P, &a, err, errlen);
+  if (st != KDA_OK) return st;
+  char name[96], what[160];
+  offset_name(P, name, sizeof name);
+  kda_case p1 = {0}, p2 = {0};
+  kda_outputs o1 = {0}, o2 = {0}, j = {0};
+  st = kda_serving_part(c, a.zero, a.at, c->h0, NULL, "part1", &p1, err, errlen);
+  snprintf(what, sizeof what, "%s, first part", name);
+  if (st == KDA_OK) st = part_call(x, &p1, &o1, what, err, errlen);
+  if (st == KDA_OK) st = kda_serving_part(c, a.at, a.end, o1.ht, NULL, "part2", &p2, err, errlen);
   if (st == KDA_OK) {
-    int64_t GW = kda_problem_gate_width(p0);
-    in2.q += P * p0->H * p0->K, in2.k += P * p0->H * p0->K, in2.v += P * p0->HV * p0->V;
-    if (in2.g) in2.g += P * p0->HV * GW;
-    in2.beta += P * p0->HV;
-    in2.h0 = o1.ht, in2.cu_seqlens = cu2, in2.checkpoints = NULL;
-    st = run_call(x, &p2, &in2, &o2, "prefix resume, second part", err, errlen);
+    p2.p.want_final_state = c->p.want_final_state;
+    snprintf(what, sizeof what, "%s, second part", name);
+    st = part_call(x, &p2, &o2, what, err, errlen);
   }
+  if (st == KDA_OK) st = kda_outputs_alloc(&c->p, &j, err, errlen);
   if (st == KDA_OK) {
-    x->r->prefix_worst = joined_worst(x, P, o1.o, o2.o, o2.n_o, o2.ht, err, errlen, &st);
-    x->r->prefix_done = st == KDA_OK;
-    double cap = fmin(x->r->score.caps.o, x->r->score.caps.ht);
-    if (st == KDA_OK && !(x->r->prefix_worst <= cap)) {
-      char msg[KDA_ERRLEN];
-      snprintf(msg, sizeof msg, "prefix resume at P=%lld: error %.4g units > %g allowed",
-               (long long)P, x->r->prefix_worst, cap);
-      set_reason(x->r, KDA_VERDICT_FAIL, msg);
-    }
+    kda_serving_join(c, a.at, a.len2, o1.o, o2.o, j.o);
+    if (j.ht) memcpy(j.ht, o2.ht, (size_t)j.n_ht * sizeof *j.ht);
+    free(j.hc), j.hc = NULL, j.n_hc = 0;
+    kda_truth t = *x->t;
+    t.out.hc = NULL; /* the parts have no checkpoints */
+    double worst;
+    st = serving_score(x, c, &t, &j, name, &worst, err, errlen);
+    if (st == KDA_OK) x->r->prefix_worst = fmax(x->r->prefix_worst, worst), x->r->prefix_done = 1;
   }
-  kda_outputs_free(&o1);
-  kda_outputs_free(&o2);
+  kda_outputs_free(&o1), kda_outputs_free(&o2), kda_outputs_free(&j);
+  kda_case_free(&p1), kda_case_free(&p2);
+  free(a.zero);
+  return st < 0 ? KDA_OK : st;
+}
+
+/* Speculative verify: after the prefix [0, at), k draft tokens from the backend's own state
+ * with a checkpoint at every draft; the state after each accepted prefix (hc), the drafts'
+ * outputs and the last state must match a fresh run over prefix + drafts (the reference). */
+static int spec_verify(prefix_ctx *x, char *err, size_t errlen) {
+  const kda_case *c = x->c;
+  cut_arrays a;
+  int st = cut_alloc(c, kda_serving_main_offset(c), &a, err, errlen);
+  if (st != KDA_OK) return st;
+  int64_t drafts = 0;
+  for (int64_t n = 0; n < c->p.N; n++) drafts += a.to[n] - a.at[n], a.len2[n] = a.to[n] - a.at[n];
+  kda_case p1 = {0}, ver = {0}, d = {0};
+  kda_outputs o1 = {0}, o2 = {0}, j = {0};
+  kda_truth td = {0};
+  char what[128];
+  snprintf(what, sizeof what, "speculative verify after P=%lld (%d drafts)",
+           (long long)kda_serving_main_offset(c), KDA_SERVING_DRAFTS);
+  if (!drafts) goto done;
+  st = kda_serving_part(c, a.zero, a.at, c->h0, NULL, "part1", &p1, err, errlen);
+  if (st == KDA_OK) st = part_call(x, &p1, &o1, "speculative verify, prefix", err, errlen);
+  if (st == KDA_OK) st = kda_serving_part(c, a.at, a.to, o1.ht, a.at, "verify", &ver, err, errlen);
+  if (st == KDA_OK) st = part_call(x, &ver, &o2, what, err, errlen);
+  if (st == KDA_OK) st = kda_serving_part(c, a.zero, a.to, c->h0, a.at, "fresh", &d, err, errlen);
+  if (st == KDA_OK) st = kda_truth_compute(&d, NULL, &td, err, errlen);
+  if (st == KDA_OK) st = kda_outputs_alloc(&d.p, &j, err, errlen);
+  if (st == KDA_OK) {
+    kda_serving_join(&d, a.at, a.len2, o1.o, o2.o, j.o);
+    memcpy(j.ht, o2.ht, (size_t)j.n_ht * sizeof *j.ht);
+    memcpy(j.hc, o2.hc, (size_t)j.n_hc * sizeof *j.hc);
+    double worst;
+    st = serving_score(x, &d, &td, &j, what, &worst, err, errlen);
+  }
+done:
+  kda_truth_free(&td);
+  kda_outputs_free(&o1), kda_outputs_free(&o2), kda_outputs_free(&j);
+  kda_case_free(&p1), kda_case_free(&ver), kda_case_free(&d);
+  free(a.zero);
   return st < 0 ? KDA_OK : st;
 }
 
@@ -289,54 +364,70 @@ static int repeats_differ(prefix_ctx *x, const kda_outputs *first, char *err, si
   return differ;
 }
 
-/* Causality: perturb q and v after P; outputs before P must keep their bits, or, for a
- * nondeterministic backend, stay within the caps of the truth. */
-static int causality(prefix_ctx *x, int64_t P, const kda_outputs *first, char *err,
+/* A nondeterministic backend's causality: the outputs before the cut of the perturbed call,
+ * completed by the truth after it, must be within the o cap (SPEC.md §7.7). */
+static int causal_within_caps(prefix_ctx *x, const int64_t *at, const kda_outputs *o2,
+                              const char *inputs, char *err, size_t errlen) {
+  const kda_case *c = x->c;
+  kda_outputs mixed = {0};
+  mixed.o = malloc((size_t)(x->t->out.n_o + 1) * sizeof(double));
+  mixed.n_o = x->t->out.n_o;
+  if (!mixed.o) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  kda_serving_mix(c, at, o2->o, x->t->out.o, mixed.o);
+  kda_truth t = *x->t;
+  t.out.ht = NULL, t.out.hc = NULL;
+  double worst;
+  int st = serving_score(x, c, &t, &mixed, NULL, &worst, err, errlen);
+  free(mixed.o);
+  if (st != KDA_OK) return st;
+  char msg[KDA_ERRLEN];
+  int64_t P = kda_serving_main_offset(c);
+  if (!(worst <= x->r->score.caps.o)) {
+    x->r->causal_ok = 0;
+    snprintf(msg, sizeof msg, "causality: outputs before token %lld moved %.4g units (> %g) "
+             "when later %s were perturbed (nondeterministic backend)", (long long)P, worst,
+             x->r->score.caps.o, inputs);
+    set_reason(x->r, KDA_VERDICT_FAIL, msg);
+  } else if (x->r->verdict == KDA_VERDICT_PASS) {
+    snprintf(msg, sizeof msg, "%s; causality judged within the caps (prefix error %.3g units)",
+             nondet_reason, worst);
+    set_reason(x->r, KDA_VERDICT_QUALITY_WARNING, msg);
+  }
+  return KDA_OK;
+}
+
+/* Causality: perturb (q, v) or (g, k, beta) after the main offset of every sequence; the
+ * outputs before it must keep their bits, or, for a nondeterministic backend, stay within the
+ * caps of the truth. */
+static int causality(prefix_ctx *x, int which, const kda_outputs *first, char *err,
                      size_t errlen) {
-  const kda_problem *p = &x->c->p;
-  kda_tensors_f64 in;
-  kda_case_tensors(x->c, &in);
-  size_t nq = (size_t)(p->T * p->H * p->K), nv = (size_t)(p->T * p->HV * p->V);
-  double *q = malloc(nq * sizeof *q + 1), *v = malloc(nv * sizeof *v + 1);
-  if (!q || !v) return free(q), free(v), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  memcpy(q, in.q, nq * sizeof *q);
-  memcpy(v, in.v, nv * sizeof *v);
-  for (size_t i = (size_t)(P * p->H * p->K); i < nq; i++) q[i] = -q[i];
-  for (size_t i = (size_t)(P * p->HV * p->V); i < nv; i++) v[i] = -v[i] - 0.5;
-  in.q = q, in.v = v;
+  const kda_case *c = x->c;
+  const char *inputs = which == KDA_PERTURB_QV ? "q and v" : "g, k and beta";
+  cut_arrays a;
+  int st = cut_alloc(c, kda_serving_main_offset(c), &a, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_case pc = {0};
   kda_outputs o2 = {0};
-  int st = run_call(x, p, &in, &o2, "causality check", err, errlen);
-  uint64_t n1 = (uint64_t)(P * p->HV * p->V);
+  char what[96];
+  snprintf(what, sizeof what, "causality check (%s perturbed)", inputs);
+  st = kda_serving_perturbed(c, a.at, which, "perturbed", &pc, err, errlen);
+  if (st == KDA_OK) st = part_call(x, &pc, &o2, what, err, errlen);
   int differ = 0;
-  if (st == KDA_OK && !same_bits(first->o, o2.o, n1))
+  if (st == KDA_OK && !kda_serving_before_same(c, a.at, first->o, o2.o))
     differ = repeats_differ(x, first, err, errlen, &st);
   if (st == KDA_OK && differ == 1) {
-    /* Bits cannot tell: the prefix of the perturbed run must be as good as the backend's
-     * unperturbed output, i.e. within the caps of the truth. */
-    double worst = joined_worst(x, P, o2.o, x->t->out.o + n1, x->t->out.n_o - n1, NULL, err,
-                                errlen, &st);
-    double cap = x->r->score.caps.o;
-    char msg[KDA_ERRLEN];
-    if (st == KDA_OK && !(worst <= cap)) {
-      x->r->causal_ok = 0;
-      snprintf(msg, sizeof msg, "causality: outputs before token %lld moved %.4g units (> %g) "
-               "when later tokens were perturbed (nondeterministic backend)", (long long)P,
-               worst, cap);
-      set_reason(x->r, KDA_VERDICT_FAIL, msg);
-    } else if (st == KDA_OK && x->r->verdict == KDA_VERDICT_PASS) {
-      snprintf(msg, sizeof msg, "%s; causality judged within the caps (prefix error %.3g units)",
-               nondet_reason, worst);
-      set_reason(x->r, KDA_VERDICT_QUALITY_WARNING, msg);
-    }
-  } else if (st == KDA_OK && differ == 0 && !same_bits(first->o, o2.o, n1)) {
+    st = causal_within_caps(x, a.at, &o2, inputs, err, errlen);
+  } else if (st == KDA_OK && differ == 0 && !kda_serving_before_same(c, a.at, first->o, o2.o)) {
     x->r->causal_ok = 0;
     char msg[KDA_ERRLEN];
-    snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later "
-             "tokens were perturbed (an unperturbed repeat gave the same bits)", (long long)P);
+    snprintf(msg, sizeof msg, "causality: outputs before token %lld changed when later %s "
+             "were perturbed (an unperturbed repeat gave the same bits)",
+             (long long)kda_serving_main_offset(c), inputs);
     set_reason(x->r, KDA_VERDICT_FAIL, msg);
   }
-  free(q), free(v);
   kda_outputs_free(&o2);
+  kda_case_free(&pc);
+  free(a.zero);
   return st < 0 ? KDA_OK : st;
 }
 
@@ -344,13 +435,18 @@ static int judged(const kda_case_report *r) {
   return r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_QUALITY_WARNING;
 }
 
+/* Resume at every offset of the mode, the speculative verify, then both causality
+ * perturbations; each runs while the case is still judged a pass (SPEC.md §7.7). */
 static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
-  const kda_problem *p = &x->c->p;
-  if (p->N != 1 || p->T < 4) return KDA_OK;
-  int64_t P = p->T * 5 / 8 + 1;
-  x->r->prefix_P = P;
-  int st = prefix_resume(x, P, err, errlen);
-  if (st == KDA_OK && judged(x->r)) st = causality(x, P, first, err, errlen);
+  int64_t P[KDA_SERVING_MAX_OFFSETS];
+  int np = kda_serving_offsets(x->c, x->o->serving, P);
+  if (!np) return KDA_OK;
+  x->r->prefix_P = kda_serving_main_offset(x->c);
+  int st = KDA_OK;
+  for (int i = 0; i < np && st == KDA_OK && judged(x->r); i++) st = resume_at(x, P[i], err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = spec_verify(x, err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = causality(x, KDA_PERTURB_QV, first, err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = causality(x, KDA_PERTURB_GKB, first, err, errlen);
   return st;
 }
 
@@ -457,3 +553,47 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
 }
 
 void kda_case_report_free(kda_case_report *r) { kda_score_free(&r->score); }
+
+/* ---- Candidates' serving prompts (SPEC.md §7.7). */
+
+/* The causal prompt's outputs before the cut against the case's own result: the same bits,
+ * else a QualityWarning.  Both passed their own scoring against the same truth before the
+ * cut, so the difference is within the caps, and a candidate cannot be repeated to tell
+ * nondeterminism from a causality bug (SPEC.md §7.7). */
+static int candidate_causal(const char *result_path, const kda_serving_prompt *sp,
+                            const kda_case *c, const char *main_path, kda_case_report *r,
+                            char *err, size_t errlen) {
+  kda_outputs a = {0}, b = {0};
+  int64_t *at = malloc(((size_t)c->p.N + 1) * sizeof *at);
+  int st = at ? kda_outputs_alloc(&c->p, &a, err, errlen) : KDA_ENOMEM;
+  if (st == KDA_OK) st = kda_outputs_alloc(&c->p, &b, err, errlen);
+  char msg[KDA_ERRLEN];
+  if (st == KDA_OK && kda_result_load(main_path, c, a.o, a.ht, a.hc, msg, sizeof msg) == KDA_OK &&
+      kda_result_load(result_path, &sp->c, b.o, b.ht, b.hc, msg, sizeof msg) == KDA_OK) {
+    kda_serving_cut(c, sp->P, at);
+    if (!kda_serving_before_same(c, at, a.o, b.o)) {
+      r->causal_ok = 0;
+      snprintf(msg, sizeof msg, "causality: outputs before token %lld differ in bits from %s's "
+               "result (within the caps; a candidate cannot be repeated to tell "
+               "nondeterminism apart)", (long long)sp->P, c->id ? c->id : "the case");
+      set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+    }
+  } /* else the case's own report says what is wrong with its result */
+  if (st == KDA_ENOMEM && !at) snprintf(err, errlen, "out of memory");
+  free(at);
+  kda_outputs_free(&a), kda_outputs_free(&b);
+  return st;
+}
+
+int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prompt *sp,
+                                 const kda_case *c, const char *main_path,
+                                 int32_t cls, const kda_conform_opts *o, kda_case_report *r,
+                                 char *err, size_t errlen) {
+  kda_truth tp;
+  int st = kda_truth_compute(&sp->c, NULL, &tp, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_conform_candidate(result_path, &sp->c, &tp, cls, o, r, err, errlen);
+  kda_truth_free(&tp);
+  if (st != KDA_OK || sp->kind != KDA_PROMPT_CAUSAL || !judged(r)) return st;
+  return candidate_causal(result_path, sp, c, main_path, r, err, errlen);
+}

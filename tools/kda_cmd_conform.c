@@ -15,6 +15,7 @@
 #include "kda_conform_list.h"
 #include "kda_sha256.h"
 #include "kda_files.h"
+#include "kda_serving.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -56,13 +57,21 @@ static const char help_text[] =
     "                            manifest with \"not_supported\": REASON is NotSupported\n"
     "      --class NAME          precision class to score in: fp64 fp32 tf32 bf16 fp16\n"
     "                            (default: the backend's own; fp32 for candidates)\n"
-    "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit\n"
+    "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit;\n"
+    "                            also each case's serving prompts ID.resume-P, ID.decode,\n"
+    "                            ID.spec-P, ID.causal-qv, ID.causal-gkb (--serving off: none),\n"
+    "                            which --candidate DIR scores when their results are there\n"
     "Checks:\n"
     "  -t, --timeout SECONDS     time limit per backend call, load, open and close (default 60)\n"
     "      --memory-limit BYTES|auto|none  address-space limit of each worker (suffix k M G;\n"
     "                            default auto: a multiple of each call's buffers plus 4 GiB)\n"
     "      --repeat              run every case twice and flag bitwise differences\n"
-    "      --no-prefix           skip the prefix-resume and causality checks\n"
+    "      --serving MODE        serving-path checks (SPEC.md section 7.7): default (resume at\n"
+    "                            floor(5T/8)+1, 65 and each sequence's last token, a\n"
+    "                            4-draft speculative verify, causality with q,v and with\n"
+    "                            g,k,beta perturbed), full (also resume at 1, 63 and T-1),\n"
+    "                            off; with --export-prompts: which prompts are written\n"
+    "      --no-prefix           the same as --serving off\n"
     "      --no-isolate          call backends in-process (debugging; a crash ends the run,\n"
     "                            prints are not captured, no guard pages or memory limit)\n"
     "      --waivers FILE        waivers (JSON, SPEC.md section 7.6); an unknown key, a missing\n"
@@ -194,7 +203,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
-  enum { O_HTML = 512, O_JSON };
+  enum { O_HTML = 512, O_JSON, O_SERVING };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -213,6 +222,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"html", required_argument, NULL, O_HTML}, {"json", no_argument, NULL, O_JSON},
+      {"serving", required_argument, NULL, O_SERVING},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -253,6 +263,12 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         break;
       case O_REPEAT: a->opts.repeat = 1; break;
       case O_NOPREFIX: a->opts.prefix = 0; break;
+      case O_SERVING: /* SPEC.md §7.7: which serving checks */
+        if (strcmp(optarg, "off") == 0) a->opts.prefix = 0;
+        else if (strcmp(optarg, "default") == 0) a->opts.prefix = 1, a->opts.serving = KDA_SERVING_DEFAULT;
+        else if (strcmp(optarg, "full") == 0) a->opts.prefix = 1, a->opts.serving = KDA_SERVING_FULL;
+        else return kda_tool_usage(SUB, "bad --serving '%s' (default, full, off)", optarg);
+        break;
       case O_NOISOLATE: a->opts.call.isolate = 0; break;
       case O_WAIVERS: a->waivers = optarg; break;
       case O_BASELINE: a->baseline = optarg; break;
@@ -309,6 +325,7 @@ typedef struct run_state {
   double score_s, truth_s;
   uint64_t bytes;
   int64_t selected; /* cases the -k filter let through */
+  int64_t serving_absent, serving_given; /* candidates' serving prompts (SPEC.md §7.7) */
 } run_state;
 
 static kda_case_report *next_report(run_state *s) {
@@ -342,6 +359,32 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
+/* The serving prompts of case c whose result files are in the candidate directory (SPEC.md
+ * §7.7): each present one is a report; an absent one is counted, not a Fail. */
+static int score_prompts(const conform_args *a, const kda_case *c, const char *main_path,
+                         run_state *s, char *err, size_t errlen) {
+  kda_serving_prompt *sp;
+  int64_t n;
+  int st = kda_serving_prompts(c, a->opts.serving, &sp, &n, err, errlen);
+  for (int64_t i = 0; i < n && st == KDA_OK; i++) {
+    char pp[4096];
+    struct stat sb;
+    snprintf(pp, sizeof pp, "%s/%s.npz", a->candidate, sp[i].c.id);
+    if (stat(pp, &sb) != 0) {
+      s->serving_absent++;
+      continue;
+    }
+    kda_case_report *r = next_report(s);
+    if (!r) st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
+    else st = kda_conform_candidate_prompt(pp, &sp[i], c, main_path,
+                                           a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
+                                           r, err, errlen);
+    if (st == KDA_OK) emit(s, a, r);
+  }
+  kda_serving_prompts_free(sp, n);
+  return st;
+}
+
 static int score_case(const conform_args *a, const char *path, target *tg, int nt, run_state *s) {
   char err[KDA_ERRLEN], idbuf[256];
   kda_case c;
@@ -353,6 +396,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);
   if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
     return kda_case_free(&c), 0; /* -k: not selected */
+  if (a->candidate && !nt && kda_serving_is_prompt(&c))
+    return kda_case_free(&c), s->serving_given++, 0; /* scored through its case (§7.7) */
   s->selected++;
   kda_truth t;
   double t0 = now_s();
@@ -368,7 +413,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   if (st == KDA_OK && a->candidate) {
     char rp[4096];
     struct stat sb;
-    if (stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode))
+    int is_dir = stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode);
+    if (is_dir)
       snprintf(rp, sizeof rp, "%s/%s.npz", a->candidate, c.id);
     else
       snprintf(rp, sizeof rp, "%s", a->candidate);
@@ -380,13 +426,35 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     s->score_s += now_s() - t0;
     if (st == KDA_OK) s->bytes += r->bytes_scored;
     if (st == KDA_OK) emit(s, a, r);
+    if (st == KDA_OK && a->opts.prefix && is_dir)
+      st = score_prompts(a, &c, rp, s, err, sizeof err);
   }
   kda_truth_free(&t);
   kda_case_free(&c);
   return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
 }
 
-static int export_prompts(const char *dir, path_list *cases) {
+/* The serving prompts of case c (SPEC.md §7.7) as case files DIR/ID.SUFFIX.npz. */
+static int export_serving(const char *dir, const kda_case *c, int32_t mode, path_list *cases) {
+  char err[KDA_ERRLEN], out[4096];
+  kda_serving_prompt *sp;
+  int64_t n;
+  int st = kda_serving_prompts(c, mode, &sp, &n, err, sizeof err);
+  for (int64_t i = 0; i < n && st == KDA_OK; i++) {
+    char *info = kda_serving_prompt_info(c, &sp[i]);
+    st = info ? kda_id_check(sp[i].c.id, "prompt id", err, sizeof err) : KDA_ENOMEM;
+    if (!info) snprintf(err, sizeof err, "out of memory");
+    if (st == KDA_OK) snprintf(out, sizeof out, "%s/%s.npz", dir, sp[i].c.id);
+    if (st == KDA_OK) st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
+    if (st == KDA_OK) st = kda_case_save(out, &sp[i].c, info, err, sizeof err);
+    if (st == KDA_OK) printf("%s\n", out);
+    free(info);
+  }
+  kda_serving_prompts_free(sp, n);
+  return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
+}
+
+static int export_prompts(const char *dir, path_list *cases, int32_t serving) {
   mkdir(dir, 0777);
   for (int i = 0; i < cases->n; i++) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
@@ -402,9 +470,11 @@ static int export_prompts(const char *dir, path_list *cases) {
     snprintf(out, sizeof out, "%s/%s.npz", dir, id);
     st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
     if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
-    kda_case_free(&c);
-    if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
     printf("%s\n", out);
+    int rc = serving >= 0 && !kda_serving_is_prompt(&c) ? export_serving(dir, &c, serving, cases) : 0;
+    kda_case_free(&c);
+    if (rc) return rc;
   }
   return 0;
 }
@@ -693,7 +763,7 @@ int kda_cmd_conform(int argc, char **argv) {
     goto done;
   }
   if (rc == 0 && a.export_dir) {
-    rc = export_prompts(a.export_dir, &cases);
+    rc = export_prompts(a.export_dir, &cases, a.opts.prefix ? a.opts.serving : -1);
     goto done;
   }
   char err[KDA_ERRLEN];
@@ -725,6 +795,10 @@ int kda_cmd_conform(int argc, char **argv) {
   if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at);
   else if (s.jsonl_at && kda_atomic_commit(s.jsonl_at, err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
+  if (rc == 0 && (s.serving_absent || s.serving_given))
+    printf("note: serving prompts (SPEC.md section 7.7): %lld without a result file in %s (not "
+           "run), %lld prompt files given as cases (scored through their case, when given)\n",
+           (long long)s.serving_absent, a.candidate, (long long)s.serving_given);
   if (rc == 0 && s.selected == 0 && a.n_filters > 0)
     printf("note: no case matches the -k patterns\n"); /* nothing ran: status 5 below */
   int64_t unused = 0;

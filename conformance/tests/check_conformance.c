@@ -16,6 +16,7 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_npz.h"
+#include "kda_serving.h"
 
 /* The fixed set of generated cases (golden/L1 replaces it when present; see SPEC.md §7.7). */
 static const char *const case_descs[] = {
@@ -779,6 +780,47 @@ START_TEST(test_nondeterminism_vs_causality) {
 }
 END_TEST
 
+/* SPEC.md §7.7: the offsets of each mode, the cuts of a multi-sequence case (a sequence
+ * shorter than P is whole in part 1; the decode cut is each sequence's last token), parts that
+ * join back into the case, and perturbations only after the cut. */
+START_TEST(test_serving_cuts) {
+  const kda_case *c = &cases[4]; /* seqlens 5,0,37,100 */
+  int64_t P[KDA_SERVING_MAX_OFFSETS], at[4], zero[4] = {0}, end[4] = {5, 0, 37, 100}, len2[4];
+  int n = kda_serving_offsets(c, KDA_SERVING_DEFAULT, P);
+  ck_assert_int_eq(n, 3);
+  ck_assert(P[0] == 63 && P[1] == 65 && P[2] == KDA_SERVING_DECODE);
+  n = kda_serving_offsets(c, KDA_SERVING_FULL, P);
+  ck_assert_int_eq(n, 5); /* 63 65 1 99 decode: 63 once */
+  ck_assert(P[2] == 1 && P[3] == 99 && P[4] == KDA_SERVING_DECODE);
+  kda_serving_cut(c, 65, at);
+  ck_assert(at[0] == 5 && at[1] == 0 && at[2] == 37 && at[3] == 65);
+  kda_serving_cut(c, KDA_SERVING_DECODE, at);
+  ck_assert(at[0] == 4 && at[1] == 0 && at[2] == 36 && at[3] == 99);
+  kda_case p1, p2, pc;
+  char err[KDA_ERRLEN];
+  ck_assert(kda_serving_part(c, zero, at, c->h0, NULL, "a", &p1, err, sizeof err) == KDA_OK);
+  ck_assert(kda_serving_part(c, at, end, NULL, zero, "b", &p2, err, sizeof err) == KDA_OK);
+  ck_assert(p1.p.T == 139 && p2.p.T == 3 && p2.p.n_checkpoints == 3 && !p2.p.has_initial_state);
+  ck_assert_str_eq(p2.id, "varlen-gdn.b");
+  for (int i = 0; i < 4; i++) len2[i] = end[i] - at[i];
+  /* v joined back from the parts is the case's v (HV * V values per token, as o) */
+  double *v = malloc((size_t)c->p.T * c->p.HV * c->p.V * sizeof *v);
+  ck_assert_ptr_nonnull(v);
+  kda_serving_join(c, at, len2, p1.v, p2.v, v);
+  ck_assert(memcmp(v, c->v, (size_t)c->p.T * c->p.HV * c->p.V * sizeof *v) == 0);
+  ck_assert(kda_serving_perturbed(c, at, KDA_PERTURB_GKB, "g", &pc, err, sizeof err) == KDA_OK);
+  ck_assert(kda_serving_before_same(c, at, pc.v, c->v)); /* v is not perturbed by gkb */
+  size_t kr = (size_t)(c->p.H * c->p.K);
+  for (int i = 0; i < 4; i++) { /* k keeps its bits before the cut and moves at it */
+    const double *k0 = c->k + c->cu_seqlens[i] * (int64_t)kr, *k1 = pc.k + c->cu_seqlens[i] * (int64_t)kr;
+    ck_assert(memcmp(k0, k1, (size_t)at[i] * kr * sizeof(double)) == 0);
+    if (at[i] < end[i]) ck_assert(k1[at[i] * (int64_t)kr] != k0[at[i] * (int64_t)kr]);
+  }
+  free(v);
+  kda_case_free(&p1), kda_case_free(&p2), kda_case_free(&pc);
+}
+END_TEST
+
 static Suite *conformance_suite(void) {
   Suite *s = suite_create("conformance");
   TCase *tc = tcase_create("runner");
@@ -800,6 +842,7 @@ static Suite *conformance_suite(void) {
   tcase_add_test(tc, test_worker_grandchild);
   tcase_add_test(tc, test_worker_runner_killed);
   tcase_add_test(tc, test_nondeterminism_vs_causality);
+  tcase_add_test(tc, test_serving_cuts);
   suite_add_tcase(s, tc);
   return s;
 }

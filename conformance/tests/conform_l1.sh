@@ -94,3 +94,63 @@ grep -v '^    | ' "$tmp/w.txt" "$tmp/w.err" | grep -q 'hello from forward' &&
   fail "--memory-limit 8G"
 "$kda" conform --help | grep -q -- '--memory-limit' || fail "--help does not document --memory-limit"
 echo "conform_l1: worker: load failures and crashes are verdicts, prints captured, run completes"
+
+# 5. The serving-path checks (SPEC.md §7.7).  Each serving mutant passes the plain scoring of
+#    every L1 case (--serving off) and fails its own serving check (the reason names it) on
+#    some case; the correct backends pass all of L1 with every offset (--serving full).
+for row in "future_gate_anchor:causality: outputs before token [0-9]* changed when later g, k and beta" \
+           "resume_unaligned:resume at P=" \
+           "decode_transposed:decode resume (each sequence at its last token)" \
+           "spec_state_last:speculative verify after P=[0-9]* (4 drafts): hc error"; do
+  m=${row%%:*} why=${row#*:}
+  "$kda" conform -q --serving off --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=$m" \
+    golden/L1 > "$tmp/s.txt" 2>&1 || fail "serving mutant $m fails the plain scoring: $(head -1 "$tmp/s.txt")"
+  "$kda" conform -q --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=$m" golden/L1 \
+    > "$tmp/s.txt" 2>&1
+  rc=$?
+  [ $rc = 1 ] || fail "serving mutant $m: exit status $rc, expected 1"
+  grep -q "^FAIL .*-- $why" "$tmp/s.txt" || fail "serving mutant $m is not failed by its check"
+  grep "^FAIL" "$tmp/s.txt" | grep -v -- "-- $why" | grep -q . &&
+    fail "serving mutant $m failed by another check: $(grep '^FAIL' "$tmp/s.txt" | grep -v -- "-- $why" | head -1)"
+  echo "conform_l1: serving mutant $m passes plain scoring, killed by its check on $(grep -c '^FAIL' "$tmp/s.txt") cases"
+done
+"$kda" conform -q --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=decode_transposed" \
+  -k 'varlen-*' golden/L1 | grep -q '^FAIL .*varlen-ragged-h0 .*decode resume' ||
+  fail "the decode resume does not run on multi-sequence cases"
+"$kda" conform -q --serving full --max-lines 0 -b ref-f32 -b simd golden/L1 > "$tmp/s.txt" 2>&1 ||
+  fail "ref-f32 or simd fails a serving check: $(grep -v '^WARN' "$tmp/s.txt" | head -1)"
+echo "conform_l1: ref-f32 and simd pass every serving check (--serving full) on golden/L1"
+"$kda" conform --help | grep -q -- '--serving MODE' || fail "--help does not document --serving"
+"$kda" conform --serving most -b ref-f32 golden/L1/t15-log-prob.npz >/dev/null 2>&1
+[ $? = 2 ] || fail "a bad --serving is not a usage error"
+
+# 6. Candidates get the serving checks through prompt files (SPEC.md §7.7): results of every
+#    prompt written by a correct backend pass; a mutant's fail (or, for the causality prompt of
+#    a candidate, which cannot be repeated, warn) on the right prompt; an absent result is not
+#    run, not a Fail.
+mkdir "$tmp/in" && cp golden/L1/t64-softplus-h0.npz golden/L1/varlen-ragged-h0.npz "$tmp/in/" || exit 2
+"$kda" conform --export-prompts "$tmp/p" "$tmp/in" > "$tmp/e.txt" || fail "--export-prompts"
+for s in resume-41 decode spec-41 causal-qv causal-gkb; do
+  [ -f "$tmp/p/t64-softplus-h0.$s.npz" ] || fail "no serving prompt t64-softplus-h0.$s"
+done
+results() { # backend spec, result directory
+  mkdir -p "$2" && for f in "$tmp"/p/*.npz; do
+    "$kda" ref -b "$1" "$f" -o "$2/$(basename "$f")" >/dev/null || fail "kda ref -b $1 $f"
+  done
+}
+results ref-f32 "$tmp/r"
+"$kda" conform --candidate "$tmp/r" "$tmp/p" > "$tmp/c.txt" 2>&1 ||
+  fail "ref-f32's results of the serving prompts: $(grep -v '^PASS' "$tmp/c.txt" | head -1)"
+[ "$(grep -c '^PASS    candidate' "$tmp/c.txt")" = 12 ] || fail "not every prompt was scored: $(tail -2 "$tmp/c.txt")"
+rm "$tmp/r/varlen-ragged-h0.decode.npz"
+"$kda" conform --candidate "$tmp/r" "$tmp/p" > "$tmp/c.txt" 2>&1 || fail "an absent prompt result failed the run"
+grep -q '^note: serving prompts .*: 1 without a result file' "$tmp/c.txt" || fail "an absent prompt result is not reported"
+for row in "spec_state_last:FAIL    candidate    t64-softplus-h0.spec-41 .*hc error" \
+           "decode_transposed:FAIL    candidate    varlen-ragged-h0.decode .*ht error" \
+           "future_gate_anchor:WARN    candidate    t64-softplus-h0.causal-gkb .*causality: outputs before token 41 differ in bits"; do
+  m=${row%%:*} want=${row#*:}
+  results "$plugins/kda_plugin_mutants.so:mutant=$m" "$tmp/r-$m"
+  "$kda" conform --max-lines 0 --candidate "$tmp/r-$m" "$tmp/p" > "$tmp/c.txt" 2>&1
+  grep -q "^$want" "$tmp/c.txt" || fail "candidate $m: no '$want' line: $(grep -v '^PASS' "$tmp/c.txt" | head -1)"
+done
+echo "conform_l1: candidates: serving prompts exported and scored; mutants caught; absent results not run"

@@ -17,12 +17,14 @@
 enum {
   M_NONE, M_ERASE_BEFORE_DECAY, M_READOUT_BEFORE_WRITE, M_PREDICT_UNDECAYED,
   M_DECAY_VALUE_AXIS, M_TRANSPOSED_STATE, M_SCALE_ON_K, M_WRONG_HEAD_MAP, M_BETA_BF16,
-  M_F32_ULP_BIAS, M_DROP_H0, M_EXP2_GATE, M_OVERRUN, M_FPENV, M_COUNT
+  M_F32_ULP_BIAS, M_DROP_H0, M_EXP2_GATE, M_FUTURE_GATE_ANCHOR, M_RESUME_UNALIGNED,
+  M_DECODE_TRANSPOSED, M_SPEC_STATE_LAST, M_OVERRUN, M_FPENV, M_COUNT
 };
 static const char *const mutant_names[M_COUNT] = {
     "none", "erase_before_decay", "readout_before_write", "predict_undecayed",
     "decay_value_axis", "transposed_state", "scale_on_k", "wrong_head_map", "beta_bf16",
-    "f32_ulp_bias", "drop_h0", "exp2_gate", "overrun", "fpenv"};
+    "f32_ulp_bias", "drop_h0", "exp2_gate", "future_gate_anchor", "resume_unaligned",
+    "decode_transposed", "spec_state_last", "overrun", "fpenv"};
 
 typedef struct mhandle {
   int mutant;
@@ -98,20 +100,56 @@ static size_t st_at(const kda_problem *p, int64_t i, int64_t j, int transposed) 
   return vk ? (size_t)(j * p->K + i) : (size_t)(i * p->V + j);
 }
 
+/* The serving mutants (SPEC.md §7.7) pass the plain scoring of golden/L1 and fail only a
+ * serving-path check; each keys its mistake to the call shape of one serving path. */
+
+/* The longest sequence of the call. */
+static int64_t longest(const kda_problem *p, const int64_t *cu) {
+  int64_t L = 0;
+  for (int64_t n = 0; n < p->N; n++) L = cu[n + 1] - cu[n] > L ? cu[n + 1] - cu[n] : L;
+  return L;
+}
+
+/* A decode call: an initial state and at most one token per sequence (some token). */
+static int decode_call(const kda_problem *p, const int64_t *cu) {
+  return p->has_initial_state && p->T > 0 && longest(p, cu) <= 1;
+}
+
+/* A speculative verify: an initial state, checkpoints, at most 8 tokens per sequence. */
+static int verify_call(const kda_problem *p, const int64_t *cu) {
+  return p->has_initial_state && p->n_checkpoints > 0 && longest(p, cu) <= 8;
+}
+
+/* future_gate_anchor (fla PR #1242's class): exp(ge) computed as exp(ge - r) exp(r) with the
+ * reference r the gate of the sequence's last token (a future row), clamped to [-20, 0].  In
+ * float64 the value is within an ulp or two, but its bits depend on a future gate. */
+static double anchored_exp(const kda_problem *p, const kda_backend_tensors *t, int64_t GW,
+                           int64_t last, int64_t hv, int64_t c, double ge) {
+  double r = fmin(fmax(gate(p, t, GW, last, hv, c), -20.0), 0.0);
+  return exp(ge - r) * exp(r);
+}
+
 /* One (sequence, value head) with mutation m. */
 static void run_head(const kda_problem *p, const kda_backend_tensors *t, int m, int64_t n,
                      int64_t hv, int64_t *ck, double *S, double *w) {
   const int64_t K = p->K, V = p->V, GW = p->family == KDA_FAMILY_KDA ? K
                                          : p->family == KDA_FAMILY_GDN ? 1 : 0;
   double *qq = w, *kk = w + K, *a = w + 2 * K, *pr = w + 3 * K, *o = pr + V;
-  const int tr = m == M_TRANSPOSED_STATE;
   const int64_t *cu = t->cu_seqlens;
+  /* decode_transposed: a decode kernel that keeps the state in the other layout (vllm
+   * #40956's class) */
+  const int tr = m == M_TRANSPOSED_STATE || (m == M_DECODE_TRANSPOSED && decode_call(p, cu));
+  const int64_t L = cu[n + 1] - cu[n], ck0 = *ck;
+  /* resume_unaligned (tt-metal #54962's class): with an initial state, a sequence of more
+   * than 65 tokens (golden/L1's longest with h0 has 65) that does not end on a 64-token chunk
+   * boundary starts from zero, as a resumed tail would */
+  const int drop = m == M_DROP_H0 || (m == M_RESUME_UNALIGNED && L > 65 && L % 64 != 0);
   const int64_t G = p->HV / p->H;
   int map = m == M_WRONG_HEAD_MAP ? !p->head_map : p->head_map;
   int64_t h = map == KDA_HEADMAP_DIV ? hv / G : hv % p->H;
   for (int64_t i = 0; i < K; i++)
     for (int64_t j = 0; j < V; j++)
-      S[i * V + j] = (p->has_initial_state && m != M_DROP_H0)
+      S[i * V + j] = (p->has_initial_state && !drop)
                          ? ((const double *)t->h0)[(n * p->HV + hv) * K * V + st_at(p, i, j, tr)]
                          : 0.0;
   for (int64_t tt = cu[n]; tt < cu[n + 1]; tt++) {
@@ -123,7 +161,10 @@ static void run_head(const kda_problem *p, const kda_backend_tensors *t, int m, 
     }
     for (int64_t i = 0; i < K; i++) {
       double ge = GW ? gate(p, t, GW, tt, hv, GW == 1 ? 0 : i) : 0.0;
-      a[i] = m == M_EXP2_GATE ? exp2(ge) : exp(ge);
+      a[i] = m == M_EXP2_GATE ? exp2(ge)
+             : m == M_FUTURE_GATE_ANCHOR && GW ? anchored_exp(p, t, GW, cu[n + 1] - 1, hv,
+                                                              GW == 1 ? 0 : i, ge)
+                                               : exp(ge);
     }
     double bs = ((const double *)t->beta)[tt * p->HV + hv];
     double b = p->beta_mode == KDA_BETA_PROB ? bs : p->beta_mode == KDA_BETA_LOGIT ? sigm(bs) : 2 * sigm(bs);
@@ -174,6 +215,13 @@ static void run_head(const kda_problem *p, const kda_backend_tensors *t, int m, 
         for (int64_t j = 0; j < V; j++) hc[st_at(p, i, j, tr)] = S[i * V + j];
       (*ck)++;
     }
+  }
+  /* spec_state_last: a verify kernel that writes the state after the last draft into every
+   * draft position's checkpoint (the rejected drafts' state is kept) */
+  for (int64_t c = ck0; m == M_SPEC_STATE_LAST && verify_call(p, cu) && c < *ck; c++) {
+    double *hc = (double *)t->hc + (c * p->HV + hv) * K * V;
+    for (int64_t i = 0; i < K; i++)
+      for (int64_t j = 0; j < V; j++) hc[st_at(p, i, j, tr)] = S[i * V + j];
   }
   if (p->want_final_state) {
     double *ht = (double *)t->ht + (n * p->HV + hv) * K * V;

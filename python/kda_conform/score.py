@@ -34,6 +34,18 @@ class CaseResult:
     record: Dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
+    def base_case(self) -> str:
+        """The golden case a report belongs to: the case itself, or the case a serving-path
+        prompt was derived from ("t17-gdn.resume-65" -> "t17-gdn", SPEC.md §7.7)."""
+        return self.case.split(".", 1)[0]
+
+    @property
+    def serving(self) -> str:
+        """The serving-path check of a derived prompt ("resume-65", "decode", ...), "" for the
+        case itself."""
+        return self.case.split(".", 1)[1] if "." in self.case else ""
+
+    @property
     def ok(self) -> bool:
         """Pass, QualityWarning or Waived."""
         return self.verdict in OK_VERDICTS

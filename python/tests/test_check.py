@@ -35,7 +35,10 @@ def final_state_off(problem, inputs):
 
 def test_numpy_kernel_passes_every_l1_case(kda, golden_l1):
     res = kc.check(numpy_kernel, level="L1", cls="fp32")
-    assert len(res) == len([f for f in os.listdir(golden_l1) if f.endswith(".npz")])
+    ids = {f[:-4] for f in os.listdir(golden_l1) if f.endswith(".npz")}
+    assert {r.base_case for r in res} == ids                     # every case ...
+    assert len([r for r in res if not r.serving]) == len(ids)    # ... once, plus its serving
+    assert any(r.serving.startswith("resume-") for r in res)     # prompts (SPEC.md §7.7)
     assert all(r.verdict == "Pass" for r in res), kc.summary(res)
 
 
@@ -46,6 +49,7 @@ def test_broken_kernels_fail(kda):
     assert "o error" in res["disc-readout-before-write"].reason
     assert len(bad) >= 45, kc.summary(list(res.values()))
     res = kc.check(final_state_off, level="L1", cls="fp32", cases=["t65-*", "large-h0"])
+    res = [r for r in res if not r.serving]
     assert [r.case for r in res] == ["large-h0", "t65-lower-bound-vk"]
     assert all(r.verdict == "Fail" and "ht" in r.reason for r in res), kc.summary(res)
 
@@ -63,7 +67,7 @@ def test_kernel_errors_and_filters(kda):
 def test_declines(kda, knows_not_supported):
     def decline(problem, inputs):
         raise kc.NotSupported("K too small for me")
-    res = kc.check(decline, cases=["t15-*"])
+    res = [r for r in kc.check(decline, cases=["t15-*"]) if not r.serving]
     assert len(res) == 1
     if not knows_not_supported:
         assert res[0].verdict == "Fail" and "declined: K too small for me" in res[0].reason

@@ -25,7 +25,7 @@ for f in SHA256SUMS L0/manifest.json L1/manifest.json example/example.npz; do
 done
 kda=$tmp/stage/usr/local/bin/kda
 mkdir "$tmp/elsewhere" && cd "$tmp/elsewhere" || exit 2
-KDA_GOLDEN=$share "$kda" conform --export-prompts prompts >out.txt 2>err.txt ||
+KDA_GOLDEN=$share "$kda" conform --serving off --export-prompts prompts >out.txt 2>err.txt ||
   fail "installed kda with KDA_GOLDEN: $(cat err.txt)"
 [ "$(ls prompts | wc -l)" = "$n_l1" ] || fail "installed kda did not score the staged L1 set"
 KDA_GOLDEN=$share "$kda" golden --verify --level L0 >out.txt 2>err.txt ||
@@ -44,7 +44,7 @@ mkdir "$tmp/build" && (cd "$build" && tar cf - --exclude=./asan .) | (cd "$tmp/b
 $make -s install PREFIX="$tmp/prefix" BUILD="$tmp/build" >"$tmp/make.txt" 2>&1 ||
   fail "make install PREFIX: $(tail -3 "$tmp/make.txt")"
 cd "$tmp/elsewhere" && rm -rf prompts || exit 2
-env -u KDA_GOLDEN "$tmp/prefix/bin/kda" conform --export-prompts prompts >out.txt 2>err.txt ||
+env -u KDA_GOLDEN "$tmp/prefix/bin/kda" conform --serving off --export-prompts prompts >out.txt 2>err.txt ||
   fail "installed kda without KDA_GOLDEN: $(cat err.txt)"
 [ "$(ls prompts | wc -l)" = "$n_l1" ] || fail "installed kda did not find share/kda/golden/L1"
 env -u KDA_GOLDEN "$tmp/prefix/bin/kda" golden --verify --level L0 >out.txt 2>err.txt &&
