@@ -6,6 +6,7 @@
 #   make check           every unit test, the CLI tests, numpy interop, golden/ verified
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
+#   make check-certifier the fast certifier against MPFR on every L0 and L1 case (slow)
 #   make example         the main job until the runner lands: kda ref on the bundled example
 #   make install PREFIX=/usr/local DESTDIR=
 #
@@ -68,6 +69,7 @@ LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 KDA       := $(BUILD)/kda
 
+.PHONY: check-certifier
 .PHONY: all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden
 .DEFAULT_GOAL := all
 
@@ -112,6 +114,11 @@ check-asan:
 # The committed golden sets: hashes, then every file regenerated and compared byte for byte.
 check-golden: $(KDA)
 	$(KDA) golden --verify golden
+
+# The fast certifier against MPFR, bit for bit, on every L0 and L1 case (make check runs the
+# L0 cases and the cheaper L1 ones; SPEC.md §8.12).
+check-certifier: $(BUILD)/vectors/tests/check_certifier
+	KDA_CERTIFIER_CHECK=all $(BUILD)/vectors/tests/check_certifier
 
 # Regenerate golden/ (after a change to the catalog, the generator or the MPFR reference).
 golden: $(KDA)
