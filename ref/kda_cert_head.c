@@ -27,6 +27,7 @@
 struct kda_cert_ws {
   int64_t K, V, GW;
   kda_mpfr_coef co;
+  kda_cert_gate gate;
   kda_mpfr_pool m;  /* [K] q mids, [K] k mids, [K] a mids, beta lo, hi, mid, tmp */
   kda_mpfr_vecnorm qn, kn;
   mpfr_t amax, ea, eb;
@@ -67,6 +68,7 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   kda_mpfr_vecnorm_init(&w->qn);
   kda_mpfr_vecnorm_init(&w->kn);
   mpfr_inits2(KDA_MPFR_BOUND_PREC, w->amax, w->ea, w->eb, (mpfr_ptr)0);
+  kda_cert_gate_init(&w->gate, KDA_CERT_COEF_PREC);
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   int fail = kda_mpfr_coef_init(&w->co, KDA_CERT_COEF_PREC, p->K);
   fail |= kda_mpfr_pool_init(&w->m, 3 * K + 4, KDA_CERT_COEF_PREC);
@@ -97,6 +99,7 @@ void kda_cert_ws_free(kda_cert_ws *w) {
   kda_mpfr_vecnorm_clear(&w->qn);
   kda_mpfr_vecnorm_clear(&w->kn);
   mpfr_clears(w->amax, w->ea, w->eb, (mpfr_ptr)0);
+  kda_cert_gate_clear(&w->gate);
   free(w->buf);
   free(w);
 }
@@ -104,13 +107,13 @@ void kda_cert_ws_free(kda_cert_ws *w) {
 /* ---- Coefficients: MPFR enclosures (SPEC.md §8.3) rounded to dd (SPEC.md §8.12). */
 
 /* mid -> hi + lo with |mid - hi - lo| <= 2^-106 |mid|.  Returns 0, 1 when mid is tiny and was
- * flushed to 0 (its whole value is error, at most KDA_CERT_TINY), -1 when it is too large. */
+ * flushed to 0 (its whole value is error, below KDA_CERT_FLUSH), -1 when it is too large. */
 static int to_dd(mpfr_srcptr mid, mpfr_ptr tmp, double *h, double *l) {
   *h = *l = 0.0;
   if (mpfr_zero_p(mid)) return 0;
   const mpfr_exp_t e = mpfr_get_exp(mid);
   if (e > 960) return -1;
-  if (e < -800) return 1;
+  if (e <= -800) return 1; /* |mid| < 2^-800 = KDA_CERT_FLUSH */
   *h = mpfr_get_d(mid, MPFR_RNDN);
   mpfr_sub_d(tmp, mid, *h, MPFR_RNDN); /* exact: |mid - hi| <= ulp(hi)/2, a multiple of ulp(mid) */
   *l = mpfr_get_d(tmp, MPFR_RNDN);     /* |tmp| >= ulp(mid) >= 2^-928: no underflow */
@@ -139,7 +142,7 @@ static void vec_norms(const kda_mpfr_vecnorm *v, int flushed, int64_t K, double 
   const double nm = bd_up(v->n);
   *n = mu(nm, 1.0 + 0x1p-105);
   *e = au(bd_up(v->e), mu(nm, DD_CONV));
-  if (flushed) *e = au(*e, mu((double)K, KDA_CERT_TINY));
+  if (flushed) *e = au(*e, mu((double)K, KDA_CERT_FLUSH));
 }
 
 static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int64_t hv,
@@ -165,14 +168,15 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
     const int gated = p->gate_mode != KDA_GATE_LOG;
     const double *A = gated && p->has_A_log ? ts->A_log + hv : NULL;
     const double *db = gated ? ts->dt_bias + hv * GW : NULL;
-    if (kda_mpfr_coef_gate(&w->co, p, GW, ts->g + (t * p->HV + hv) * GW, A, db, am, w->amax,
-                           w->ea))
-      return -1;
+    const double *g = ts->g + (t * p->HV + hv) * GW;
+    int r = kda_cert_gate_enclose(&w->gate, p, GW, g, A, db, am, w->amax, w->ea);
+    if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, GW, g, A, db, am, w->amax, w->ea);
+    if (r) return -1;
     if (vec_to_dd(w, am, GW, s->ah, s->al, &fa)) return -1;
     const double amx = bd_up(w->amax);
     nm->amax = mu(amx, 1.0 + 0x1p-105);
     nm->ea = au(bd_up(w->ea), mu(amx, DD_CONV));
-    if (fa) nm->ea = au(nm->ea, KDA_CERT_TINY);
+    if (fa) nm->ea = au(nm->ea, KDA_CERT_FLUSH);
     nm->a_le_1 = mpfr_cmp_ui(w->amax, 1) <= 0;
   } else {
     nm->amax = 1.0;
@@ -181,13 +185,13 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
   }
   kda_mpfr_coef_beta(&w->co, p->beta_mode, ts->beta[t * p->HV + hv], blo, bhi, bmid, w->eb);
   if (to_dd(bmid, w->m.x[3 * K + 3], &s->bh, &s->bl) < 0) return -1;
-  fb = mpfr_zero_p(bmid) ? 0 : mpfr_get_exp(bmid) < -800;
+  fb = mpfr_zero_p(bmid) ? 0 : mpfr_get_exp(bmid) <= -800;
   nm->blo = bd_dn(blo);
   nm->bhi = bd_up(bhi);
   const double bm = fabs(nm->blo) > fabs(nm->bhi) ? fabs(nm->blo) : fabs(nm->bhi);
   nm->bmag = mu(bm, 1.0 + 0x1p-105);
   nm->eb = au(bd_up(w->eb), mu(bm, DD_CONV));
-  if (fb) nm->eb = au(nm->eb, KDA_CERT_TINY);
+  if (fb) nm->eb = au(nm->eb, KDA_CERT_FLUSH);
   const double *v = ts->v + (t * p->HV + hv) * w->V;
   double vn = 0.0;
   for (int64_t j = 0; j < w->V; j++) vn = au(vn, mu(v[j], v[j]));

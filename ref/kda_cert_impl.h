@@ -12,16 +12,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <mpfr.h>
+
 #include "kda_problem.h"
 
 /* The bound on the relative error of one double-double operation (SPEC.md §8.12): 64 u^2,
  * u = 2^-53, above every bound of the building blocks used (at most 4 u^2). */
 #define KDA_CERT_UD 0x1p-100
 
-/* Coefficients and states of magnitude outside [2^-960, 2^960] are not run in dd (SPEC.md
- * §8.12: tiny coefficients are flushed to 0 with their value counted as error). */
+/* Values of magnitude outside [2^-960, 2^960] are never decided in dd; coefficients below
+ * KDA_CERT_FLUSH are flushed to 0 with their value counted as error, and a coefficient above
+ * 2^960 sends its head to MPFR (SPEC.md §8.12). */
 #define KDA_CERT_TINY 0x1p-960
 #define KDA_CERT_HUGE 0x1p+960
+#define KDA_CERT_FLUSH 0x1p-800
 
 /* One step of one value head, all arrays in dd (hi, lo). */
 typedef struct kda_cert_step {
@@ -43,6 +47,23 @@ typedef void (*kda_cert_step_fn)(const kda_cert_step *s);
 void kda_cert_step_generic(const kda_cert_step *s);
 void kda_cert_step_avx2(const kda_cert_step *s);
 kda_cert_step_fn kda_cert_kernel(void);
+
+/* ---- kda_cert_gate.c: decay-factor enclosures with one MPFR call per function (the
+ * softplus and log gates; 1 for the other modes, which use kda_mpfr_coef_gate). */
+#define KDA_CERT_GATE_TMP 12
+typedef struct kda_cert_gate {
+  mpfr_t t[KDA_CERT_GATE_TMP]; /* p-bit scratch */
+  mpfr_t y;                    /* exact g + dt_bias (its precision adapts) */
+  mpfr_t b;                    /* bound-precision scratch */
+} kda_cert_gate;
+
+void kda_cert_gate_init(kda_cert_gate *G, mpfr_prec_t prec);
+void kda_cert_gate_clear(kda_cert_gate *G);
+/* As kda_mpfr_coef_gate (kda_mpfr_impl.h): mids, amax, ea; returns 0, -1 (exponent guard)
+ * or 1 (gate mode not handled here). */
+int kda_cert_gate_enclose(kda_cert_gate *G, const kda_problem *p, int64_t GW, const double *g,
+                          const double *A_log, const double *dt_bias, mpfr_t *mid,
+                          mpfr_ptr amax, mpfr_ptr ea);
 
 /* ---- kda_cert_head.c */
 
