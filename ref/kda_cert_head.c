@@ -265,7 +265,9 @@ static int decide(double h, double l, double e, double *out) {
   const double away = ldexp(1.0, E - 53);
   const double toward = a == ldexp(1.0, E) ? ldexp(1.0, E - 54) : away;
   const double above = h > 0 ? away : toward, below = h > 0 ? toward : away;
-  return up(l + e) < above && dn(l - e) > -below;
+  /* RN(x) < m (1 - 2^-50) implies x < m; m (1 - 2^-50) is exact and nothing here underflows
+   * with an inexact result (a subnormal sum or difference is exact) */
+  return l + e < above - above * 0x1p-50 && l - e > -(below - below * 0x1p-50);
 }
 
 typedef struct head {
@@ -282,8 +284,8 @@ static void put(head *hd, int64_t idx, double h, double l, double e) {
   hd->job->val[idx] = val;
   hd->job->decided[idx] = (unsigned char)ok;
   hd->res->n_decided += ok;
-  if (h != 0.0 && isfinite(h)) {
-    const double rel = up(e / fabs(h));
+  if (h != 0.0 && isfinite(h) && e > 0.0 && isfinite(e) && ilogb(e) - ilogb(h) > -900) {
+    const double rel = up(e / fabs(h)); /* no underflow: the quotient exceeds 2^-901 */
     if (rel > hd->res->max_rel_bound) hd->res->max_rel_bound = rel;
   }
 }
