@@ -34,7 +34,25 @@ struct kda_cert_ws {
   double *buf;      /* every dd array below, in one allocation */
   kda_cert_step st;
   double D, M;      /* the bounds of the current state */
+  struct gate_entry *gc; /* the decay-factor cache of the current head (gate_factor) */
+  uint64_t gc_mask;
+  struct gate_entry {
+    uint64_t g;        /* the bits of g */
+    int64_t ch;        /* channel; -1: empty slot */
+    double ah, al;     /* the dd factor */
+    double hi;         /* >= a* and >= mid (up) */
+    double e;          /* >= |dd - a*| (up) */
+    int le1;           /* a* <= 1 is shown */
+    int bad;           /* the factor is outside the dd range: the head goes to MPFR */
+  } gc_spare;
 };
+
+/* One channel's decay factor in dd with its bounds: a pure function of (channel, g) within a
+ * head (dt_bias and A_log are per head), cached because stored gates are low-precision
+ * numbers that repeat (a bf16 g has at most 65536 values): the cache changes no bit. */
+typedef struct gate_entry gate_entry;
+
+#define GATE_PROBES 8
 
 /* ---- Upward and downward rounding by hand (x = RN(x*) of some exact x*; SPEC §8.12). */
 static double up(double x) { return x + fabs(x) * 0x1p-50; }
@@ -73,7 +91,11 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   int fail = kda_mpfr_coef_init(&w->co, KDA_CERT_COEF_PREC, p->K);
   fail |= kda_mpfr_pool_init(&w->m, 3 * K + 4, KDA_CERT_COEF_PREC);
   w->buf = malloc((2 * K * V + 12 * K + 6 * V) * sizeof(double));
-  if (fail || !w->buf) {
+  uint64_t cap = 64; /* about 2 T GW entries, at most 2^19 (32 MiB) */
+  while (cap < ((uint64_t)1 << 19) && (double)cap < 2.0 * (double)p->T * (double)w->GW) cap *= 2;
+  w->gc = w->GW > 0 ? malloc(cap * sizeof *w->gc) : NULL;
+  w->gc_mask = cap - 1;
+  if (fail || !w->buf || (w->GW > 0 && !w->gc)) {
     kda_cert_ws_free(w);
     return NULL;
   }
@@ -101,6 +123,7 @@ void kda_cert_ws_free(kda_cert_ws *w) {
   mpfr_clears(w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_clear(&w->gate);
   free(w->buf);
+  free(w->gc);
   free(w);
 }
 
@@ -145,19 +168,63 @@ static void vec_norms(const kda_mpfr_vecnorm *v, int flushed, int64_t K, double 
   if (flushed) *e = au(*e, mu((double)K, KDA_CERT_FLUSH));
 }
 
+/* The cache entry of (ch, g), computed on a miss: the enclosure of SPEC.md §8.3 / §8.12 for one
+ * channel, rounded to dd, its error widened by the rounding (or by the flush). */
+static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64_t ch, double g,
+                                     const double *A, const double *db) {
+  static const gate_entry none = {0, -1, 0, 0, 0, 0, 0, 1};
+  uint64_t bits;
+  memcpy(&bits, &g, sizeof bits);
+  uint64_t at = bits ^ ((uint64_t)ch * 0x9E3779B97F4A7C15u); /* splitmix64's finaliser */
+  at = (at ^ (at >> 30)) * 0xBF58476D1CE4E5B9u;
+  at = (at ^ (at >> 27)) * 0x94D049BB133111EBu;
+  at ^= at >> 31;
+  gate_entry *slot = NULL;
+  for (int k = 0; k < GATE_PROBES; k++) {
+    gate_entry *e = &w->gc[(at + (uint64_t)k) & w->gc_mask];
+    if (e->ch == ch && e->g == bits) return e;
+    if (e->ch < 0) {
+      slot = e;
+      break;
+    }
+  }
+  gate_entry tmp, *out = slot ? slot : &tmp;
+  mpfr_t *am = w->m.x + 2 * w->K;
+  int r = kda_cert_gate_enclose(&w->gate, p, 1, &g, A, db, am, w->amax, w->ea);
+  if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, 1, &g, A, db, am, w->amax, w->ea);
+  int flushed = 0;
+  if (r || vec_to_dd(w, am, 1, &out->ah, &out->al, &flushed)) {
+    if (!slot) return &none;
+    *out = none;
+  } else {
+    out->bad = 0;
+    out->hi = bd_up(w->amax);
+    out->e = au(bd_up(w->ea), mu(out->hi, DD_CONV)); /* |mid| <= hi */
+    if (flushed) out->e = au(out->e, KDA_CERT_FLUSH);
+    out->le1 = mpfr_cmp_ui(w->amax, 1) <= 0;
+  }
+  out->g = bits;
+  out->ch = ch;
+  if (!slot) { /* the probe window is full: not cached */
+    w->gc_spare = tmp;
+    return &w->gc_spare;
+  }
+  return out;
+}
+
 static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int64_t hv,
                         norms *nm) {
   const kda_problem *p = job->p;
   const kda_tensors_f64 *ts = job->t;
   const int64_t K = w->K, GW = w->GW;
   const int64_t h = p->head_map == KDA_HEADMAP_DIV ? hv / (p->HV / p->H) : hv % p->H;
-  mpfr_t *qm = w->m.x, *km = w->m.x + K, *am = w->m.x + 2 * K;
+  mpfr_t *qm = w->m.x, *km = w->m.x + K;
   mpfr_ptr blo = w->m.x[3 * K], bhi = w->m.x[3 * K + 1], bmid = w->m.x[3 * K + 2];
   kda_cert_step *s = &w->st;
   const size_t off = (size_t)((t * p->H + h) * K);
   kda_mpfr_coef_l2(&w->co, p, 1, K, ts->q + off, qm, &w->qn);
   kda_mpfr_coef_l2(&w->co, p, 0, K, ts->k + off, km, &w->kn);
-  int fq = 0, fk = 0, fa = 0, fb = 0;
+  int fq = 0, fk = 0, fb = 0;
   if (vec_to_dd(w, qm, K, s->qh, s->ql, &fq) ||
       vec_to_dd(w, km, K, s->kh, s->kl, &fk))
     return -1;
@@ -169,15 +236,18 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
     const double *A = gated && p->has_A_log ? ts->A_log + hv : NULL;
     const double *db = gated ? ts->dt_bias + hv * GW : NULL;
     const double *g = ts->g + (t * p->HV + hv) * GW;
-    int r = kda_cert_gate_enclose(&w->gate, p, GW, g, A, db, am, w->amax, w->ea);
-    if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, GW, g, A, db, am, w->amax, w->ea);
-    if (r) return -1;
-    if (vec_to_dd(w, am, GW, s->ah, s->al, &fa)) return -1;
-    const double amx = bd_up(w->amax);
-    nm->amax = mu(amx, 1.0 + 0x1p-105);
-    nm->ea = au(bd_up(w->ea), mu(amx, DD_CONV));
-    if (fa) nm->ea = au(nm->ea, KDA_CERT_FLUSH);
-    nm->a_le_1 = mpfr_cmp_ui(w->amax, 1) <= 0;
+    nm->amax = nm->ea = 0.0;
+    nm->a_le_1 = 1;
+    for (int64_t ch = 0; ch < GW; ch++) {
+      const gate_entry *ge = gate_factor(w, p, ch, g[ch], A, db ? db + ch : NULL);
+      if (ge->bad) return -1;
+      s->ah[ch] = ge->ah;
+      s->al[ch] = ge->al;
+      const double hi = mu(ge->hi, 1.0 + 0x1p-105); /* also >= the dd factor */
+      if (hi > nm->amax) nm->amax = hi;
+      if (ge->e > nm->ea) nm->ea = ge->e;
+      nm->a_le_1 &= ge->le1;
+    }
   } else {
     nm->amax = 1.0;
     nm->ea = 0.0;
@@ -375,6 +445,7 @@ void kda_cert_head_run(const kda_cert_job *job, kda_cert_ws *w, int64_t hv,
   const kda_problem *p = job->p;
   memset(res, 0, sizeof *res);
   res->safe = 1;
+  for (uint64_t i = 0; w->gc && i <= w->gc_mask; i++) w->gc[i].ch = -1; /* a new head */
   head hd = {job, w, hv, p->T * p->HV * p->V,
              p->want_final_state ? p->N * p->HV * p->K * p->V : 0, res};
   if (sequences(&hd)) {
