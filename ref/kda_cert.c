@@ -185,6 +185,13 @@ static int fast(const kda_problem *p, const kda_tensors_f64 *t, const kda_cert_o
       st = kda_fail(KDA_ENOTCERT, err, errlen, "%s: %lld of %lld values undecided by the "
                     "double-double phase (no fallback)", who, (long long)(n - rep->n_decided),
                     (long long)n);
+  } else if (!st && o->certifier == KDA_CERTIFIER_FAST) { /* MPFR on the heads that need it */
+    const double t1 = now();
+    st = kda_cert_fallback_heads(&job, &o->mpfr, &rep->method, &rep->n_mpfr_heads,
+                                 &rep->mpfr_steps, &rep->mpfr, err, errlen);
+    rep->seconds_mpfr = now() - t1;
+    rep->mpfr_ran = 1;
+    if (!st) flat_copy(p, t, job.val, 1);
   } else if (!st) {
     st = phase2(p, t, o, &job, n, rep, err, errlen);
   }

@@ -9,13 +9,15 @@
  *      (its derivation is SPEC.md §8.12); a value is *decided* when every real number within
  *      the bound rounds to the same binary64 number (the rule of SPEC.md §8.6);
  *   2. when some value is undecided (close to a rounding boundary, an exact zero reached by
- *      cancellation, a head outside the double-double range), the whole problem goes to
- *      kda_mpfr_forward (Ziv's loop), and every value the first phase decided must equal the
- *      MPFR value bit for bit (else KDA_ENOTCERT: one of the two is wrong).
+ *      cancellation, a head outside the double-double range), kda_mpfr_forward (Ziv's loop)
+ *      runs on each value head that has one, alone and on the tokens up to the last one its
+ *      undecided values need, and every value of that range the first phase decided must
+ *      equal the MPFR value bit for bit (else KDA_ENOTCERT: one of the two is wrong).
  *
- * KDA_CERTIFIER_MPFR skips phase 1 (kda_mpfr_forward alone).  KDA_CERTIFIER_BOTH runs both
- * phases always and compares every decided value (the cross-check of the tests and of
- * `kda golden --certifier both`); the values and the MPFR report are then MPFR's.
+ * KDA_CERTIFIER_MPFR skips phase 1 (kda_mpfr_forward alone).  KDA_CERTIFIER_BOTH runs phase 1
+ * and then kda_mpfr_forward on the whole problem, and compares every decided value (the
+ * cross-check of the tests and of the golden writer); the values and the MPFR report are then
+ * MPFR's.
  */
 #ifndef KDA_CERT_H
 #define KDA_CERT_H
@@ -62,7 +64,9 @@ typedef struct kda_cert_report {
   double max_rel_bound;    /* phase 1's largest bound / |value| */
   double seconds_fast;     /* wall time of phase 1 */
   double seconds_mpfr;     /* wall time of phase 2 */
-  kda_mpfr_report mpfr;    /* when mpfr_ran */
+  int64_t n_mpfr_heads;    /* FAST: value heads phase 2 evaluated */
+  int64_t mpfr_steps;      /* FAST: tokens of those heads together */
+  kda_mpfr_report mpfr;    /* when mpfr_ran: the (last) kda_mpfr_forward call's report */
 } kda_cert_report;
 
 /* Defaults: FAST, 1 thread, fallback on, bound_scale 1, kda_mpfr_options_init. */

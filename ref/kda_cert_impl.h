@@ -99,4 +99,14 @@ void kda_cert_ws_free(kda_cert_ws *w);
 void kda_cert_head_run(const kda_cert_job *job, kda_cert_ws *w, int64_t hv,
                        kda_cert_head_result *res);
 
+/* ---- kda_cert_fallback.c: the second phase head by head (SPEC.md §8.12).  For every value
+ * head with an undecided value, kda_mpfr_forward on that head alone and on the tokens its
+ * undecided values need; MPFR's values replace the head's in job->val after every decided one
+ * was compared.  *method: PROVEN, or AGREED when some call was; *n_heads and *steps are
+ * incremented by the heads and head-steps evaluated; *last: the last call's report. */
+#include "kda_mpfr.h"
+int kda_cert_fallback_heads(const kda_cert_job *job, const kda_mpfr_options *mo,
+                            int32_t *method, int64_t *n_heads, int64_t *steps,
+                            kda_mpfr_report *last, char *err, size_t errlen);
+
 #endif

@@ -140,6 +140,44 @@ START_TEST(test_wrong_bound_is_caught) {
 }
 END_TEST
 
+/* Two value heads sharing one q/k head: head 0 is the boundary sequence for 2048 tokens, then
+ * v = 1/4 + 2^-54 moves it 2^-54 away from the nearest midpoint (decided again) for 52 more;
+ * head 1 adds 1/2 each token (exact, decided).  Phase 2 must run on head 0 alone and on its
+ * first 2048 tokens, and every value must be MPFR's. */
+START_TEST(test_fallback_is_per_head_and_prefix) {
+  tcase c;
+  memset(&c, 0, sizeof c);
+  kda_problem_init(&c.p, 2100, 1, 2, 1, 1);
+  c.p.family = KDA_FAMILY_LINEAR;
+  tc_alloc(&c);
+  for (int64_t t = 0; t < c.p.T; t++) {
+    c.buf[0][t] = c.buf[1][t] = c.buf[4][2 * t] = c.buf[4][2 * t + 1] = 1.0;
+    c.buf[2][2 * t] = t == 0 ? 1.0 : t == 1 ? 0x1p-53 + 0x1p-98 : t < 2048 ? -3 * 0x1p-110
+                    : t == 2048 ? 0.25 + 0x1p-54 : 0.0;
+    c.buf[2][2 * t + 1] = 0.5;
+  }
+  const int64_t n = 2 * c.p.T + 2;
+  double *a = dal((size_t)n), *b = dal((size_t)n);
+  kda_tensors_f64 ta, tb;
+  tc_tensors(&c, &ta, a, a + 2 * c.p.T, NULL);
+  tc_tensors(&c, &tb, b, b + 2 * c.p.T, NULL);
+  char err[KDA_ERRLEN];
+  kda_cert_report r;
+  ck_assert_msg(kda_cert_forward(&c.p, &ta, NULL, &r, NULL, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_int_eq(r.mpfr_ran, 1);
+  ck_assert_int_eq(r.n_mpfr_heads, 1);
+  ck_assert_int_eq(r.mpfr_steps, 2048);
+  ck_assert_int_eq(r.method, KDA_CERT_PROVEN);
+  kda_mpfr_report rm;
+  ck_assert_int_eq(kda_mpfr_forward(&c.p, &tb, NULL, &rm, err, sizeof err), KDA_OK);
+  ck_assert(memcmp(a, b, (size_t)n * sizeof *a) == 0);
+  ck_assert(a[2 * (c.p.T - 1)] == 1.25 + 0x1p-52 && a[2 * c.p.T] == 1.25 + 0x1p-52);
+  free(a);
+  free(b);
+  tc_free(&c);
+}
+END_TEST
+
 /* ==== 2. Random cases against MPFR. */
 
 static void random_case(tcase *c, uint64_t seed, int family, int gate, int beta, int l2) {
@@ -278,6 +316,7 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_boundary_goes_to_mpfr);
   tcase_add_test(tc, test_wrong_bound_is_caught);
+  tcase_add_test(tc, test_fallback_is_per_head_and_prefix);
   tcase_add_test(tc, test_random_against_mpfr);
   tcase_add_test(tc, test_options_and_checks);
   suite_add_tcase(s, tc);
