@@ -364,3 +364,8 @@ int kda_mpfr_forward(const kda_problem *p, const kda_tensors_f64 *t, const kda_m
   if (r) *r = rep;
   return st;
 }
+
+int kda_mpfr_check(const kda_problem *p, const kda_tensors_f64 *t, const kda_mpfr_options *o,
+                   char *err, size_t errlen) {
+  return check_call(p, t, o, err, errlen);
+}

@@ -17,6 +17,7 @@
 
 #include <mpfr.h>
 
+#include "kda_mpfr.h"
 #include "kda_problem.h"
 
 /* Precision (bits) of the upward-rounded numbers that carry error bounds and norms. */
@@ -28,6 +29,13 @@
  * its whole value is counted as error. */
 #define KDA_MPFR_EXP_GUARD ((mpfr_exp_t)1 << 60)
 #define KDA_MPFR_FLUSH_EXP (-((mpfr_exp_t)1 << 32))
+
+/* ---- kda_mpfr.c */
+
+/* The checks of kda_mpfr_forward (options, problem, buffers, indices, finiteness), for the
+ * fast certifier (kda_cert.c), which must reject exactly what kda_mpfr_forward rejects. */
+int kda_mpfr_check(const kda_problem *p, const kda_tensors_f64 *t, const kda_mpfr_options *o,
+                   char *err, size_t errlen);
 
 /* ---- kda_mpfr_util.c */
 

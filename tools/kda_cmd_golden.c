@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -22,6 +23,7 @@
 
 #include "kda_catalog.h"
 #include "kda_golden.h"
+#include "kda_cert.h"
 #include "kda_mpfr.h"
 #include "kda_ref.h"
 #include "kda_tool.h"
@@ -31,10 +33,11 @@
 int kda_cmd_golden(int argc, char **argv);
 
 static const char help_text[] =
-    "Usage: kda golden --write [--level L0|L1|L2|all] [--jobs N] [DIR]\n"
-    "       kda golden --verify [--level L0|L1|L2|all] [--jobs N] [DIR]\n"
+    "Usage: kda golden --write [--level L0|L1|L2|all] [--jobs N] [--certifier C] [DIR]\n"
+    "       kda golden --verify [--level L0|L1|L2|all] [--jobs N] [--certifier C] [DIR]\n"
     "       kda golden --list\n"
     "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
+    "       kda golden --bench-certify [--K N] [--V N] [--T N]\n"
     "\n"
     "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
     "outputs certified by the MPFR reference, under DIR (default: golden; for --verify\n"
@@ -52,6 +55,9 @@ static const char help_text[] =
     "                and --verify use), then print the catalog: level, id, flags and\n"
     "                comment of every case\n"
     "  --bench-step  time one certified MPFR step against one float64 step (K = V = 128)\n"
+    "                and against the fast certifier's double-double phase\n"
+    "  --bench-certify  time the fast certifier's double-double phase alone (no MPFR) on\n"
+    "                one head, with the values it decides, and project a 2^20-token head\n"
     "\n"
     "Options:\n"
     "  -l, --level L   L0, L1, L2 or all: the cases to write or regenerate (default: the\n"
@@ -59,7 +65,13 @@ static const char help_text[] =
     "                  files in DIR/L2 (not committed) and pins their SHA-256 in\n"
     "                  DIR/L2.sha256; --verify regenerates it and checks the pins\n"
     "  -j, --jobs N    worker processes (default 2)\n"
-    "      --K N, --V N, --T N   the bench-step problem (default 128, 128, 8)\n"
+    "  -c, --certifier C  fast (default) or mpfr.  fast: the double-double phase of the fast\n"
+    "                  certifier (SPEC.md §8.12), then MPFR, and every value the first phase\n"
+    "                  decided compared with MPFR's bit for bit (a disagreement fails the\n"
+    "                  case); mpfr: MPFR alone.  Both write the same bytes: the manifests\n"
+    "                  record the MPFR evaluation\n"
+    "      --K N, --V N  the bench problem's head dimensions (default 128, 128; 1 to 4096)\n"
+    "      --T N      the bench problem's tokens (default 8; 1 to 2^20)\n"
     "  -h, --help      print this help and exit\n"
     "\n"
     "Exit status:\n"
@@ -67,7 +79,7 @@ static const char help_text[] =
     "  1  --verify found a difference (the file and its first differing member are named)\n"
     "  2  usage error, I/O error, or a case could not be made\n";
 
-enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH };
+enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT };
 
 typedef struct gargs {
   int mode;
@@ -75,12 +87,14 @@ typedef struct gargs {
   int64_t jobs;
   const char *dir;
   int64_t bK, bV, bT;
+  int32_t certifier;
 } gargs;
 
 /* ---- Arguments. */
 static int set_mode(gargs *a, int mode) {
   if (a->mode != MODE_NONE && a->mode != mode)
-    return kda_tool_usage(SUB, "give only one of --write, --verify, --list, --bench-step");
+    return kda_tool_usage(SUB, "give only one of --write, --verify, --list, --bench-step, "
+                          "--bench-certify");
   a->mode = mode;
   return -1;
 }
@@ -97,6 +111,12 @@ static int parse_option(gargs *a, int c) {
   case 'v': return set_mode(a, MODE_VERIFY);
   case 'L': return set_mode(a, MODE_LIST);
   case 'b': return set_mode(a, MODE_BENCH);
+  case 'B': return set_mode(a, MODE_BENCH_CERT);
+  case 'c':
+    a->certifier = kda_cert_certifier_parse(optarg);
+    if (a->certifier != KDA_CERTIFIER_FAST && a->certifier != KDA_CERTIFIER_MPFR)
+      return kda_tool_usage(SUB, "bad value '%s' for --certifier (fast or mpfr)", optarg);
+    return -1;
   case 'l':
     if (strcmp(optarg, "all") == 0) a->level = -2;
     else if (kda_level_parse(optarg, &a->level) != KDA_OK)
@@ -108,7 +128,10 @@ static int parse_option(gargs *a, int c) {
     return -1;
   case 'K': return parse_dim(optarg, &a->bK, "--K");
   case 'V': return parse_dim(optarg, &a->bV, "--V");
-  case 'T': return parse_dim(optarg, &a->bT, "--T");
+  case 'T':
+    if (kda_tool_parse_count(optarg, &a->bT) != 0 || a->bT < 1 || a->bT > ((int64_t)1 << 20))
+      return kda_tool_usage(SUB, "bad value '%s' for --T (1 to 2^20)", optarg);
+    return -1;
   case 'h': fputs(help_text, stdout); return KDA_EXIT_OK;
   default: return -2;
   }
@@ -132,24 +155,25 @@ static int parse_args(int argc, char **argv, gargs *a) {
   static const struct option longopts[] = {
       {"write", no_argument, NULL, 'w'},      {"verify", no_argument, NULL, 'v'},
       {"list", no_argument, NULL, 'L'},       {"bench-step", no_argument, NULL, 'b'},
+      {"bench-certify", no_argument, NULL, 'B'}, {"certifier", required_argument, NULL, 'c'},
       {"level", required_argument, NULL, 'l'}, {"jobs", required_argument, NULL, 'j'},
       {"K", required_argument, NULL, 'K'},    {"V", required_argument, NULL, 'V'},
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
-  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8};
+  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST};
   opterr = 0;
   optind = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":l:j:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":l:j:c:h", longopts, NULL)) != -1) {
     int st = parse_option(a, c);
     if (st == -2) return kda_tool_bad_option(SUB, c, argv);
     if (st >= 0) return st;
   }
-  if (a->mode == MODE_NONE) return kda_tool_usage(SUB, "missing --write, --verify, --list or "
-                                                  "--bench-step");
+  if (a->mode == MODE_NONE) return kda_tool_usage(SUB, "missing --write, --verify, --list, "
+                                                  "--bench-step or --bench-certify");
   if (optind < argc) {
-    if (a->mode == MODE_LIST || a->mode == MODE_BENCH)
-      return kda_tool_usage(SUB, "--list and --bench-step take no DIR");
+    if (a->mode == MODE_LIST || a->mode == MODE_BENCH || a->mode == MODE_BENCH_CERT)
+      return kda_tool_usage(SUB, "--list, --bench-step and --bench-certify take no DIR");
     a->dir = argv[optind++];
   }
   if (optind < argc) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind]);
@@ -446,8 +470,8 @@ static void remove_stale(const char *dir, const gargs *a) {
 }
 
 static void print_level_summary(int32_t l, const kda_golden_info *infos, double wall) {
-  int64_t cases = 0, proven = 0, values = 0, steps = 0, exact = 0, within1 = 0;
-  double cert = 0, ulps = 0, rel = 0, nw = 0;
+  int64_t cases = 0, proven = 0, values = 0, steps = 0, exact = 0, within1 = 0, dec = 0;
+  double cert = 0, fast = 0, ulps = 0, rel = 0, nw = 0;
   const char *wu = "", *wr = "", *wn = "";
   int32_t pmin = 1 << 30, pmax = 0;
   for (int64_t i = 0; i < kda_catalog_count(); i++) {
@@ -460,6 +484,8 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
     exact += in->ref_n_exact;
     within1 += in->ref_n_within1;
     cert += in->seconds_certify;
+    fast += in->seconds_fast;
+    dec += in->n_decided_fast;
     if (in->prec_bits < pmin) pmin = in->prec_bits;
     if (in->prec_bits > pmax) pmax = in->prec_bits;
     if (in->ref_max_ulps >= ulps) ulps = in->ref_max_ulps, wu = kda_catalog_get(i)->id;
@@ -469,8 +495,12 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
   printf("%s: %lld cases (%lld PROVEN, %lld AGREED), %lld values, %lld head-steps; precision "
          "%d..%d bits\n", kda_level_name(l), (long long)cases, (long long)proven,
          (long long)(cases - proven), (long long)values, (long long)steps, (int)pmin, (int)pmax);
-  printf("%s: generated and certified in %.1f s wall (%.1f s of MPFR certification in all "
+  printf("%s: generated and certified in %.1f s wall (%.1f s of certification in all "
          "workers)\n", kda_level_name(l), wall, cert);
+  if (kda_golden_get_certifier() == KDA_CERTIFIER_FAST)
+    printf("%s: fast certifier: %lld of %lld values (%.1f%%) decided in double-double in "
+           "%.1f s, all equal to MPFR's bit for bit\n", kda_level_name(l), (long long)dec,
+           (long long)values, values ? 100.0 * (double)dec / (double)values : 100.0, fast);
   printf("%s: ref-f64 error budget: max %.3g ulps (%s), max relative %.3g (%s), max normwise "
          "relative %.3g (%s); %.2f%% of values exact, %.2f%% within 1 ulp\n",
          kda_level_name(l), ulps, wu, rel, wr, nw, wn, values ? 100.0 * exact / values : 100.0,
@@ -478,6 +508,7 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
 }
 
 static int cmd_write(const gargs *a) {
+  kda_golden_set_certifier(a->certifier);
   int64_t n0 = kda_catalog_count();
   int64_t *idx = malloc((size_t)n0 * sizeof *idx);
   kda_golden_info *infos = calloc((size_t)n0, sizeof *infos);
@@ -651,6 +682,7 @@ static void compare_generated(const char *dir, const char *rel, const char *tmp,
 }
 
 static int cmd_verify(const gargs *a) {
+  kda_golden_set_certifier(a->certifier);
   char msg[KDA_ERRLEN];
   vstate v = {0, 0, 0};
   const double t0 = kda_golden_now();
@@ -757,8 +789,47 @@ static int bench_case(const gargs *a, kda_case *c, char *err, size_t errlen) {
   if (st) return st;
   st = kda_gen_case(&d, c, err, errlen);
   kda_gen_desc_free(&d);
-  if (!st) printf("bench-step: %s\n", desc);
+  if (!st) printf("%s: %s\n", a->mode == MODE_BENCH ? "bench-step" : "bench-certify", desc);
   return st;
+}
+
+/* The fast certifier's double-double phase alone on c (no MPFR): seconds, values decided. */
+static int bench_fast(kda_case *c, kda_tensors_f64 *t, kda_cert_report *r, double *cpu,
+                      char *err, size_t errlen) {
+  kda_cert_options o;
+  kda_cert_options_init(&o);
+  o.no_fallback = 1;
+  const clock_t c0 = clock();
+  int st = kda_cert_forward(&c->p, t, &o, r, NULL, err, errlen);
+  *cpu = (double)(clock() - c0) / CLOCKS_PER_SEC;
+  return st == KDA_ENOTCERT && r->n_values > 0 ? KDA_OK : st; /* undecided values: counted */
+}
+
+/* Repeats the float64 reference for about a second; ms per step. */
+static int bench_f64(kda_case *c, kda_tensors_f64 *t, double *ms, char *err, size_t errlen) {
+  int64_t reps = 0;
+  const double t0 = kda_golden_now();
+  double tf = 0.0;
+  int st = KDA_OK;
+  while (!st && (tf < 1.0 || reps < 3)) {
+    st = kda_ref_forward_f64(&c->p, t, err, errlen);
+    reps++;
+    tf = kda_golden_now() - t0;
+  }
+  *ms = 1e3 * tf / (double)reps / (double)(c->p.T * c->p.HV);
+  return st;
+}
+
+static void print_fast(const kda_cert_report *f, double cpu, double steps, double fs) {
+  const double ms = 1e3 * f->seconds_fast / steps, mc = 1e3 * cpu / steps;
+  printf("  fast certifier, double-double phase (1 thread): %.3f s wall, %.3f s CPU = %.3f ms "
+         "per step (CPU %.3f) = %.0f float64 steps\n", f->seconds_fast, cpu, ms, mc, ms / fs);
+  printf("  fast certifier: %lld of %lld values decided (%.2f%%), largest relative bound %.3g\n",
+         (long long)f->n_decided, (long long)f->n_values,
+         f->n_values ? 100.0 * (double)f->n_decided / (double)f->n_values : 100.0,
+         f->max_rel_bound);
+  printf("  projected 2^20-token head: %.0f s of double-double phase (%.0f s from CPU time)\n",
+         ms * 1048576e-3, mc * 1048576e-3);
 }
 
 static int cmd_bench(const gargs *a) {
@@ -774,30 +845,34 @@ static int cmd_bench(const gargs *a) {
   t.o = out;
   t.ht = out + s.o;
   kda_mpfr_report r;
-  double t0 = kda_golden_now();
-  st = out ? kda_mpfr_forward(&c.p, &t, NULL, &r, err, sizeof err) : KDA_ENOMEM;
+  kda_cert_report f;
+  const int with_mpfr = a->mode == MODE_BENCH;
+  double t0 = kda_golden_now(), fs = 0.0, cpu = 0.0;
+  st = !out ? KDA_ENOMEM : with_mpfr ? kda_mpfr_forward(&c.p, &t, NULL, &r, err, sizeof err)
+                                     : KDA_OK;
   const double tm = kda_golden_now() - t0;
-  int64_t reps = 0;
-  t0 = kda_golden_now();
-  double tf = 0.0;
-  while (!st && (tf < 1.0 || reps < 3)) {
-    st = kda_ref_forward_f64(&c.p, &t, err, sizeof err);
-    reps++;
-    tf = kda_golden_now() - t0;
-  }
+  if (!st) st = bench_fast(&c, &t, &f, &cpu, err, sizeof err);
+  if (!st) st = bench_f64(&c, &t, &fs, err, sizeof err);
   free(out);
   const double steps = (double)(c.p.T * c.p.HV);
   kda_case_free(&c);
   if (st) return kda_tool_fail(SUB, "%s", st == KDA_ENOMEM ? "out of memory" : err);
-  const double ms = 1e3 * tm / steps, fs = 1e3 * tf / (double)reps / steps;
-  printf("  MPFR, certified (%s, %lld evaluations at %lld and %lld bits): %.3f s = %.3f ms per "
-         "step\n", kda_mpfr_method_name(r.method), (long long)r.ziv_rounds,
-         (long long)r.prec_check, (long long)r.prec_used, tm, ms);
-  printf("  MPFR, per evaluation (average of the %lld): %.3f ms per step\n",
-         (long long)r.ziv_rounds, ms / (double)r.ziv_rounds);
-  printf("  float64 reference (%lld runs): %.6f ms per step\n", (long long)reps, fs);
-  printf("  ratio: one certified MPFR step = %.0f float64 steps; one MPFR evaluation step = "
-         "%.0f float64 steps\n", ms / fs, ms / (double)r.ziv_rounds / fs);
+  printf("  float64 reference: %.6f ms per step\n", fs);
+  if (with_mpfr) {
+    const double ms = 1e3 * tm / steps;
+    printf("  MPFR, certified (%s, %lld evaluations at %lld and %lld bits): %.3f s = %.3f ms "
+           "per step\n", kda_mpfr_method_name(r.method), (long long)r.ziv_rounds,
+           (long long)r.prec_check, (long long)r.prec_used, tm, ms);
+    printf("  MPFR, per evaluation (average of the %lld): %.3f ms per step\n",
+           (long long)r.ziv_rounds, ms / (double)r.ziv_rounds);
+    printf("  ratio: one certified MPFR step = %.0f float64 steps; one MPFR evaluation step = "
+           "%.0f float64 steps\n", ms / fs, ms / (double)r.ziv_rounds / fs);
+    printf("  projected 2^20-token head: %.0f s of MPFR\n", ms * 1048576e-3);
+  }
+  print_fast(&f, cpu, steps, fs);
+  if (with_mpfr)
+    printf("  ratio: one certified MPFR step = %.1f double-double steps\n",
+           tm / f.seconds_fast);
   return KDA_EXIT_OK;
 }
 
@@ -809,6 +884,7 @@ int kda_cmd_golden(int argc, char **argv) {
   case MODE_WRITE: return cmd_write(&a);
   case MODE_VERIFY: return cmd_verify(&a);
   case MODE_LIST: return cmd_list();
+  case MODE_BENCH_CERT: return cmd_bench(&a);
   default: return cmd_bench(&a);
   }
 }

@@ -30,6 +30,7 @@
 #include "kda_case_internal.h"
 #include "kda_golden_internal.h"
 #include "kda_files.h"
+#include "kda_cert.h"
 #include "kda_mpfr.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
@@ -311,13 +312,46 @@ static void job_tensors(const job *j, double *out, kda_tensors_f64 *t) {
   t->hc = out + j->part[0] + j->part[1];
 }
 
+/* The certifier of kda_golden_make (kda_golden_set_certifier). */
+static int32_t golden_certifier = KDA_CERTIFIER_FAST;
+
+int kda_golden_set_certifier(int32_t certifier) {
+  if (certifier != KDA_CERTIFIER_FAST && certifier != KDA_CERTIFIER_MPFR) return KDA_EINVAL;
+  golden_certifier = certifier;
+  return KDA_OK;
+}
+
+int32_t kda_golden_get_certifier(void) { return golden_certifier; }
+
+/* The golden values and the certification record of the manifest (SPEC.md §8.10, §8.12).
+ * The record describes the MPFR evaluation (precisions, evaluations, bounds), so the fast
+ * certifier runs with its MPFR phase always on (KDA_CERTIFIER_BOTH): the values and the
+ * record are MPFR's, byte for byte those of the MPFR-only path, and every value the
+ * double-double phase decided has been compared with them. */
+static int certify(job *j, kda_tensors_f64 *t, kda_golden_info *info, char *err,
+                   size_t errlen) {
+  if (golden_certifier == KDA_CERTIFIER_MPFR) {
+    kda_mpfr_options o;
+    kda_mpfr_options_init(&o);
+    return kda_mpfr_forward(&j->c.p, t, &o, &j->rep, err, errlen);
+  }
+  kda_cert_options o;
+  kda_cert_options_init(&o);
+  o.certifier = KDA_CERTIFIER_BOTH;
+  kda_cert_report r;
+  const int st = kda_cert_forward(&j->c.p, t, &o, &r, NULL, err, errlen);
+  j->rep = r.mpfr;
+  info->n_decided_fast = r.n_decided;
+  info->seconds_fast = r.seconds_fast;
+  return st;
+}
+
 static int job_certify(job *j, kda_golden_info *info, char *err, size_t errlen) {
   kda_tensors_f64 t;
-  kda_mpfr_options o;
-  kda_mpfr_options_init(&o);
   job_tensors(j, j->gold, &t);
   double t0 = kda_golden_now();
-  int st = kda_mpfr_forward(&j->c.p, &t, &o, &j->rep, err, errlen);
+  info->certifier = golden_certifier;
+  int st = certify(j, &t, info, err, errlen);
   info->seconds_certify = kda_golden_now() - t0;
   if (st) return st;
   info->method = j->rep.method;

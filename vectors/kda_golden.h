@@ -59,7 +59,11 @@ typedef struct kda_golden_info {
   int64_t ref_n_exact;     /* values where the reference equals the golden value */
   int64_t ref_n_within1;   /* values where it is within one ulp of it */
   int64_t ref_worst_index; /* flat index (o, then ht, then hc) of the max ulps */
-  double seconds_certify;  /* wall time of the MPFR certification */
+  double seconds_certify;  /* wall time of the certification (both phases) */
+  int32_t certifier;       /* KDA_CERTIFIER_FAST or KDA_CERTIFIER_MPFR (kda_cert.h) */
+  int32_t reserved;
+  int64_t n_decided_fast;  /* values the double-double phase decided (fast certifier) */
+  double seconds_fast;     /* wall time of the double-double phase */
   double seconds_ref;      /* wall time of the float64 reference */
   double seconds_total;    /* wall time of building, certifying and writing */
   char message[256];       /* the error message when status != KDA_OK */
@@ -73,6 +77,14 @@ typedef struct kda_golden_info {
  * info->message as well as in err. */
 int kda_golden_make(const kda_catalog_entry *e, const char *dir, kda_golden_info *info,
                     char *err, size_t errlen);
+
+/* The certifier kda_golden_make uses in this process (and in the worker processes forked
+ * after the call): KDA_CERTIFIER_FAST (the default: the double-double phase of kda_cert.h,
+ * then MPFR, every decided value compared with MPFR's; the files are those of the MPFR path,
+ * byte for byte, because the manifest records the MPFR evaluation) or KDA_CERTIFIER_MPFR
+ * (kda_mpfr_forward alone).  Returns KDA_OK or KDA_EINVAL. */
+int kda_golden_set_certifier(int32_t certifier);
+int32_t kda_golden_get_certifier(void);
 
 /* Writes DIR/<level>/manifest.json from the case files already in DIR/<level> and the infos
  * of the level's cases (infos[i] for catalog index i; n = kda_catalog_count()).  Atomic.

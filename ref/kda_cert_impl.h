@@ -1,0 +1,112 @@
+/* kda_cert_impl.h: internals of the fast certifier shared by its files (not installed).
+ * SPDX-License-Identifier: MIT
+ *
+ * kda_cert.c is the entry point (checks, threads over value heads, the MPFR fallback and the
+ * cross-check); kda_cert_head.c runs one value head in double-double with its error bound
+ * (SPEC.md §8.12); kda_cert_kern.c and kda_cert_kern_avx2.c are the same step kernel
+ * (kda_cert_kern.h) compiled for the baseline ISA and for AVX2 + FMA, picked at run time.
+ */
+#ifndef KDA_CERT_IMPL_H
+#define KDA_CERT_IMPL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <mpfr.h>
+
+#include "kda_problem.h"
+
+/* The bound on the relative error of one double-double operation (SPEC.md §8.12): 64 u^2,
+ * u = 2^-53, above every bound of the building blocks used (at most 4 u^2). */
+#define KDA_CERT_UD 0x1p-100
+
+/* Values of magnitude outside [2^-960, 2^960] are never decided in dd; coefficients below
+ * KDA_CERT_FLUSH are flushed to 0 with their value counted as error, and a coefficient above
+ * 2^960 sends its head to MPFR (SPEC.md §8.12). */
+#define KDA_CERT_TINY 0x1p-960
+#define KDA_CERT_HUGE 0x1p+960
+#define KDA_CERT_FLUSH 0x1p-800
+
+/* One step of one value head, all arrays in dd (hi, lo). */
+typedef struct kda_cert_step {
+  int64_t K, V;
+  int decay, erase, scalar_gate;  /* scalar_gate: one decay factor (ah[0]) for every i */
+  double *Sh, *Sl;                /* [K * V] the state, row i at i * V */
+  double *ah, *al;                /* [K] (or [1]) decay factors */
+  double *kh, *kl, *qh, *ql;      /* [K] k̂ and q̂ */
+  double bh, bl;                  /* b̂ */
+  const double *v;                /* [V] */
+  double *nh, *nl;                /* [K] scratch: nak */
+  double *uh, *ul, *wh, *wl;      /* [V] scratch: u, w */
+  double *oh, *ol;                /* [V] the outputs */
+} kda_cert_step;
+
+typedef void (*kda_cert_step_fn)(const kda_cert_step *s);
+
+/* The kernels; kda_cert_kernel() picks one for this CPU (AVX2 + FMA when present). */
+void kda_cert_step_generic(const kda_cert_step *s);
+void kda_cert_step_avx2(const kda_cert_step *s);
+kda_cert_step_fn kda_cert_kernel(void);
+
+/* ---- kda_cert_gate.c: decay-factor enclosures with one MPFR call per function (the
+ * softplus and log gates; 1 for the other modes, which use kda_mpfr_coef_gate). */
+#define KDA_CERT_GATE_TMP 12
+typedef struct kda_cert_gate {
+  mpfr_t t[KDA_CERT_GATE_TMP]; /* p-bit scratch */
+  mpfr_t y;                    /* exact g + dt_bias (its precision adapts) */
+  mpfr_t b;                    /* bound-precision scratch */
+} kda_cert_gate;
+
+void kda_cert_gate_init(kda_cert_gate *G, mpfr_prec_t prec);
+void kda_cert_gate_clear(kda_cert_gate *G);
+/* As kda_mpfr_coef_gate (kda_mpfr_impl.h): mids, amax, ea; returns 0, -1 (exponent guard)
+ * or 1 (gate mode not handled here). */
+int kda_cert_gate_enclose(kda_cert_gate *G, const kda_problem *p, int64_t GW, const double *g,
+                          const double *A_log, const double *dt_bias, mpfr_t *mid,
+                          mpfr_ptr amax, mpfr_ptr ea);
+
+/* ---- kda_cert_head.c */
+
+/* What the heads share: the problem, the tensors, and the value array in the order of
+ * kda_mpfr_count_values (o, then ht, then hc). */
+typedef struct kda_cert_job {
+  const kda_problem *p;
+  const kda_tensors_f64 *t;
+  const int64_t *cu;
+  double *val;             /* [n] the dd value rounded to binary64 */
+  unsigned char *decided;  /* [n] 1 where the dd bound proves that rounding */
+  double bound_scale;      /* 1; tests shrink it to see the cross-check catch a wrong bound */
+  kda_cert_step_fn step;
+} kda_cert_job;
+
+/* What one head did. */
+typedef struct kda_cert_head_result {
+  int status;          /* KDA_OK, KDA_ENOMEM */
+  int safe;            /* 0: the head left the dd range; its values are all undecided */
+  int expansive;
+  double max_growth;
+  double max_rel_bound;
+  int64_t n_decided;
+} kda_cert_head_result;
+
+/* Per-thread scratch of kda_cert_head_run. */
+typedef struct kda_cert_ws kda_cert_ws;
+kda_cert_ws *kda_cert_ws_new(const kda_problem *p);
+void kda_cert_ws_free(kda_cert_ws *w);
+
+/* Runs value head hv over every sequence and writes its values into job->val and
+ * job->decided.  Assumes MPFR's exponent range is the widest (the caller's thread sets it). */
+void kda_cert_head_run(const kda_cert_job *job, kda_cert_ws *w, int64_t hv,
+                       kda_cert_head_result *res);
+
+/* ---- kda_cert_fallback.c: the second phase head by head (SPEC.md §8.12).  For every value
+ * head with an undecided value, kda_mpfr_forward on that head alone and on the tokens its
+ * undecided values need; MPFR's values replace the head's in job->val after every decided one
+ * was compared.  *method: PROVEN, or AGREED when some call was; *n_heads and *steps are
+ * incremented by the heads and head-steps evaluated; *last: the last call's report. */
+#include "kda_mpfr.h"
+int kda_cert_fallback_heads(const kda_cert_job *job, const kda_mpfr_options *mo,
+                            int32_t *method, int64_t *n_heads, int64_t *steps,
+                            kda_mpfr_report *last, char *err, size_t errlen);
+
+#endif
