@@ -283,7 +283,9 @@ typedef struct kda_score {
   int64_t n_win_each;
   int64_t win_tokens;       /* tokens the windows cover (T) */
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
-  int32_t reserved0;
+  int32_t growth_beyond;    /* growth against the class emulation's on the case (§7.5): 1
+                               beyond it, 0 not beyond (the case's own drift), -1 no emulation
+                               (classes other than fp32) */
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
 } kda_score;
 
@@ -344,7 +346,7 @@ typedef struct kda_conform_opts {
   int32_t cls;           /* class to score in; -1: the backend's declared class */
   int32_t repeat;        /* 1: run twice, flag bitwise differences */
   int32_t prefix;        /* 1: prefix-resume and causality checks */
-  int32_t reserved0;
+  int32_t strict;        /* 1 (--strict): growth beyond the class emulation's is a Fail (§7.6) */
   double baseline_factor;        /* QualityWarning above factor x baseline (default 2) */
   int32_t fail_on_regression;    /* 1: a regression above the factor is a Fail */
   int32_t reserved1;

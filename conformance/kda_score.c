@@ -269,6 +269,15 @@ static void windows(kda_score *s, const double *tok, int64_t T) {
   }
 }
 
+/* SPEC.md §7.5: growth that is systematic or unstable, with a last window above cap/8, is
+ * beyond the class emulation's when the emulation's growth on the same case is of a milder
+ * kind or its last window is more than KDA_ENVELOPE_C times smaller; -1 without an envelope. */
+static int growth_beyond(const kda_score *s, const kda_envelope *env) {
+  if (!env) return -1;
+  if (s->growth_kind < KDA_GROWTH_SYSTEMATIC || !(s->win_last > s->caps.o / 8)) return 0;
+  return s->growth_kind > env->growth_kind || s->win_last > KDA_ENVELOPE_C * env->win_last;
+}
+
 double kda_step_allowance(int64_t n) {
   double L = (double)n / (double)KDA_STEP_ALLOWANCE_N0;
   return L > 1.0 ? L : 1.0;
@@ -377,6 +386,7 @@ int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *
                 "hc", s->caps.hc, &s->hc, s, s->hc_each);
   windows(s, tok, p->T);
   growth(s, tok, c, tmp);
+  s->growth_beyond = growth_beyond(s, env);
   free(tok);
   free(tmp);
   return KDA_OK;
