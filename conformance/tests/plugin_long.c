@@ -11,6 +11,9 @@
  *   state_bf16        the state rounded to bfloat16 at every 64-token chunk boundary;
  *   state_tf32        the same with TF32 (10 fraction bits);
  *   ulp_bias          the state moved one float32 ulp up every step;
+ *   chunk_ulp_bias    the state moved one ulp up at every chunk boundary only (a chunk state
+ *                     stored rounding toward +inf): a drift 64 times slower, which can stay
+ *                     within the caps and is then caught by the growth rule (--strict);
  *   exp_fp16          the log-gate rounded to binary16 before exp (gates held in half);
  *   beta_bf16         beta rounded to bfloat16 every step;
  *   chunk_first_gate  every token of a 64-token chunk decays with the chunk's first gate.
@@ -26,11 +29,11 @@
 
 enum {
   D_NONE, D_CUMSUM_F32, D_STATE_BF16, D_STATE_TF32, D_ULP_BIAS, D_EXP_FP16, D_BETA_BF16,
-  D_CHUNK_FIRST_GATE, D_COUNT
+  D_CHUNK_FIRST_GATE, D_CHUNK_ULP_BIAS, D_COUNT
 };
 static const char *const defect_names[D_COUNT] = {
     "none", "cumsum_f32", "state_bf16", "state_tf32", "ulp_bias", "exp_fp16", "beta_bf16",
-    "chunk_first_gate"};
+    "chunk_first_gate", "chunk_ulp_bias"};
 #define CHUNK 64 /* tokens of a chunk (the chunked kernels' usual size) */
 
 typedef struct lhandle {
@@ -190,6 +193,8 @@ static void step(const kda_problem *p, const kda_backend_tensors *t, int d, int6
     }
   if ((d == D_STATE_BF16 || d == D_STATE_TF32) && pos % CHUNK == CHUNK - 1)
     for (int64_t e = 0; e < K * V; e++) r->S[e] = round_bits(r->S[e], d == D_STATE_BF16 ? 7 : 10);
+  if (d == D_CHUNK_ULP_BIAS && pos % CHUNK == CHUNK - 1)
+    for (int64_t e = 0; e < K * V; e++) r->S[e] = nextafterf(r->S[e], INFINITY);
   float *o = (float *)t->o + (tt * p->HV + hv) * V;
   for (int64_t j = 0; j < V; j++) o[j] = 0.0f;
   for (int64_t i = 0; i < K; i++)
