@@ -57,9 +57,12 @@ must FAIL chunk_ulp_bias drift-lowrank
   golden/L1 > "$tmp/ok.txt" 2>&1 || fail "ref-f32, simd or defect=none fail L1: $(grep -v '^PASS' "$tmp/ok.txt" | head -2)"
 grep -v '^PASS' "$tmp/ok.txt" | grep -Eqv '^[0-9]+ passed, 0 failed$' &&
   fail "not every line is a Pass: $(grep -v '^PASS' "$tmp/ok.txt" | head -1)"
-awk -F'"worst": ' '{for (i = 2; i <= NF; i++) {split($i, a, ","); if (a[1] + 0 > w) w = a[1] + 0}}
-     END {if (w > 64 / 1.25) {print "worst " w; exit 1}}' "$tmp/ok.jsonl" ||
-  fail "a conforming backend is within 1.25x of the cap on L1"
+# the worst error of each quantity (o, ht, hc) is the "worst" followed by its "allowed"
+grep -o '"worst": *[0-9.eE+-]*, *"allowed"' "$tmp/ok.jsonl" |
+  sed 's/^"worst": *\([0-9.eE+-]*\),.*/\1/' |
+  awk '$1 + 0 > w {w = $1 + 0} END {print NR " worst " w; if (NR < 100 || w > 64 / 1.25) exit 1}' \
+  > "$tmp/m.txt" ||
+  fail "a conforming backend is within 1.25x of the cap on L1 ($(cat "$tmp/m.txt"))"
 echo "conform_long: ref-f32, simd and defect=none pass L1 within cap / 1.25"
 
 # 3. Growth beyond the class emulation's (SPEC.md §7.5, §7.6): chunk_ulp_bias on a 400-token
