@@ -155,12 +155,14 @@ check-certifier: $(BUILD)/vectors/tests/check_certifier
 golden: $(KDA)
 	$(KDA) golden --write golden
 
-# kda conform end to end on golden/L1: every mutant killed; a JUnit report with every verdict
+# kda conform end to end on golden/L1: every mutant and long-sequence defect killed; a JUnit report with every verdict
 # kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
 # baselines, exit 5, summary.json); plugins of ABI 1 and 2 pass.
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_long.sh
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/ci_semantics.sh
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \

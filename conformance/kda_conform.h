@@ -107,6 +107,31 @@ typedef struct kda_outputs {
 int kda_outputs_alloc(const kda_problem *p, kda_outputs *out, char *err, size_t errlen);
 void kda_outputs_free(kda_outputs *out);
 
+/* ---- The envelope of the class's plain emulation (SPEC.md §7.3): ref-f32's errors on the
+ * case, in fp32 units without any allowance, per window of KDA_ENVELOPE_WINDOW tokens (global
+ * positions) and per state slot.  An fp32-class element is allowed KDA_ENVELOPE_C times the
+ * emulation's error near it (never less than the cap, never more than the step allowance). */
+#define KDA_ENVELOPE_WINDOW 64
+#define KDA_ENVELOPE_C 4.0
+typedef struct kda_envelope {
+  double *o;          /* [n_win] worst ref-f32 o error of each window, or NULL (no envelope) */
+  double *ht, *hc;    /* [N], [C] worst ref-f32 state error of each slot (NULL when none) */
+  int64_t n_win;
+  int32_t growth_kind; /* ref-f32's growth class and exponent on the case (SPEC.md §7.5) */
+  int32_t reserved0;
+  double alpha, win_last;
+} kda_envelope;
+/* The allowance of an fp32-class element n steps into its sequence: min(L(n), max(1, C e /
+ * cap)) with e the emulation's error (o: the worst of token t's window and its neighbours;
+ * states: slot sl of each, env->ht or env->hc); L(n) when the envelope is absent. */
+double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n);
+double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
+/* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
+ * (t->out and t->mag_* must be set).  KDA_OK, KDA_ENOMEM or the reference's status. */
+struct kda_truth;
+int kda_envelope_compute(const kda_case *c, struct kda_truth *t, char *err, size_t errlen);
+void kda_envelope_free(kda_envelope *env);
+
 /* ---- The truth and its magnitude scales (SPEC.md §7.3). */
 typedef struct kda_truth {
   kda_outputs out;   /* exact result (golden, correctly rounded) or the float64 reference */
@@ -115,6 +140,7 @@ typedef struct kda_truth {
   double *mag_hc;    /* [C, HV]: max |S| over the head's checkpoint state */
   int32_t from_golden; /* 1: the outputs came from the case file's golden members */
   int32_t reserved0;
+  kda_envelope env;    /* the fp32 class's plain emulation on this case (SPEC.md §7.3) */
 } kda_truth;
 /* Golden members o / ht / hc are used when the case file at path (may be NULL) has them.
  * Returns KDA_OK or the status of the reference or the file. */
@@ -257,7 +283,9 @@ typedef struct kda_score {
   int64_t n_win_each;
   int64_t win_tokens;       /* tokens the windows cover (T) */
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
-  int32_t reserved0;
+  int32_t growth_beyond;    /* growth against the class emulation's on the case (§7.5): 1
+                               beyond it, 0 not beyond (the case's own drift), -1 no emulation
+                               (classes other than fp32) */
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
 } kda_score;
 
@@ -321,7 +349,7 @@ typedef struct kda_conform_opts {
   int32_t serving;       /* KDA_SERVING_DEFAULT or _FULL: which resume offsets (§7.7) */
   double baseline_factor;        /* QualityWarning above factor x baseline (default 2) */
   int32_t fail_on_regression;    /* 1: a regression above the factor is a Fail */
-  int32_t reserved1;
+  int32_t strict;        /* 1 (--strict): growth beyond the class emulation's is a Fail (§7.6) */
   const kda_waivers *waivers;    /* may be NULL */
   const kda_baseline *baseline;  /* may be NULL */
 } kda_conform_opts;

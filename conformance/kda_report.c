@@ -120,8 +120,12 @@ static json_t *report_json(const kda_case_report *r) {
                                 jnum(s->win_first), "last", jnum(s->win_last), "worst",
                                 jnum(s->win_worst), "worst_start", (json_int_t)s->win_worst_start));
   json_object_set_new(j, "growth",
-                      json_pack("{s:s,s:o,s:o}", "kind", kda_growth_name(s->growth_kind), "alpha",
-                                jnum(s->alpha), "alpha_fit", jnum(s->alpha_fit)));
+                      json_pack("{s:s,s:o,s:o,s:o}", "kind", kda_growth_name(s->growth_kind),
+                                "alpha", jnum(s->alpha), "alpha_fit", jnum(s->alpha_fit),
+                                /* SPEC.md §7.5; null without a class emulation */
+                                "beyond_emulation",
+                                s->growth_beyond < 0 ? json_null()
+                                                     : json_boolean(s->growth_beyond > 0)));
   if (r->prefix_done)
     json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b}", "P", (json_int_t)r->prefix_P,
                                                "worst", jnum(r->prefix_worst), "causal",

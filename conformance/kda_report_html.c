@@ -175,7 +175,8 @@ static void plot(FILE *f, const kda_case_report *r, int64_t T) {
   fputs("</svg><figcaption>", f);
   esc(f, r->backend);
   fprintf(f, " (%s): solid = mean o error per %lld-token window; dashed = cap %g; dotted = cap "
-             "&times; step allowance max(1, n/%d). Errors below %g are drawn at %g.</figcaption>"
+             "&times; step allowance max(1, n/%d) (for fp32 the most the envelope rule of SPEC.md "
+             "&sect;7.3 allows). Errors below %g are drawn at %g.</figcaption>"
              "</figure>\n", kda_verdict_name(r->verdict), (long long)s->window, s->caps.o,
           KDA_STEP_ALLOWANCE_N0, ERR_FLOOR, ERR_FLOOR);
 }

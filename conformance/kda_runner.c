@@ -120,7 +120,7 @@ static int baseline_regressed(kda_case_report *r, const kda_conform_opts *o, cha
 }
 
 /* Regression against a recorded baseline (a Fail with fail_on_regression), and systematic
- * growth: QualityWarning. */
+ * growth: QualityWarning (a Fail with strict when beyond the class emulation's). */
 static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
   const kda_score *s = &r->score;
   if (r->verdict != KDA_VERDICT_PASS) return;
@@ -128,11 +128,16 @@ static void quality_checks(kda_case_report *r, const kda_conform_opts *o) {
   if (baseline_regressed(r, o, msg, sizeof msg))
     return set_reason(r, o->fail_on_regression ? KDA_VERDICT_FAIL : KDA_VERDICT_QUALITY_WARNING,
                       msg);
+  /* Growth the class's plain emulation shows as much on the same case is the case's own
+   * drift, not the backend's (growth_beyond 0); growth beyond it is a defect, a Fail with
+   * --strict (SPEC.md §7.6). */
   if ((s->growth_kind == KDA_GROWTH_SYSTEMATIC || s->growth_kind == KDA_GROWTH_UNSTABLE) &&
-      s->win_last > s->caps.o / 8) {
-    snprintf(msg, sizeof msg, "error grows %s along the sequence (alpha %.2f, last window %.3g)",
-             kda_growth_name(s->growth_kind), s->alpha, s->win_last);
-    set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+      s->win_last > s->caps.o / 8 && s->growth_beyond != 0) {
+    snprintf(msg, sizeof msg, "error grows %s along the sequence (alpha %.2f, last window %.3g)%s",
+             kda_growth_name(s->growth_kind), s->alpha, s->win_last,
+             s->growth_beyond > 0 ? ", beyond the class emulation's" : "");
+    set_reason(r, o->strict && s->growth_beyond > 0 ? KDA_VERDICT_FAIL
+                                                    : KDA_VERDICT_QUALITY_WARNING, msg);
   }
 }
 

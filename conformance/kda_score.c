@@ -131,7 +131,9 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
   t->from_golden = golden;
   if (t->out.ht) head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
   if (t->out.hc) head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
-  return KDA_OK;
+  st = kda_envelope_compute(c, t, err, errlen);
+  if (st != KDA_OK) kda_truth_free(t);
+  return st;
 }
 
 void kda_truth_free(kda_truth *t) {
@@ -139,6 +141,7 @@ void kda_truth_free(kda_truth *t) {
   free(t->mag_o);
   free(t->mag_ht);
   free(t->mag_hc);
+  kda_envelope_free(&t->env);
   memset(t, 0, sizeof *t);
 }
 
@@ -266,6 +269,15 @@ static void windows(kda_score *s, const double *tok, int64_t T) {
   }
 }
 
+/* SPEC.md §7.5: growth that is systematic or unstable, with a last window above cap/8, is
+ * beyond the class emulation's when the emulation's growth on the same case is of a milder
+ * kind or its last window is more than KDA_ENVELOPE_C times smaller; -1 without an envelope. */
+static int growth_beyond(const kda_score *s, const kda_envelope *env) {
+  if (!env) return -1;
+  if (s->growth_kind < KDA_GROWTH_SYSTEMATIC || !(s->win_last > s->caps.o / 8)) return 0;
+  return s->growth_kind > env->growth_kind || s->win_last > KDA_ENVELOPE_C * env->win_last;
+}
+
 double kda_step_allowance(int64_t n) {
   double L = (double)n / (double)KDA_STEP_ALLOWANCE_N0;
   return L > 1.0 ? L : 1.0;
@@ -278,6 +290,16 @@ static double error_scale(const kda_score *s, double mag) {
   return sc > s->tiny ? sc : s->tiny;
 }
 
+/* The allowance of SPEC.md §7.3: the fp32 class's envelope when the truth has one, else the
+ * step allowance. */
+static const kda_envelope *class_env(const kda_score *s, const kda_truth *t) {
+  return s->cls == KDA_PRECISION_FP32 && t->env.o ? &t->env : NULL;
+}
+
+static double allow_o(const kda_score *s, const kda_truth *t, int64_t tt, int64_t n) {
+  return kda_envelope_allow_o(class_env(s, t), tt, s->caps.o, n);
+}
+
 static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *obs, kda_score *s,
                     double *tok) {
   const kda_problem *p = &c->p;
@@ -286,7 +308,7 @@ static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *ob
   for (int64_t n = 0; n < p->N; n++)
     for (int64_t tt = c->cu_seqlens[n]; tt < c->cu_seqlens[n + 1]; tt++) {
       tok[tt] = 0.0;
-      double L = kda_step_allowance(tt - c->cu_seqlens[n] + 1);
+      double L = allow_o(s, t, tt, tt - c->cu_seqlens[n] + 1);
       for (int64_t hv = 0; hv < p->HV; hv++) {
         double sc = error_scale(s, t->mag_o[tt * p->HV + hv]);
         for (int64_t j = 0; j < p->V; j++) {
@@ -313,13 +335,13 @@ static int64_t state_steps(const kda_case *c, int is_hc, int64_t sl) {
 }
 
 static void score_state(const kda_case *c, int is_hc, const double *e_all, const double *o_all,
-                        const double *mag, int64_t slots, const char *q, double cap,
-                        kda_qmetric *m, kda_score *s, double *each) {
+                        const double *mag, const double *env, int64_t slots, const char *q,
+                        double cap, kda_qmetric *m, kda_score *s, double *each) {
   const kda_problem *p = &c->p;
   rms_acc acc = {0, 0};
   for (int64_t sl = 0; sl < slots; sl++) {
     if (each) each[sl] = 0.0;
-    double L = kda_step_allowance(state_steps(c, is_hc, sl));
+    double L = kda_envelope_allow_state(env, sl, cap, state_steps(c, is_hc, sl));
     for (int64_t hv = 0; hv < p->HV; hv++) {
       double sc = error_scale(s, mag[sl * p->HV + hv]);
       for (int64_t i = 0; i < p->K; i++)
@@ -355,13 +377,16 @@ int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *
   }
   s->n_hc_each = p->n_checkpoints;
   score_o(c, t, obs, s, tok);
+  const kda_envelope *env = class_env(s, t);
   if (t->out.ht)
-    score_state(c, 0, t->out.ht, obs->ht, t->mag_ht, p->N, "ht", s->caps.ht, &s->ht, s, NULL);
+    score_state(c, 0, t->out.ht, obs->ht, t->mag_ht, env ? env->ht : NULL, p->N, "ht",
+                s->caps.ht, &s->ht, s, NULL);
   if (t->out.hc)
-    score_state(c, 1, t->out.hc, obs->hc, t->mag_hc, p->n_checkpoints, "hc", s->caps.hc, &s->hc, s,
-                s->hc_each);
+    score_state(c, 1, t->out.hc, obs->hc, t->mag_hc, env ? env->hc : NULL, p->n_checkpoints,
+                "hc", s->caps.hc, &s->hc, s, s->hc_each);
   windows(s, tok, p->T);
   growth(s, tok, c, tmp);
+  s->growth_beyond = growth_beyond(s, env);
   free(tok);
   free(tmp);
   return KDA_OK;

@@ -81,7 +81,8 @@ static const char help_text[] =
     "                            must name the backend and class scored (exit 2 otherwise)\n"
     "      --baseline-factor X   (default 2)\n"
     "      --fail-on-regression  a regression above the baseline factor is a Fail\n"
-    "      --strict              QualityWarning, Waived and unused waivers fail the run (CI)\n"
+    "      --strict              QualityWarning, Waived and unused waivers fail the run (CI);\n"
+    "                            error growth beyond ref-f32's on the same case is a Fail\n"
     "      --record-baseline FILE  write the worst errors of this run as a baseline\n"
     "                            (kda-baseline/2, a map by backend, when several were scored)\n"
     "Reports:\n"
@@ -300,6 +301,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   }
   a->opts.cls = a->cls;
   if (a->json && !a->list_backends) return kda_tool_usage(SUB, "--json needs --list-backends");
+  a->opts.strict = a->strict;
   if (a->opts.fail_on_regression && !a->baseline)
     return kda_tool_usage(SUB, "--fail-on-regression needs --baseline");
   a->paths = argv + optind;

@@ -247,6 +247,16 @@ static const kda_catalog_entry catalog[] = {
        "seed=1403 T=65536 H=1 K=4 V=2 family=linear beta=prob l2=fla checkpoints=log prec=f32",
        NULL, "The plain accumulator: no erase, no decay; errors only add up."),
 
+    /* ==== L1: a production-size head short enough for CI (SPEC.md §7.3, "Long sequences"):
+     * K = V = 128, KDA family, keys in a 2-dimensional subspace, an initial state, half the
+     * channels decaying fast and half slowly, so that float32 drift is real and the
+     * long-sequence defects of SPEC.md §7.7 show within 4096 tokens. */
+    L1("prod-lowrank-mixed", F(DRIFT) | F(LONG),
+       "seed=1601 T=4096 H=1 K=128 V=128 regime=lowrank gate=softplus beta=logit l2=fla h0=1 "
+       "prec=f16",
+       "mixed_decay", "Keys in 2 of 128 dimensions; even channels forget within a few tokens, "
+                      "odd ones keep errors outside the key span for the whole sequence."),
+
     /* ==== L1: discriminating cases, one per mistake. */
     L1("disc-erase-before-decay", F(ERASE_BEFORE_DECAY),
        "seed=1501 T=16 H=1 K=8 V=8 gate=log beta=prob l2=fla h0=1 prec=f32", "strong_decay",

@@ -158,6 +158,29 @@ static int design_strong_decay(kda_case *c, uint64_t seed, char *err, size_t err
   return st;
 }
 
+/* A mixed softplus gate (A_log = dt_bias = 0, g_eff = -softplus(x)): even channels decay
+ * fast, x ~ N(0, 1) (memories of a few tokens, where a float32 prefix sum of g_eff grows like
+ * the position and loses its low bits), odd channels slowly, x = -9.25 - u, g_eff in
+ * (-1e-4, -3.5e-5) (memories of 10^4 tokens and more, where the rounding of exp(g_eff) is a
+ * systematic error at every step).  g_eff is computed in float32 from the inputs, so it has all
+ * its bits whatever the input precision.  SPEC.md §7.3, "Long sequences". */
+static int design_mixed_decay(kda_case *c, uint64_t seed, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  int st = need(c, c->g && p->gate_mode == KDA_GATE_SOFTPLUS && c->A_log && c->dt_bias,
+                "a softplus gate with A_log", err, errlen);
+  const int64_t GW = gate_width(c);
+  const uint64_t n = (uint64_t)(p->T * p->HV * GW);
+  for (uint64_t i = 0; !st && i < n; i++) {
+    const int slow = (int)((i % (uint64_t)GW) % 2);
+    const double x = slow ? -9.25 - kda_prng_uniform(seed, KDA_DS_DECAY, i)
+                          : kda_prng_normal(seed, KDA_DS_DECAY, i);
+    c->g[i] = kda_catalog_round(c, KDA_M_G, x);
+  }
+  for (int64_t i = 0; !st && i < p->HV; i++) c->A_log[i] = 0.0;
+  for (int64_t i = 0; !st && i < p->HV * GW; i++) c->dt_bias[i] = 0.0;
+  return st;
+}
+
 /* ---- Beta. */
 /* beta[t,hv] cycles through 0, 2^-30, 2^-126, 1/2, 1 (prob mode). */
 static int design_beta_values(kda_case *c, uint64_t seed, char *err, size_t errlen) {
@@ -348,6 +371,9 @@ static const kda_catalog_design designs[] = {
      "dt_bias = 0; g[t,hv,c] = Y[(t + 3c + 7hv) mod 13], Y = -100, -60, -20, -8, -2, -0.5, 0, "
      "0.5, 2, 8, 20, 60, 100"},
     {"strong_decay", design_strong_decay, "g = -2 u, u uniform on stream 34: decays in (e^-2, 1]"},
+    {"mixed_decay", design_mixed_decay,
+     "softplus gate, A_log = dt_bias = 0: g = z (even channels), -9.25 - u (odd channels), z "
+     "normal and u uniform on stream 34"},
     {"beta_values", design_beta_values,
      "beta[t,hv] = B[(t + hv) mod 5], B = 0, 2^-30, 2^-126, 0.5, 1"},
     {"beta_logit_neg", design_beta_logit_neg,

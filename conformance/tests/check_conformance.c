@@ -80,6 +80,25 @@ static int32_t run_one(const kda_backend *b, const char *params, size_t i,
   return r->verdict;
 }
 
+/* The allowance of SPEC.md §7.3: the step allowance without an envelope; with one, the cap or
+ * C times the emulation's error over the window and its neighbours, never above L(n). */
+START_TEST(test_envelope_allowance) {
+  double win[5] = {0.0, 100.0, 0.0, 0.0, 2.0}, each[2] = {32.0, INFINITY};
+  kda_envelope env = {win, each, NULL, 5, 0, 0, 0.0, 0.0};
+  ck_assert(kda_envelope_allow_o(NULL, 10, 64.0, 1024) == kda_step_allowance(1024));
+  ck_assert(kda_step_allowance(1024) == 4.0 && kda_step_allowance(100) == 1.0);
+  /* token 0 is in window 0, whose neighbour 1 has 100 units: 4 * 100 / 64 = 6.25 */
+  ck_assert(kda_envelope_allow_o(&env, 0, 64.0, 10000) == 6.25);
+  ck_assert(kda_envelope_allow_o(&env, 191, 64.0, 10000) == 6.25); /* window 2 */
+  ck_assert(kda_envelope_allow_o(&env, 0, 64.0, 512) == 2.0);      /* capped by L(n) */
+  ck_assert(kda_envelope_allow_o(&env, 3 * 64, 64.0, 10000) == 1.0); /* 4 * 2 / 64 < 1 */
+  ck_assert(kda_envelope_allow_o(&env, 5 * 64, 64.0, 10000) == kda_step_allowance(10000));
+  ck_assert(kda_envelope_allow_state(each, 0, 64.0, 65536) == 2.0);
+  ck_assert(kda_envelope_allow_state(each, 1, 64.0, 65536) == 256.0); /* inf: L(n) */
+  ck_assert(kda_envelope_allow_state(NULL, 0, 64.0, 65536) == 256.0);
+}
+END_TEST
+
 START_TEST(test_registry) {
   char err[KDA_ERRLEN];
   ck_assert_int_ge(kda_backend_builtin_count(), 2); /* + the simd backends */
@@ -827,6 +846,7 @@ static Suite *conformance_suite(void) {
   tcase_add_unchecked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_registry);
+  tcase_add_test(tc, test_envelope_allowance);
   tcase_add_test(tc, test_validate_v2);
   tcase_add_test(tc, test_v1_table_at_page_end);
   tcase_add_test(tc, test_v1_plugin);

@@ -1,0 +1,164 @@
+/* kda_envelope.c: the fp32 class's plain emulation on a case and the allowance it sets
+ * (SPEC.md §7.3, "Long sequences").
+ * SPDX-License-Identifier: MIT
+ *
+ * A conforming float32 kernel's error on a long case is whatever float32 rounding does on that
+ * case: near one unit where the gates forget within a few tokens, hundreds of units where a
+ * direction is never decayed nor erased.  A fixed allowance growing like n cannot tell the two
+ * apart, so the fp32 class is judged against ref-f32, the class's plain emulation, run on the
+ * same case (FlashAttention's rule: at most C times the error of a same-precision reference).
+ * The emulation's errors are taken per 64-token window (max over the window's elements) and
+ * per state slot, without any allowance.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kda_conform.h"
+#include "kda_ref.h"
+#include "kda_ref_internal.h"
+
+/* Float32 copies of the case's inputs and room for ref-f32's outputs: one allocation. */
+typedef struct f32_run {
+  float *buf;
+  kda_tensors_f32 ts;
+} f32_run;
+
+static float *take(float **cur, const double *src, uint64_t n) {
+  if (!n) return NULL;
+  float *d = *cur;
+  for (uint64_t i = 0; src && i < n; i++) d[i] = (float)src[i];
+  *cur += n;
+  return d;
+}
+
+static int f32_inputs(const kda_case *c, f32_run *r, char *err, size_t errlen) {
+  kda_case_sizes z;
+  int st = kda_case_sizes_get(&c->p, &z, err, errlen);
+  if (st != KDA_OK) return st;
+  uint64_t total = z.q + z.k + z.v + z.g + z.beta + z.A_log + z.dt_bias + z.h0 + z.o + z.ht +
+                   z.hc + 1;
+  r->buf = malloc(total * sizeof *r->buf);
+  if (!r->buf) return snprintf(err, errlen, "out of memory for the fp32 envelope"), KDA_ENOMEM;
+  float *cur = r->buf;
+  r->ts = (kda_tensors_f32){take(&cur, c->q, z.q), take(&cur, c->k, z.k), take(&cur, c->v, z.v),
+                            take(&cur, c->g, z.g), take(&cur, c->beta, z.beta),
+                            take(&cur, c->A_log, z.A_log), take(&cur, c->dt_bias, z.dt_bias),
+                            take(&cur, c->h0, z.h0), c->cu_seqlens, c->checkpoints,
+                            take(&cur, NULL, z.o), take(&cur, NULL, z.ht),
+                            take(&cur, NULL, z.hc)};
+  return KDA_OK;
+}
+
+/* Error of one element in fp32 units at scale sc (SPEC.md §7.3); non-finite is infinite. */
+static double err_at(double e, float o, double sc) {
+  if (!isfinite(o)) return isfinite(e) ? INFINITY : 0.0;
+  double d = fabs((double)o - e);
+  return d == 0.0 ? 0.0 : d / sc;
+}
+
+static double scale(double mag) {
+  double sc = kda_class_unit(KDA_PRECISION_FP32) * mag, tiny = kda_class_tiny(KDA_PRECISION_FP32);
+  return sc > tiny ? sc : tiny;
+}
+
+static void env_o(const kda_case *c, const kda_truth *t, const float *o, kda_envelope *env) {
+  const kda_problem *p = &c->p;
+  for (int64_t tt = 0; tt < p->T; tt++) {
+    double *w = &env->o[tt / KDA_ENVELOPE_WINDOW];
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      double sc = scale(t->mag_o[tt * p->HV + hv]);
+      for (int64_t j = 0; j < p->V; j++) {
+        uint64_t i = (uint64_t)((tt * p->HV + hv) * p->V + j);
+        double e = err_at(t->out.o[i], o[i], sc);
+        if (e > *w) *w = e;
+      }
+    }
+  }
+}
+
+static void env_state(const kda_problem *p, const double *e_all, const float *o_all,
+                      const double *mag, int64_t slots, double *each) {
+  const int64_t KV = p->K * p->V;
+  for (int64_t sl = 0; sl < slots; sl++)
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      double sc = scale(mag[sl * p->HV + hv]);
+      for (int64_t x = 0; x < KV; x++) {
+        uint64_t i = (uint64_t)((sl * p->HV + hv) * KV + x);
+        double e = err_at(e_all[i], o_all[i], sc);
+        if (e > each[sl]) each[sl] = e;
+      }
+    }
+}
+
+/* ref-f32's own growth on the case (SPEC.md §7.5), for --strict: scored as any backend. */
+static int env_growth(const kda_case *c, const kda_truth *t, const f32_run *r,
+                      kda_envelope *env, char *err, size_t errlen) {
+  kda_outputs obs;
+  int st = kda_outputs_alloc(&c->p, &obs, err, errlen);
+  if (st != KDA_OK) return st;
+  for (uint64_t i = 0; i < obs.n_o; i++) obs.o[i] = r->ts.o[i];
+  for (uint64_t i = 0; obs.ht && i < obs.n_ht; i++) obs.ht[i] = r->ts.ht[i];
+  for (uint64_t i = 0; obs.hc && i < obs.n_hc; i++) obs.hc[i] = r->ts.hc[i];
+  kda_truth plain = *t;
+  memset(&plain.env, 0, sizeof plain.env);
+  kda_score s;
+  st = kda_score_outputs(c, &plain, &obs, KDA_PRECISION_FP32, &s, err, errlen);
+  if (st == KDA_OK)
+    env->growth_kind = s.growth_kind, env->alpha = s.alpha, env->win_last = s.win_last;
+  kda_score_free(&s);
+  kda_outputs_free(&obs);
+  return st;
+}
+
+int kda_envelope_compute(const kda_case *c, kda_truth *t, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  kda_envelope *env = &t->env;
+  memset(env, 0, sizeof *env);
+  f32_run r;
+  int st = f32_inputs(c, &r, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_ref_forward_f32(p, &r.ts, err, errlen);
+  env->n_win = (p->T + KDA_ENVELOPE_WINDOW - 1) / KDA_ENVELOPE_WINDOW;
+  env->o = calloc((size_t)env->n_win + 1, sizeof *env->o);
+  env->ht = calloc((size_t)p->N + 1, sizeof *env->ht);
+  env->hc = calloc((size_t)p->n_checkpoints + 1, sizeof *env->hc);
+  if (st == KDA_OK && (!env->o || !env->ht || !env->hc))
+    st = KDA_ENOMEM, snprintf(err, errlen, "out of memory for the fp32 envelope");
+  if (st == KDA_OK) {
+    env_o(c, t, r.ts.o, env);
+    if (t->out.ht) env_state(p, t->out.ht, r.ts.ht, t->mag_ht, p->N, env->ht);
+    if (t->out.hc) env_state(p, t->out.hc, r.ts.hc, t->mag_hc, p->n_checkpoints, env->hc);
+    st = env_growth(c, t, &r, env, err, errlen);
+  }
+  free(r.buf);
+  if (st != KDA_OK) kda_envelope_free(env);
+  return st;
+}
+
+void kda_envelope_free(kda_envelope *env) {
+  free(env->o);
+  free(env->ht);
+  free(env->hc);
+  memset(env, 0, sizeof *env);
+}
+
+static double combine(double e, double cap, int64_t n) {
+  double L = kda_step_allowance(n), A = KDA_ENVELOPE_C * e / cap;
+  A = A > 1.0 ? A : 1.0;
+  return A < L ? A : L; /* never looser than the step allowance */
+}
+
+double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n) {
+  if (!env || !env->o || t < 0) return kda_step_allowance(n);
+  const int64_t w = t / KDA_ENVELOPE_WINDOW;
+  if (w >= env->n_win) return kda_step_allowance(n);
+  double e = env->o[w];
+  if (w > 0 && env->o[w - 1] > e) e = env->o[w - 1];
+  if (w + 1 < env->n_win && env->o[w + 1] > e) e = env->o[w + 1];
+  return combine(e, cap, n);
+}
+
+double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n) {
+  return each && sl >= 0 ? combine(each[sl], cap, n) : kda_step_allowance(n);
+}
