@@ -22,8 +22,12 @@
  *   - K != V: declined, or with pad=1 zero-padded to D = max(K, V) (exact: padded key
  *     channels and value columns stay zero).
  * Family `linear` is declined: the op always erases.
+ * With prep=ggml the gate, beta and both L2 conventions are computed by ggml's own f32 ops in
+ * the same graph instead (ggml_add, ggml_softplus, ggml_exp, ggml_mul, ggml_sigmoid,
+ * ggml_scale; L2 `fla` as ggml_rms_norm(x, eps/D) / sqrt(D)), as a llama.cpp-style graph does.
  *
- * Params (words split by ',' or ' '): threads=N (1..256, default 1), pad=0|1 (default 0).
+ * Params (words split by ',' or ' '): threads=N (1..256, default 1), pad=0|1 (default 0),
+ * prep=host|ggml (default host).
  */
 #include <math.h>
 #include <stdint.h>
@@ -38,6 +42,7 @@
 typedef struct {
   int threads;
   int pad;
+  int prep_ggml; /* 1: gate, beta and L2 by ggml ops in the graph */
   char err[512];
 } gg_handle;
 
@@ -46,7 +51,9 @@ typedef struct {
   int64_t D, Hq, GW;
   float *q, *k, *v, *g, *beta; /* [T,Hq,D] [T,Hq,D] [T,HV,D] [T,HV,GW] [T,HV] */
   float *state;                /* [N,HV,D,D], the op's transposed layout: s[j*D + i] = S[i][j] */
-  float qmul;                  /* factor for q in the graph (ggml L2 with a folded scale), or 1 */
+  float *dtb, *alog;           /* prep=ggml: dt_bias [HV,GW] zero-padded, A_log [HV] */
+  float qmul, kmul;            /* factors for q and k in the graph, or 1 */
+  int graph_l2, graph_gate;    /* 1: L2 / gate and beta computed in the graph */
 } gg_inputs;
 
 static void gg_quiet(enum ggml_log_level level, const char *text, void *user) {
@@ -68,16 +75,22 @@ static int gg_word(const char *s, size_t n, const char *key, long lo, long hi, i
 }
 
 static int32_t gg_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  int threads = 1, pad = 0;
+  int threads = 1, pad = 0, prep = 0;
   for (const char *s = params; *s;) {
     s += strspn(s, " ,");
     size_t n = strcspn(s, " ,");
     if (!n) break;
     int r = gg_word(s, n, "threads=", 1, 256, &threads);
     if (r == 0) r = gg_word(s, n, "pad=", 0, 1, &pad);
+    if (r == 0 && n > 5 && strncmp(s, "prep=", 5) == 0) {
+      int host = n == 9 && strncmp(s, "prep=host", 9) == 0;
+      int graph = n == 9 && strncmp(s, "prep=ggml", 9) == 0;
+      r = host || graph ? 1 : -1;
+      if (r > 0) prep = graph;
+    }
     if (r <= 0) {
       if (errlen)
-        snprintf(err, errlen, "%s '%.*s' (threads=1..256 pad=0|1)",
+        snprintf(err, errlen, "%s '%.*s' (threads=1..256 pad=0|1 prep=host|ggml)",
                  r < 0 ? "bad value in" : "unknown parameter", (int)(n > 64 ? 64 : n), s);
       return KDA_EINVAL;
     }
@@ -87,6 +100,7 @@ static int32_t gg_open(const char *params, void **handle, char *err, uint32_t er
   if (!h) return KDA_ENOMEM;
   h->threads = threads;
   h->pad = pad;
+  h->prep_ggml = prep;
   ggml_log_set(gg_quiet, NULL);
   ggml_cpu_init();
   *handle = h;
@@ -128,15 +142,18 @@ static double gg_gate(const kda_problem *p, const float *A_log, const float *dt_
 
 /* q or k of one token and op head into dst[D]: head map, L2 `fla` (float64) and the q factor
  * mul; L2 `ggml` is left to ggml_l2_norm in the graph. */
-static void gg_qk_row(const kda_problem *p, const float *src, int64_t D, double mul, float *dst) {
+static void gg_qk_row(const kda_problem *p, const gg_inputs *in, const float *src, double mul,
+                      float *dst) {
+  const int64_t D = in->D;
   double s = 0, f = mul;
   for (int64_t i = 0; i < p->K; i++) s += (double)src[i] * src[i];
-  if (p->l2_mode == KDA_L2_FLA) f = mul / sqrt(s + p->l2_eps);
+  if (p->l2_mode == KDA_L2_FLA && !in->graph_l2) f = mul / sqrt(s + p->l2_eps);
   for (int64_t i = 0; i < D; i++) dst[i] = i < p->K ? (float)(src[i] * f) : 0.0f;
 }
 
 static void gg_inputs_free(gg_inputs *in) {
   free(in->q), free(in->k), free(in->v), free(in->g), free(in->beta), free(in->state);
+  free(in->dtb), free(in->alog);
   memset(in, 0, sizeof *in);
 }
 
@@ -149,8 +166,8 @@ static void gg_prep_qk(const kda_problem *p, const kda_backend_tensors *t, gg_in
     for (int64_t hq = 0; hq < in->Hq; hq++) {
       int64_t h = in->Hq == p->H ? hq : p->head_map == KDA_HEADMAP_DIV ? hq / G : hq % p->H;
       size_t src = (size_t)(tt * p->H + h) * p->K, dst = (size_t)(tt * in->Hq + hq) * in->D;
-      gg_qk_row(p, (const float *)t->q + src, in->D, qscale, in->q + dst);
-      gg_qk_row(p, (const float *)t->k + src, in->D, 1.0, in->k + dst);
+      gg_qk_row(p, in, (const float *)t->q + src, qscale, in->q + dst);
+      gg_qk_row(p, in, (const float *)t->k + src, 1.0, in->k + dst);
     }
 }
 
@@ -162,10 +179,12 @@ static void gg_prep_vgb(const kda_problem *p, const kda_backend_tensors *t, gg_i
     int64_t hv = r % p->HV;
     for (int64_t j = 0; j < D; j++) in->v[r * D + j] = j < p->V ? v[r * p->V + j] : 0.0f;
     for (int64_t c = 0; c < GW; c++) /* deltanet: sgw = 0, a zero gate; padded channels: 0 */
-      in->g[r * GW + c] =
-          c < sgw ? (float)gg_gate(p, t->A_log, t->dt_bias, sgw, hv, c, g[r * sgw + c]) : 0.0f;
+      in->g[r * GW + c] = c >= sgw         ? 0.0f
+                          : in->graph_gate ? g[r * sgw + c]
+                                           : (float)gg_gate(p, t->A_log, t->dt_bias, sgw, hv, c,
+                                                            g[r * sgw + c]);
     double b = beta[r];
-    in->beta[r] = p->beta_mode == KDA_BETA_PROB    ? beta[r]
+    in->beta[r] = p->beta_mode == KDA_BETA_PROB || in->graph_gate ? beta[r]
                   : p->beta_mode == KDA_BETA_LOGIT ? (float)gg_sigm(b)
                                                    : (float)(2 * gg_sigm(b));
   }
@@ -191,9 +210,14 @@ static int gg_prep(const gg_handle *h, const kda_problem *p, const kda_backend_t
   in->GW = p->family == KDA_FAMILY_KDA ? in->D : 1;
   const float op_scale = 1.0f / sqrtf((float)in->D); /* ggml-cpu/ops.cpp:10826 */
   double qscale = (float)p->scale == op_scale ? 1.0 : p->scale / op_scale;
-  in->qmul = 1.0f;
-  if (p->l2_mode == KDA_L2_GGML) in->qmul = (float)qscale, qscale = 1.0;
-  (void)h;
+  in->graph_l2 = p->l2_mode == KDA_L2_GGML || (h->prep_ggml && p->l2_mode == KDA_L2_FLA);
+  in->graph_gate = h->prep_ggml;
+  in->qmul = in->kmul = 1.0f;
+  if (in->graph_l2 || h->prep_ggml) { /* the scale goes into the graph too */
+    /* L2 `fla` = rms_norm(x, eps/D) / sqrt(D): mean(x^2) + eps/D = (sum x^2 + eps) / D */
+    double f = p->l2_mode == KDA_L2_FLA ? 1 / sqrt((double)in->D) : 1.0;
+    in->qmul = (float)(qscale * f), in->kmul = (float)f, qscale = 1.0;
+  }
   /* Padding squares the state (D x D per head): refuse sizes whose counts could overflow. */
   if ((double)in->D * in->D * p->HV * p->N > 0x1p50 || (double)p->T * in->Hq * in->D > 0x1p50 ||
       (double)in->D * in->D * p->HV * p->N + (double)p->T * p->HV * in->D > 0x1p50)
@@ -202,6 +226,15 @@ static int gg_prep(const gg_handle *h, const kda_problem *p, const kda_backend_t
   in->v = gg_alloc(p->T * p->HV * in->D), in->g = gg_alloc(p->T * p->HV * in->GW);
   in->beta = gg_alloc(p->T * p->HV), in->state = gg_alloc(p->N * p->HV * in->D * in->D);
   if (!in->q || !in->k || !in->v || !in->g || !in->beta || !in->state) return KDA_ENOMEM;
+  if (in->graph_gate && (in->dtb = gg_alloc(p->HV * in->GW)) && (in->alog = gg_alloc(p->HV))) {
+    const int64_t sgw = p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      in->alog[hv] = p->has_A_log ? ((const float *)t->A_log)[hv] : 0.0f;
+      for (int64_t c = 0; c < sgw && t->dt_bias; c++)
+        in->dtb[hv * in->GW + c] = ((const float *)t->dt_bias)[hv * sgw + c];
+    }
+  }
+  if (in->graph_gate && (!in->dtb || !in->alog)) return KDA_ENOMEM;
   gg_prep_qk(p, t, in, qscale);
   gg_prep_vgb(p, t, in);
   gg_prep_state(p, t, in);
@@ -216,17 +249,60 @@ static struct ggml_tensor *gg_tensor(struct ggml_context *ctx, int64_t a, int64_
   return x;
 }
 
+/* A bump allocator over one scratch block for the graph's intermediate tensors. */
+static struct ggml_tensor *gg_own(struct ggml_tensor *x, float **arena) {
+  x->data = *arena;
+  *arena += (ggml_nelements(x) + 15) / 16 * 16;
+  return x;
+}
+
+/* prep=ggml: g_eff and beta_eff by ggml's f32 ops (SPEC.md §4.1, §4.2). */
+static void gg_graph_gate(struct ggml_context *ctx, const kda_problem *p, const gg_inputs *in,
+                          struct ggml_tensor **g, struct ggml_tensor **b, float **ar) {
+  const int gated = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
+  if (gated && p->gate_mode != KDA_GATE_LOG) {
+    struct ggml_tensor *dtb = gg_tensor(ctx, in->GW, p->HV, 1, 1, in->dtb);
+    struct ggml_tensor *A = gg_own(ggml_exp(ctx, gg_tensor(ctx, 1, p->HV, 1, 1, in->alog)), ar);
+    struct ggml_tensor *x = gg_own(ggml_add(ctx, *g, dtb), ar);
+    if (p->gate_mode == KDA_GATE_SOFTPLUS) {
+      x = gg_own(ggml_softplus(ctx, x), ar);
+      x = gg_own(ggml_scale(ctx, gg_own(ggml_mul(ctx, x, A), ar), -1.0f), ar);
+    } else {
+      if (p->has_A_log) x = gg_own(ggml_mul(ctx, x, A), ar);
+      x = gg_own(ggml_scale(ctx, gg_own(ggml_sigmoid(ctx, x), ar), (float)p->lower_bound), ar);
+    }
+    *g = x;
+  }
+  if (p->beta_mode != KDA_BETA_PROB) *b = gg_own(ggml_sigmoid(ctx, *b), ar);
+  if (p->beta_mode == KDA_BETA_LOGIT_NEG) *b = gg_own(ggml_scale(ctx, *b, 2.0f), ar);
+}
+
+/* L2 in the graph (`ggml`: ggml_l2_norm; `fla` with prep=ggml: ggml_rms_norm) and the scales. */
+static void gg_graph_qk(struct ggml_context *ctx, const kda_problem *p, const gg_inputs *in,
+                        struct ggml_tensor **q, struct ggml_tensor **k, float **ar) {
+  if (p->l2_mode == KDA_L2_GGML) { /* SPEC.md §4.3 `ggml`: x / max(||x||, eps) */
+    *q = gg_own(ggml_l2_norm(ctx, *q, (float)p->l2_eps), ar);
+    *k = gg_own(ggml_l2_norm(ctx, *k, (float)p->l2_eps), ar);
+  } else if (p->l2_mode == KDA_L2_FLA && in->graph_l2) {
+    *q = gg_own(ggml_rms_norm(ctx, *q, (float)(p->l2_eps / in->D)), ar);
+    *k = gg_own(ggml_rms_norm(ctx, *k, (float)(p->l2_eps / in->D)), ar);
+  }
+  if (in->qmul != 1.0f) *q = gg_own(ggml_scale(ctx, *q, in->qmul), ar);
+  if (in->kmul != 1.0f) *k = gg_own(ggml_scale(ctx, *k, in->kmul), ar);
+}
+
 /* One call of the op: ns sequences of L tokens each, packed from token t0, state in/out at st
  * ([ns,HV,D,D]); writes o's rows and the final states back into st. */
 static int gg_call(gg_handle *h, const kda_problem *p, const gg_inputs *in, int64_t t0,
                    int64_t L, int64_t ns, float *st, float *o) {
   const int64_t D = in->D, HV = p->HV, Hq = in->Hq, qn = D * Hq * L * ns;
   const int64_t attn = D * HV * L * ns, res_n = attn + D * D * HV * ns;
-  const int l2 = p->l2_mode == KDA_L2_GGML;
-  float *res = gg_alloc(res_n), *scratch = l2 ? gg_alloc(3 * qn) : NULL;
-  struct ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead() + 4096, NULL,
+  const int64_t gn = in->GW * HV * L * ns, bn = HV * L * ns;
+  float *res = gg_alloc(res_n), *scratch = gg_alloc(4 * qn + 5 * gn + 2 * bn + 2 * HV + 16 * 32);
+  float *ar = scratch;
+  struct ggml_init_params ip = {ggml_tensor_overhead() * 32 + ggml_graph_overhead() + 4096, NULL,
                                 1};
-  struct ggml_context *ctx = res && (scratch || !l2) ? ggml_init(ip) : NULL;
+  struct ggml_context *ctx = res && scratch ? ggml_init(ip) : NULL;
   if (!ctx) {
     free(res), free(scratch);
     snprintf(h->err, sizeof h->err, "out of memory for a call of %lld tokens", (long long)L);
@@ -238,11 +314,8 @@ static int gg_call(gg_handle *h, const kda_problem *p, const gg_inputs *in, int6
   struct ggml_tensor *g = gg_tensor(ctx, in->GW, HV, L, ns, in->g + t0 * HV * in->GW);
   struct ggml_tensor *b = gg_tensor(ctx, 1, HV, L, ns, in->beta + t0 * HV);
   struct ggml_tensor *s = gg_tensor(ctx, D, D, HV, ns, st);
-  if (l2) { /* SPEC.md §4.3 `ggml`: ggml's own x / max(||x||, eps), in the graph */
-    q = ggml_l2_norm(ctx, q, (float)p->l2_eps), q->data = scratch;
-    k = ggml_l2_norm(ctx, k, (float)p->l2_eps), k->data = scratch + qn;
-    if (in->qmul != 1.0f) q = ggml_scale(ctx, q, in->qmul), q->data = scratch + 2 * qn;
-  }
+  gg_graph_qk(ctx, p, in, &q, &k, &ar);
+  if (in->graph_gate) gg_graph_gate(ctx, p, in, &g, &b, &ar);
   struct ggml_tensor *r = ggml_gated_delta_net(ctx, q, k, v, g, b, s, 1);
   r->data = res;
   struct ggml_cgraph *gf = ggml_new_graph(ctx);
@@ -344,7 +417,8 @@ static const kda_backend gg_backend = {
     .abi_version = KDA_BACKEND_ABI_VERSION,
     .struct_size = sizeof(kda_backend),
     .name = "ggml-cpu",
-    .description = "ggml's CPU GGML_OP_GATED_DELTA_NET through an adapter (threads=N pad=0|1)",
+    .description = "ggml's CPU GGML_OP_GATED_DELTA_NET through an adapter (threads=N pad=0|1 "
+                   "prep=host|ggml)",
     .precision_class = KDA_PRECISION_FP32,
     .input_dtype = KDA_PRECISION_FP32,
     .output_dtype = KDA_PRECISION_FP32,
