@@ -18,7 +18,8 @@
  *   - head map `div`: q/k copied per value head (then the op's `mod` map is the identity);
  *   - state layout `kv`: transposed (exact); family deltanet: a zero scalar gate (expf(0) = 1);
  *   - ragged sequences: one call per sequence; checkpoints: chained calls, each from the
- *     previous call's final state (the op is token-sequential, so this changes no bit);
+ *     previous call's final state (the op is token-sequential, so this changes no bit), or
+ *     with ckpt=snap the op's own K state snapshots (ggml.h:2582-2584) in one call;
  *   - K != V: declined, or with pad=1 zero-padded to D = max(K, V) (exact: padded key
  *     channels and value columns stay zero).
  * Family `linear` is declined: the op always erases.
@@ -27,7 +28,7 @@
  * ggml_scale; L2 `fla` as ggml_rms_norm(x, eps/D) / sqrt(D)), as a llama.cpp-style graph does.
  *
  * Params (words split by ',' or ' '): threads=N (1..256, default 1), pad=0|1 (default 0),
- * prep=host|ggml (default host).
+ * prep=host|ggml (default host), ckpt=chain|snap (default chain).
  */
 #include <math.h>
 #include <stdint.h>
@@ -43,6 +44,7 @@ typedef struct {
   int threads;
   int pad;
   int prep_ggml; /* 1: gate, beta and L2 by ggml ops in the graph */
+  int ckpt_snap; /* 1: checkpoints from the op's K snapshot slots */
   char err[512];
 } gg_handle;
 
@@ -75,7 +77,7 @@ static int gg_word(const char *s, size_t n, const char *key, long lo, long hi, i
 }
 
 static int32_t gg_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  int threads = 1, pad = 0, prep = 0;
+  int threads = 1, pad = 0, prep = 0, snap = 0;
   for (const char *s = params; *s;) {
     s += strspn(s, " ,");
     size_t n = strcspn(s, " ,");
@@ -87,10 +89,15 @@ static int32_t gg_open(const char *params, void **handle, char *err, uint32_t er
       int graph = n == 9 && strncmp(s, "prep=ggml", 9) == 0;
       r = host || graph ? 1 : -1;
       if (r > 0) prep = graph;
+    } else if (r == 0 && n > 5 && strncmp(s, "ckpt=", 5) == 0) {
+      int chain = n == 10 && strncmp(s, "ckpt=chain", 10) == 0;
+      int slots = n == 9 && strncmp(s, "ckpt=snap", 9) == 0;
+      r = chain || slots ? 1 : -1;
+      if (r > 0) snap = slots;
     }
     if (r <= 0) {
       if (errlen)
-        snprintf(err, errlen, "%s '%.*s' (threads=1..256 pad=0|1 prep=host|ggml)",
+        snprintf(err, errlen, "%s '%.*s' (threads=1..256 pad=0|1 prep=host|ggml ckpt=chain|snap)",
                  r < 0 ? "bad value in" : "unknown parameter", (int)(n > 64 ? 64 : n), s);
       return KDA_EINVAL;
     }
@@ -101,6 +108,7 @@ static int32_t gg_open(const char *params, void **handle, char *err, uint32_t er
   h->threads = threads;
   h->pad = pad;
   h->prep_ggml = prep;
+  h->ckpt_snap = snap;
   ggml_log_set(gg_quiet, NULL);
   ggml_cpu_init();
   *handle = h;
@@ -292,11 +300,13 @@ static void gg_graph_qk(struct ggml_context *ctx, const kda_problem *p, const gg
 }
 
 /* One call of the op: ns sequences of L tokens each, packed from token t0, state in/out at st
- * ([ns,HV,D,D]); writes o's rows and the final states back into st. */
+ * ([ns,HV,D,D]); writes o's rows and the final states back into st.  With nsnap > 1 the op
+ * keeps that many state snapshots (slot s: the state s tokens before the last), copied to
+ * snaps ([nsnap,ns,HV,D,D]). */
 static int gg_call(gg_handle *h, const kda_problem *p, const gg_inputs *in, int64_t t0,
-                   int64_t L, int64_t ns, float *st, float *o) {
+                   int64_t L, int64_t ns, float *st, float *o, int64_t nsnap, float *snaps) {
   const int64_t D = in->D, HV = p->HV, Hq = in->Hq, qn = D * Hq * L * ns;
-  const int64_t attn = D * HV * L * ns, res_n = attn + D * D * HV * ns;
+  const int64_t attn = D * HV * L * ns, res_n = attn + nsnap * D * D * HV * ns;
   const int64_t gn = in->GW * HV * L * ns, bn = HV * L * ns;
   float *res = gg_alloc(res_n), *scratch = gg_alloc(4 * qn + 5 * gn + 2 * bn + 2 * HV + 16 * 32);
   float *ar = scratch;
@@ -316,7 +326,7 @@ static int gg_call(gg_handle *h, const kda_problem *p, const gg_inputs *in, int6
   struct ggml_tensor *s = gg_tensor(ctx, D, D, HV, ns, st);
   gg_graph_qk(ctx, p, in, &q, &k, &ar);
   if (in->graph_gate) gg_graph_gate(ctx, p, in, &g, &b, &ar);
-  struct ggml_tensor *r = ggml_gated_delta_net(ctx, q, k, v, g, b, s, 1);
+  struct ggml_tensor *r = ggml_gated_delta_net(ctx, q, k, v, g, b, s, nsnap);
   r->data = res;
   struct ggml_cgraph *gf = ggml_new_graph(ctx);
   ggml_build_forward_expand(gf, r);
@@ -331,6 +341,7 @@ static int gg_call(gg_handle *h, const kda_problem *p, const gg_inputs *in, int6
     for (int64_t row = 0; row < L * ns * HV; row++) /* attn: [ns, L, HV, D] = packed o rows */
       memcpy(o + (t0 * HV + row) * p->V, res + row * D, (size_t)p->V * sizeof(float));
     memcpy(st, res + attn, (size_t)(D * D * HV * ns) * sizeof(float));
+    if (nsnap > 1) memcpy(snaps, res + attn, (size_t)(nsnap * D * D * HV * ns) * sizeof(float));
   } else {
     snprintf(h->err, sizeof h->err, "ggml_graph_compute failed (%s)",
              rc == KDA_ENOMEM ? "work buffer" : "status");
@@ -350,15 +361,38 @@ static void gg_state_out(const kda_problem *p, const float *st, int64_t D, float
       }
 }
 
+/* ckpt=snap: sequence n (with checkpoints) in one call keeping end - first checkpoint
+ * snapshots; 1 when done, 0 when too large for one call (then chained), or an error. */
+static int gg_sequence_snap(gg_handle *h, const kda_problem *p, const kda_backend_tensors *t,
+                            const gg_inputs *in, int64_t n, int64_t *ck, int *rc) {
+  const int64_t a = t->cu_seqlens[n], end = t->cu_seqlens[n + 1], hsz = p->HV * p->K * p->V;
+  const int64_t D = in->D, per = D * D * p->HV, nsnap = end - t->checkpoints[*ck];
+  if (nsnap < 2 || (double)nsnap * per > 0x1p26 || nsnap > INT32_MAX) return 0;
+  float *st = in->state + n * per, *snaps = gg_alloc(nsnap * per);
+  *rc = snaps ? gg_call(h, p, in, a, end - a, 1, st, t->o, nsnap, snaps) : KDA_ENOMEM;
+  if (!snaps) snprintf(h->err, sizeof h->err, "out of memory for %lld snapshots", (long long)nsnap);
+  while (*rc == KDA_OK && *ck < p->n_checkpoints && t->checkpoints[*ck] < end) {
+    int64_t slot = end - 1 - t->checkpoints[*ck]; /* slot s = s tokens back (ggml.h:2582) */
+    gg_state_out(p, snaps + slot * per, D, (float *)t->hc + (*ck)++ * hsz);
+  }
+  if (*rc == KDA_OK && p->want_final_state) gg_state_out(p, st, D, (float *)t->ht + n * hsz);
+  free(snaps);
+  return 1;
+}
+
 /* Sequence n in chained calls split after each checkpoint; *ck is the next checkpoint. */
 static int gg_sequence(gg_handle *h, const kda_problem *p, const kda_backend_tensors *t,
                        const gg_inputs *in, int64_t n, int64_t *ck) {
   const int64_t end = t->cu_seqlens[n + 1], hsz = p->HV * p->K * p->V;
   float *st = in->state + n * p->HV * in->D * in->D;
+  int rc = KDA_OK;
+  if (h->ckpt_snap && *ck < p->n_checkpoints && t->checkpoints[*ck] < end &&
+      gg_sequence_snap(h, p, t, in, n, ck, &rc))
+    return rc;
   for (int64_t a = t->cu_seqlens[n]; a < end;) {
     int at_ck = *ck < p->n_checkpoints && t->checkpoints[*ck] < end;
     int64_t b = at_ck ? t->checkpoints[*ck] + 1 : end;
-    int rc = gg_call(h, p, in, a, b - a, 1, st, t->o);
+    rc = gg_call(h, p, in, a, b - a, 1, st, t->o, 1, NULL);
     if (rc != KDA_OK) return rc;
     if (at_ck) gg_state_out(p, st, in->D, (float *)t->hc + (*ck)++ * hsz);
     a = b;
@@ -393,7 +427,7 @@ static int32_t gg_forward(void *handle, const kda_problem *p, const kda_backend_
   int64_t ck = 0;
   if (rc == KDA_OK && gg_batchable(p, t->cu_seqlens)) {
     const int64_t hsz = p->HV * p->K * p->V;
-    rc = gg_call(h, p, &in, 0, t->cu_seqlens[1], p->N, in.state, t->o);
+    rc = gg_call(h, p, &in, 0, t->cu_seqlens[1], p->N, in.state, t->o, 1, NULL);
     for (int64_t n = 0; rc == KDA_OK && p->want_final_state && n < p->N; n++)
       gg_state_out(p, in.state + n * p->HV * in.D * in.D, in.D, (float *)t->ht + n * hsz);
   } else {
@@ -418,7 +452,7 @@ static const kda_backend gg_backend = {
     .struct_size = sizeof(kda_backend),
     .name = "ggml-cpu",
     .description = "ggml's CPU GGML_OP_GATED_DELTA_NET through an adapter (threads=N pad=0|1 "
-                   "prep=host|ggml)",
+                   "prep=host|ggml ckpt=chain|snap)",
     .precision_class = KDA_PRECISION_FP32,
     .input_dtype = KDA_PRECISION_FP32,
     .output_dtype = KDA_PRECISION_FP32,
