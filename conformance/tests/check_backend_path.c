@@ -13,6 +13,7 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_test.h"
 
 static char plugin_dir[4096]; /* build/conformance/tests: this program's directory */
 
@@ -259,9 +260,5 @@ static Suite *backend_path_suite(void) {
 
 int main(void) {
   if (find_plugin_dir() != 0) return fprintf(stderr, "cannot read /proc/self/exe\n"), EXIT_FAILURE;
-  SRunner *sr = srunner_create(backend_path_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return kda_test_main(backend_path_suite(), CK_NORMAL, CK_FORK_GETENV);
 }
