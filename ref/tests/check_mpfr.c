@@ -901,10 +901,7 @@ static Suite *mpfr_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(mpfr_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int status = kda_test_main(mpfr_suite(), CK_NORMAL, CK_FORK_GETENV);
   mpfr_free_cache();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return status;
 }
