@@ -97,6 +97,25 @@ START_TEST(test_resolve_search_path) {
 }
 END_TEST
 
+/* kda_backend_ref_of: the reference a built-in table is run through (kda_conform_case,
+ * kda_call_forward), the same as resolving the built-in's spec. */
+START_TEST(test_ref_of_builtin) {
+  const kda_backend *b = kda_backend_find("simd");
+  ck_assert_ptr_nonnull(b);
+  kda_backend_ref r, want;
+  char err[KDA_ERRLEN];
+  memset(&r, 0x5a, sizeof r);
+  kda_backend_ref_of(b, "threads=2", &r);
+  ck_assert_int_eq(resolve("simd:threads=2", &want, err), KDA_OK);
+  ck_assert_ptr_eq(r.builtin, want.builtin);
+  ck_assert_str_eq(r.params, want.params);
+  ck_assert_str_eq(r.path, "");
+  ck_assert_str_eq(r.spec, "simd");
+  kda_backend_ref_of(b, NULL, &r);
+  ck_assert_str_eq(r.params, "");
+}
+END_TEST
+
 START_TEST(test_resolve_too_long) {
   kda_backend_ref r;
   char err[KDA_ERRLEN];
@@ -249,6 +268,7 @@ static Suite *backend_path_suite(void) {
   tcase_add_test(tc, test_resolve_path);
   tcase_add_test(tc, test_resolve_search_path);
   tcase_add_test(tc, test_resolve_too_long);
+  tcase_add_test(tc, test_ref_of_builtin);
   tcase_add_test(tc, test_builtins_reject_unknown_params);
   tcase_add_test(tc, test_mutant_plugin_rejects_unknown_params);
   tcase_add_test(tc, test_default_set_and_describe);
