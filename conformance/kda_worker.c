@@ -236,12 +236,18 @@ static void apply_limit(const wreq *q) {
   if (setrlimit(RLIMIT_AS, &rl) == 0 && g_hdr) g_hdr->mem_limit = rl.rlim_cur;
 }
 
+/* Just before backend code runs: its memory limit, the FP environment it must leave as it
+ * found it (fp_check), and the stage a crash or timeout is reported in. */
+static void enter_backend(wchild *c, const wreq *q, fpctl *before, int32_t stage) {
+  if (c->isolated) apply_limit(q);
+  fpctl_get(before);
+  set_stage(c, stage);
+}
+
 static void serve_open(wchild *c, const wreq *q, wrep *a) {
   char msg[KDA_ERRLEN] = "";
   fpctl before;
-  if (c->isolated) apply_limit(q);
-  fpctl_get(&before);
-  set_stage(c, ST_OPEN);
+  enter_backend(c, q, &before, ST_OPEN);
   int32_t st = c->b->open(q->params, &c->handle, msg, sizeof msg);
   msg[sizeof msg - 1] = 0;
   if (fp_check(&before, "open", a)) return;
@@ -281,9 +287,7 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
                            x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2]};
   char msg[KDA_ERRLEN] = "";
   fpctl before;
-  if (c->isolated) apply_limit(q);
-  fpctl_get(&before);
-  set_stage(c, ST_SUPPORTS);
+  enter_backend(c, q, &before, ST_SUPPORTS);
   int32_t st = c->b->supports(c->handle, &q->p, msg, sizeof msg);
   msg[sizeof msg - 1] = 0;
   if (fp_check(&before, "supports", a)) return;
