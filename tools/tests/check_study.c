@@ -264,6 +264,29 @@ START_TEST(test_trace_errors) {
 }
 END_TEST
 
+/* --seq, --head and --tokens, parsed alike by both tools (kda_study_where_option). */
+START_TEST(test_where_options) {
+  const char *npz = "golden/example/example.npz", *html = kda_test_path("x.html");
+  kda_test_result r = {0};
+  kda_test_run(&r, "trace", npz, "--seq", "x", NULL);
+  kda_test_expect_error(&r, "trace bad --seq", "kda trace: ", "bad --seq 'x'", NULL);
+  kda_test_run(&r, "trace", npz, "-H", "-1", NULL);
+  kda_test_expect_error(&r, "trace bad --head", "kda trace: ", "bad --head '-1'", NULL);
+  kda_test_run(&r, "trace", npz, "--tokens", "2:3", "--seq", "0", "--head", "3", NULL);
+  kda_test_expect_ok(&r, "trace --tokens --seq --head");
+  ck_assert_msg(strstr(r.out, "value head 3") && strstr(r.out, "token t=2 (") &&
+                    !strstr(r.out, "token t=1 ("),
+                "%s", r.out);
+  kda_test_run(&r, "explore", npz, "-o", html, "-s", "x", NULL);
+  kda_test_expect_error(&r, "explore bad --seq", "kda explore: ", "bad --seq 'x'", NULL);
+  kda_test_run(&r, "explore", npz, "-o", html, "--head", "-1", NULL);
+  kda_test_expect_error(&r, "explore bad --head", "kda explore: ", "bad --head '-1'", NULL);
+  kda_test_run(&r, "explore", npz, "-o", html, "-t", "0:1", "-s", "0", "-H", "3", NULL);
+  kda_test_expect_ok(&r, "explore --tokens --seq --head");
+  kda_test_result_free(&r);
+}
+END_TEST
+
 /* ---- kda explore. */
 
 /* A page is self-contained: no external script, stylesheet, image or address (the SVG
@@ -414,6 +437,7 @@ static Suite *study_suite(void) {
   tcase_add_test(tc, test_trace_matches_ref);
   tcase_add_test(tc, test_trace_text);
   tcase_add_test(tc, test_trace_errors);
+  tcase_add_test(tc, test_where_options);
   tcase_add_test(tc, test_explore_page);
   tcase_add_test(tc, test_explore_refuses_big);
   tcase_add_test(tc, test_conform_html);
