@@ -1368,6 +1368,27 @@ START_TEST(test_abort_leaves_nothing) {
 }
 END_TEST
 
+/* kda_npz_writer_finish: commits on KDA_OK, else aborts and passes the status on. */
+START_TEST(test_writer_finish) {
+  const char *dir = fresh_dir();
+  char *path = kda_test_join(dir, "f.npz"), err[KDA_ERRLEN];
+  kda_npz_writer *w;
+  double one = 1;
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_finish(w, KDA_EIO, err, sizeof err), KDA_EIO);
+  ck_assert_int_eq(kda_test_count_entries(dir), 0);
+  ck_assert_int_eq(kda_npz_writer_finish(NULL, KDA_EINVAL, err, sizeof err), KDA_EINVAL);
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 0, NULL, &one,
+                                          err, sizeof err), 0);
+  ck_assert_int_eq(kda_npz_writer_finish(w, KDA_OK, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_test_count_entries(dir), 1);
+  kda_npz *z;
+  ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
+  kda_npz_close(z);
+}
+END_TEST
+
 START_TEST(test_commit_failures) {
   const char *dir = fresh_dir();
   char *path = kda_test_join(dir, "t.npz"), err[KDA_ERRLEN], *sub;
@@ -1548,6 +1569,7 @@ static Suite *npz_suite(void) {
   tc = tcase_create("writer_failures");
   tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
   tcase_add_test(tc, test_abort_leaves_nothing);
+  tcase_add_test(tc, test_writer_finish);
   tcase_add_test(tc, test_commit_failures);
   suite_add_tcase(s, tc);
 
