@@ -65,7 +65,7 @@ void kda_test_run_argv(kda_test_result *r, const char *const *args);
 /* kda_test_run(&r, "ref", "in.npz", "-o", "out.npz", NULL) */
 void kda_test_run(kda_test_result *r, ...);
 void kda_test_result_free(kda_test_result *r);
-/* The error contract (SPEC.md §12): exit 2, nothing on stdout, exactly one line on stderr
+/* The error contract (SPEC.md §12.2): exit 2, nothing on stdout, exactly one line on stderr
  * that starts with prefix ("kda SUB: ") and contains every phrase of the NULL-terminated
  * list.  KDA_CHECK_SHOW=1 prints each message, to review their wording. */
 void kda_test_expect_error(const kda_test_result *r, const char *what, const char *prefix, ...);
