@@ -124,9 +124,16 @@ check-symbols: $(LIBSO)
 $(KDA): $(TOOL_OBJ) $(LIBA)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 
-$(BUILD)/%: %.c $(LIBA) $(HEADERS) | $(DEPS_STAMP)
+# Every test program links the shared test helpers (tests/kda_test.h): test code, so in
+# neither libkda.a nor libkda.so.
+TEST_HELPER := $(BUILD)/tests/kda_test.o
+$(TEST_HELPER): ALL_CFLAGS += $(CHECK_CFLAGS)
+$(TEST_HELPER): tests/kda_test.h
+
+$(BUILD)/%: %.c $(LIBA) $(TEST_HELPER) $(HEADERS) tests/kda_test.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -o $@ $< $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) $(CHECK_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(TEST_HELPER) $(LIBA) $(ALL_LDFLAGS) \
+	  $(PKG_LIBS) $(CHECK_LIBS) -lm
 
 # Unit tests: each Check program runs from the repository root (fixtures are found there);
 # KDA_BIN tells the CLI tests which kda to run.

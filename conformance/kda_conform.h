@@ -63,6 +63,9 @@ typedef struct kda_backend_ref {
 } kda_backend_ref;
 /* Returns KDA_OK, KDA_ENOTFOUND (no such built-in or plugin) or KDA_EINVAL (too long). */
 int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen);
+/* The reference of a built-in table b with params (NULL for none), its spec b's name: what
+ * kda_conform_case and kda_call_forward start a worker with.  Longer params are cut. */
+void kda_backend_ref_of(const kda_backend *b, const char *params, kda_backend_ref *out);
 
 /* ---- Case filter (SPEC.md §7.8): which cases a run scores.  Each pattern is an fnmatch GLOB
  * on the case id, or "flag:GLOB" on the names in the manifest's golden.flags; a leading '!'

@@ -52,10 +52,7 @@ int kda_call_forward(const kda_backend *b, const char *params, const kda_problem
                      kda_call_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
   kda_backend_ref ref;
-  memset(&ref, 0, sizeof ref);
-  ref.builtin = b;
-  snprintf(ref.params, sizeof ref.params, "%s", params ? params : "");
-  snprintf(ref.spec, sizeof ref.spec, "%s", b->name ? b->name : "backend");
+  kda_backend_ref_of(b, params, &ref);
   kda_worker *w;
   int st = kda_worker_start(&ref, opts, &w, err, errlen);
   if (st != KDA_OK) return st;

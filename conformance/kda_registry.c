@@ -73,6 +73,13 @@ static int search_name_ok(const char *s) {
   return 1;
 }
 
+void kda_backend_ref_of(const kda_backend *b, const char *params, kda_backend_ref *out) {
+  memset(out, 0, sizeof *out);
+  out->builtin = b;
+  snprintf(out->params, sizeof out->params, "%s", params ? params : "");
+  snprintf(out->spec, sizeof out->spec, "%s", b->name ? b->name : "backend");
+}
+
 /* SPEC.md §7.8: the spec splits at its first ':' (a plugin path cannot hold one, as in
  * $PATH); the head is a built-in, a path, or a name on KDA_PLUGIN_PATH. */
 int kda_backend_resolve(const char *spec, kda_backend_ref *out, char *err, size_t errlen) {

@@ -515,10 +515,7 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
                      char *err, size_t errlen) {
   kda_backend_ref ref;
-  memset(&ref, 0, sizeof ref);
-  ref.builtin = b;
-  snprintf(ref.params, sizeof ref.params, "%s", params ? params : "");
-  snprintf(ref.spec, sizeof ref.spec, "%s", b->name ? b->name : "backend");
+  kda_backend_ref_of(b, params, &ref);
   kda_worker *w;
   int st = kda_worker_start(&ref, &o->call, &w, err, errlen);
   if (st != KDA_OK) return st;

@@ -236,12 +236,18 @@ static void apply_limit(const wreq *q) {
   if (setrlimit(RLIMIT_AS, &rl) == 0 && g_hdr) g_hdr->mem_limit = rl.rlim_cur;
 }
 
+/* Just before backend code runs: its memory limit, the FP environment it must leave as it
+ * found it (fp_check), and the stage a crash or timeout is reported in. */
+static void enter_backend(wchild *c, const wreq *q, fpctl *before, int32_t stage) {
+  if (c->isolated) apply_limit(q);
+  fpctl_get(before);
+  set_stage(c, stage);
+}
+
 static void serve_open(wchild *c, const wreq *q, wrep *a) {
   char msg[KDA_ERRLEN] = "";
   fpctl before;
-  if (c->isolated) apply_limit(q);
-  fpctl_get(&before);
-  set_stage(c, ST_OPEN);
+  enter_backend(c, q, &before, ST_OPEN);
   int32_t st = c->b->open(q->params, &c->handle, msg, sizeof msg);
   msg[sizeof msg - 1] = 0;
   if (fp_check(&before, "open", a)) return;
@@ -281,9 +287,7 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
                            x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2]};
   char msg[KDA_ERRLEN] = "";
   fpctl before;
-  if (c->isolated) apply_limit(q);
-  fpctl_get(&before);
-  set_stage(c, ST_SUPPORTS);
+  enter_backend(c, q, &before, ST_SUPPORTS);
   int32_t st = c->b->supports(c->handle, &q->p, msg, sizeof msg);
   msg[sizeof msg - 1] = 0;
   if (fp_check(&before, "supports", a)) return;
@@ -609,6 +613,19 @@ static int region_reserve(kda_worker *w, size_t size) {
   return KDA_OK;
 }
 
+/* A request of this type, the rest zero, and a zeroed reply for it. */
+static void request_init(wreq *q, wrep *a, int32_t type) {
+  memset(q, 0, sizeof *q);
+  memset(a, 0, sizeof *a);
+  q->type = type;
+}
+
+/* The reply's outcome, status and message, as the call's result. */
+static void result_from(kda_call_result *r, const wrep *a) {
+  r->outcome = a->outcome, r->status = a->status;
+  snprintf(r->msg, sizeof r->msg, "%s", a->msg);
+}
+
 static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
   int sv[2], lp[2], ap[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -646,8 +663,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
   }
   if (a.outcome != KDA_CALL_OK) {
     kill_and_reap(w);
-    r->outcome = a.outcome, r->status = a.status;
-    snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+    result_from(r, &a);
     return KDA_OK;
   }
   if (w->starts == 1) {
@@ -751,16 +767,13 @@ static int ready(kda_worker *w, kda_call_result *r, char *err, size_t errlen, in
   if (w->handle_open) return 1;
   wreq q;
   wrep a;
-  memset(&q, 0, sizeof q);
-  memset(&a, 0, sizeof a);
-  q.type = RQ_OPEN;
+  request_init(&q, &a, RQ_OPEN);
   q.mem_limit = w->opts.memory_limit;
   snprintf(q.params, sizeof q.params, "%s", w->ref.params);
   if (!w->opts.isolate) sync_local(w), serve_open(&w->local, &q, &a);
   else if (transact(w, &q, &a, ST_OPEN, r)) return 0;
   if (a.outcome != KDA_CALL_OK) {
-    r->outcome = a.outcome, r->status = a.status;
-    snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+    result_from(r, &a);
     return 0;
   }
   w->handle_open = 1;
@@ -879,9 +892,7 @@ int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *
   if (!ready(w, r, err, errlen, &st)) return st;
   wreq q;
   wrep a;
-  memset(&q, 0, sizeof q);
-  memset(&a, 0, sizeof a);
-  q.type = RQ_CALL;
+  request_init(&q, &a, RQ_CALL);
   q.p = *p;
   q.mem_limit = w->opts.memory_limit;
   size_t ies = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
@@ -923,14 +934,11 @@ int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t err
   if (!w->handle_open) return KDA_OK;
   wreq q;
   wrep a;
-  memset(&q, 0, sizeof q);
-  memset(&a, 0, sizeof a);
-  q.type = RQ_CLOSE;
+  request_init(&q, &a, RQ_CLOSE);
   w->handle_open = 0;
   if (!w->opts.isolate) sync_local(w), serve_close(&w->local, &a);
   else if (transact(w, &q, &a, ST_CLOSE, r)) return KDA_OK;
-  r->outcome = a.outcome, r->status = a.status;
-  snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+  result_from(r, &a);
   return KDA_OK;
 }
 
@@ -943,13 +951,10 @@ int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *
   if (!ready(w, r, err, errlen, &st)) return st;
   wreq q;
   wrep a;
-  memset(&q, 0, sizeof q);
-  memset(&a, 0, sizeof a);
-  q.type = RQ_DESCRIBE;
+  request_init(&q, &a, RQ_DESCRIBE);
   if (!w->opts.isolate) sync_local(w), serve_describe(&w->local, &a);
   else if (transact(w, &q, &a, ST_OPEN, r)) return KDA_OK;
-  r->outcome = a.outcome, r->status = a.status;
-  snprintf(r->msg, sizeof r->msg, "%s", a.msg);
+  result_from(r, &a);
   if (a.outcome != KDA_CALL_OK) return KDA_OK;
   *info = a.info;
   info->struct_size = sizeof *info;

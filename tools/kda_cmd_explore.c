@@ -67,18 +67,15 @@ static int parse_args(int argc, char **argv, explore_args *a) {
       {"result", required_argument, NULL, 'r'}, {"help", no_argument, NULL, 'h'},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
-  int c;
+  int c, st;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":o:s:H:t:r:h", longopts, NULL)) != -1) {
     switch (c) {
       case 'o': a->output = optarg; break;
-      case 's':
-        if (kda_tool_parse_count(optarg, &a->seq)) return kda_tool_usage(SUB, "bad --seq '%s'", optarg);
+      case 's': case 'H': case 't': /* where to look, as kda trace and kda explore both take it */
+        if ((st = kda_study_where_option(SUB, c, optarg, &a->seq, &a->head, &a->tokens)) != 0)
+          return st;
         break;
-      case 'H':
-        if (kda_tool_parse_count(optarg, &a->head)) return kda_tool_usage(SUB, "bad --head '%s'", optarg);
-        break;
-      case 't': a->tokens = optarg; break;
       case 'r': a->result = optarg; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);

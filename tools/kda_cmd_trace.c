@@ -72,17 +72,14 @@ static int parse_args(int argc, char **argv, trace_args *a) {
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   a->certify = 1;
-  int c;
+  int c, st;
   opterr = 0;
   while ((c = getopt_long(argc, argv, ":s:H:t:c:jh", longopts, NULL)) != -1) {
     switch (c) {
-      case 's':
-        if (kda_tool_parse_count(optarg, &a->seq)) return kda_tool_usage(SUB, "bad --seq '%s'", optarg);
+      case 's': case 'H': case 't': /* where to look, as kda trace and kda explore both take it */
+        if ((st = kda_study_where_option(SUB, c, optarg, &a->seq, &a->head, &a->tokens)) != 0)
+          return st;
         break;
-      case 'H':
-        if (kda_tool_parse_count(optarg, &a->head)) return kda_tool_usage(SUB, "bad --head '%s'", optarg);
-        break;
-      case 't': a->tokens = optarg; break;
       case 'c': a->channels = optarg; break;
       case 'j': a->json = 1; break;
       case O_NOCERT: a->certify = 0; break;

@@ -107,6 +107,14 @@ int kda_study_certify(const char *sub, kda_study *s, int64_t max_values) {
 #endif
 }
 
+int kda_study_where_option(const char *sub, int c, const char *arg, int64_t *seq, int64_t *head,
+                           const char **tokens) {
+  if (c == 't') return *tokens = arg, 0;
+  if (kda_tool_parse_count(arg, c == 's' ? seq : head))
+    return kda_tool_usage(sub, "bad --%s '%s'", c == 's' ? "seq" : "head", arg);
+  return 0;
+}
+
 int kda_study_parse_range(const char *text, int64_t all, int64_t *a, int64_t *b) {
   const char *colon = strchr(text, ':');
   if (!colon) return -1;

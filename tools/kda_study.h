@@ -34,6 +34,12 @@ void kda_study_close(kda_study *s);
  * Returns 0, or KDA_EXIT_USAGE on out of memory. */
 int kda_study_certify(const char *sub, kda_study *s, int64_t max_values);
 
+/* The options both study tools take for where to look: c is 's' (--seq N), 'H' (--head N)
+ * or 't' (--tokens A:B, kept as text for kda_study_parse_range).  Returns 0, or the usage
+ * status after the usage message for a count that does not parse. */
+int kda_study_where_option(const char *sub, int c, const char *arg, int64_t *seq, int64_t *head,
+                           const char **tokens);
+
 /* "A:B" (A <= B, either may be empty: 0 and `all`) as the half-open range [A, B) clipped to
  * [0, all).  Returns 0, or -1 for text that is not such a range. */
 int kda_study_parse_range(const char *text, int64_t all, int64_t *a, int64_t *b);

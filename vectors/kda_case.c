@@ -770,12 +770,7 @@ int kda_case_save(const char *path, const kda_case *c, const char *extra_json, c
   if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
   if (!st) st = save_members(w, c, s, cu, err, errlen);
   free(text);
-  if (!w) return st;
-  if (st) {
-    kda_npz_writer_abort(w);
-    return st;
-  }
-  return kda_npz_writer_commit(w, err, errlen);
+  return kda_npz_writer_finish(w, st, err, errlen);
 }
 
 /* ---- Results. */
@@ -884,10 +879,5 @@ int kda_result_save(const char *path, const kda_case *c, const char *backend, in
   if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
   if (!st) st = result_members(w, c, dtype, o, ht, hc, err, errlen);
   free(text);
-  if (!w) return st;
-  if (st) {
-    kda_npz_writer_abort(w);
-    return st;
-  }
-  return kda_npz_writer_commit(w, err, errlen);
+  return kda_npz_writer_finish(w, st, err, errlen);
 }

@@ -741,6 +741,15 @@ void kda_npz_writer_abort(kda_npz_writer *w) {
   writer_free(w);
 }
 
+int kda_npz_writer_finish(kda_npz_writer *w, int st, char *err, size_t errlen) {
+  if (w == NULL) return st;
+  if (st != KDA_OK) {
+    kda_npz_writer_abort(w);
+    return st;
+  }
+  return kda_npz_writer_commit(w, err, errlen);
+}
+
 /* Names are what numpy.savez accepts as keywords and what is safe as a file name. */
 static int name_ok(const char *name) {
   size_t n = 0;

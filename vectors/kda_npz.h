@@ -152,6 +152,10 @@ int kda_npz_writer_set_manifest(kda_npz_writer *w, const char *json_text, char *
 int kda_npz_writer_commit(kda_npz_writer *w, char *err, size_t errlen);
 /* Discards everything; no file is left behind.  Frees w. */
 void kda_npz_writer_abort(kda_npz_writer *w);
+/* The end of a write that went as st says: kda_npz_writer_commit when st is KDA_OK, else
+ * kda_npz_writer_abort and st again (st as well when w is NULL, the open having failed).
+ * Frees w. */
+int kda_npz_writer_finish(kda_npz_writer *w, int st, char *err, size_t errlen);
 
 /* ---- Rounding helpers (SPEC.md §10.3), exact and round-to-nearest-even. */
 float kda_round_f32(double x);

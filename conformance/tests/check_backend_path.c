@@ -13,6 +13,7 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_test.h"
 
 static char plugin_dir[4096]; /* build/conformance/tests: this program's directory */
 
@@ -93,6 +94,25 @@ START_TEST(test_resolve_search_path) {
   ck_assert_int_eq(resolve("a b", &r, err), KDA_EINVAL);
   unsetenv("KDA_PLUGIN_PATH");
   ck_assert_int_eq(resolve("kda_plugin_mutants", &r, err), KDA_ENOTFOUND);
+}
+END_TEST
+
+/* kda_backend_ref_of: the reference a built-in table is run through (kda_conform_case,
+ * kda_call_forward), the same as resolving the built-in's spec. */
+START_TEST(test_ref_of_builtin) {
+  const kda_backend *b = kda_backend_find("simd");
+  ck_assert_ptr_nonnull(b);
+  kda_backend_ref r, want;
+  char err[KDA_ERRLEN];
+  memset(&r, 0x5a, sizeof r);
+  kda_backend_ref_of(b, "threads=2", &r);
+  ck_assert_int_eq(resolve("simd:threads=2", &want, err), KDA_OK);
+  ck_assert_ptr_eq(r.builtin, want.builtin);
+  ck_assert_str_eq(r.params, want.params);
+  ck_assert_str_eq(r.path, "");
+  ck_assert_str_eq(r.spec, "simd");
+  kda_backend_ref_of(b, NULL, &r);
+  ck_assert_str_eq(r.params, "");
 }
 END_TEST
 
@@ -248,6 +268,7 @@ static Suite *backend_path_suite(void) {
   tcase_add_test(tc, test_resolve_path);
   tcase_add_test(tc, test_resolve_search_path);
   tcase_add_test(tc, test_resolve_too_long);
+  tcase_add_test(tc, test_ref_of_builtin);
   tcase_add_test(tc, test_builtins_reject_unknown_params);
   tcase_add_test(tc, test_mutant_plugin_rejects_unknown_params);
   tcase_add_test(tc, test_default_set_and_describe);
@@ -259,9 +280,5 @@ static Suite *backend_path_suite(void) {
 
 int main(void) {
   if (find_plugin_dir() != 0) return fprintf(stderr, "cannot read /proc/self/exe\n"), EXIT_FAILURE;
-  SRunner *sr = srunner_create(backend_path_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return kda_test_main(backend_path_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

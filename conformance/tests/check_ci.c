@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "kda_conform.h"
+#include "kda_test.h"
 
 /* Writes text into a fresh temporary file; the path goes into path[32]. */
 static void temp_file(char path[32], const char *text) {
@@ -447,9 +448,5 @@ static Suite *ci_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(ci_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return kda_test_main(ci_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

@@ -17,6 +17,7 @@
 #include "kda_conform.h"
 #include "kda_npz.h"
 #include "kda_serving.h"
+#include "kda_test.h"
 
 /* The fixed set of generated cases (golden/L1 replaces it when present; see SPEC.md §7.7). */
 static const char *const case_descs[] = {
@@ -868,10 +869,5 @@ static Suite *conformance_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(conformance_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return kda_test_main(conformance_suite(), CK_NORMAL, CK_NOFORK);
 }

@@ -21,6 +21,7 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_test.h"
 
 #define DEFAULT_PLUGIN "build/conformance/backends/cuda/libkda_cuda.so"
 
@@ -298,9 +299,5 @@ int main(void) {
     printf("check_cuda: %s not built (make cuda needs nvcc): skipped\n", plugin_path());
     return 0;
   }
-  SRunner *sr = srunner_create(cuda_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return kda_test_main(cuda_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

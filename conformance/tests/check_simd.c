@@ -13,6 +13,7 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "backends/simd/kda_simd.h"
+#include "kda_test.h"
 
 /* Every gate, beta and L2 mode, every family, both head maps and layouts, varlen with empty
  * sequences, checkpoints, f32 / bf16 / f16 inputs, K != V and sizes off the vector width. */
@@ -390,10 +391,5 @@ static Suite *simd_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(simd_suite());
-  srunner_set_fork_status(sr, CK_NOFORK);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return kda_test_main(simd_suite(), CK_NORMAL, CK_NOFORK);
 }

@@ -18,14 +18,9 @@
 
 #include "kda_cert.h"
 #include "kda_mpfr_impl.h"
+#include "kda_test.h"
 
-static uint64_t lcg_next(uint64_t *s) {
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return *s;
-}
-static double urange(uint64_t *s, double lo, double hi) {
-  return lo + (hi - lo) * (double)(lcg_next(s) >> 11) * 0x1p-53;
-}
+#define urange kda_test_urange /* the shared deterministic inputs (tests/kda_test.h) */
 
 typedef struct tcase {
   kda_problem p;
@@ -320,10 +315,7 @@ int main(void) {
   tcase_add_test(tc, test_random_against_mpfr);
   tcase_add_test(tc, test_options_and_checks);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int status = kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
   mpfr_free_cache();
-  return failed ? 1 : 0;
+  return status;
 }

@@ -25,21 +25,14 @@
 #include "kda_mpfr.h"
 #include "kda_mpfr_impl.h"
 #include "kda_ref.h"
+#include "kda_test.h"
 
 /* ==== Helpers ==== */
 
-static uint64_t lcg_next(uint64_t *s) {
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return *s;
-}
-static double u01(uint64_t *s) { return (double)(lcg_next(s) >> 11) * 0x1p-53; }
-static double urange(uint64_t *s, double lo, double hi) { return lo + (hi - lo) * u01(s); }
-
-static double *dalloc(size_t n) {
-  double *x = calloc(n ? n : 1, sizeof *x);
-  ck_assert_ptr_nonnull(x);
-  return x;
-}
+#define lcg_next kda_test_lcg_next /* the shared deterministic inputs (tests/kda_test.h) */
+#define u01 kda_test_u01
+#define urange kda_test_urange
+#define dalloc kda_test_dalloc
 
 /* One problem with all its buffers. */
 typedef struct tcase {
@@ -908,10 +901,7 @@ static Suite *mpfr_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(mpfr_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
+  const int status = kda_test_main(mpfr_suite(), CK_NORMAL, CK_FORK_GETENV);
   mpfr_free_cache();
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+  return status;
 }

@@ -18,25 +18,17 @@
 #include <string.h>
 
 #include "kda_ref.h"
+#include "kda_test.h"
 #include "kda_version.h"
 
 static const double LN2 = 0.69314718055994530942;
 
 /* ==== Small helpers ==== */
 
-/* A 64-bit LCG (Knuth's MMIX constants); u01 takes the top 53 bits. */
-static uint64_t lcg_next(uint64_t *s) {
-  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
-  return *s;
-}
-static double u01(uint64_t *s) { return (double)(lcg_next(s) >> 11) * 0x1p-53; }
-static double urange(uint64_t *s, double lo, double hi) { return lo + (hi - lo) * u01(s); }
-
-static double *dalloc(size_t n) {
-  double *x = calloc(n ? n : 1, sizeof *x);
-  ck_assert_ptr_nonnull(x);
-  return x;
-}
+#define lcg_next kda_test_lcg_next /* the shared deterministic inputs (tests/kda_test.h) */
+#define u01 kda_test_u01
+#define urange kda_test_urange
+#define dalloc kda_test_dalloc
 static float *falloc(size_t n) {
   float *x = calloc(n ? n : 1, sizeof *x);
   ck_assert_ptr_nonnull(x);
@@ -1303,10 +1295,4 @@ static Suite *ref_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(ref_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return kda_test_main(ref_suite(), CK_NORMAL, CK_FORK_GETENV); }

@@ -15,6 +15,7 @@
 
 #include "kda_case.h"
 #include "kda_ref.h"
+#include "kda_test.h"
 #include "kda_trace.h"
 
 static const char *const descs[] = {
@@ -143,9 +144,5 @@ int main(void) {
   tcase_add_loop_test(tc, test_trace_is_the_reference, 0, (int)(sizeof descs / sizeof descs[0]));
   tcase_add_test(tc, test_trace_stops_and_checks);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
 }

@@ -30,45 +30,14 @@
 #include "kda_golden.h"
 #include "kda_golden_internal.h"
 #include "kda_npz.h"
+#include "kda_test.h"
 
 #define EXAMPLE "golden/example/example.npz"
 #define GOLDEN "golden/L1/gqa-div.npz"
 
-static char tmpdir[128];
-
-static void rm_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-      char sub[1024];
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_tree(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static void setup(void) {
-  snprintf(tmpdir, sizeof tmpdir, "/tmp/kda-check-files-XXXXXX");
-  if (!mkdtemp(tmpdir)) abort();
-}
-
-static void teardown(void) { rm_tree(tmpdir); }
-
-static const char *tpath(const char *name) {
-  static char bufs[16][512];
-  static int k;
-  k = (k + 1) % 16;
-  snprintf(bufs[k], sizeof bufs[k], "%s/%s", tmpdir, name);
-  return bufs[k];
-}
+static void setup(void) { kda_test_tmpdir_make("check-files"); }
+static void teardown(void) { kda_test_tmpdir_remove(); }
+static const char *tpath(const char *name) { return kda_test_path(name); }
 
 /* Entries of dir whose name contains ".tmp." */
 static int count_tmp(const char *dir) {
@@ -189,44 +158,24 @@ static const char *manifest_edit(const char *src, const char *name, const char *
   return with_manifest(src, name, buf, strlen(buf));
 }
 
-/* ---- Running kda. */
-static const char *kda_bin(void) {
-  const char *b = getenv("KDA_BIN");
-  return b && *b ? b : "./build/kda";
-}
-
-/* Runs kda with args (NULL-terminated), stdout and stderr to files; returns the exit status
+/* ---- Running kda (tests/kda_test.h) with args (NULL-terminated); returns the exit status
  * (128 + signal).  The last stderr is in g_err. */
 static char g_err[4096];
 static int kda_run(const char *a0, ...) {
-  const char *argv[32];
+  const char *args[32];
   int n = 0;
   va_list ap;
-  argv[n++] = kda_bin();
-  argv[n++] = a0;
+  args[n++] = a0;
   va_start(ap, a0);
   const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 31) argv[n++] = a;
+  while ((a = va_arg(ap, const char *)) != NULL && n < 31) args[n++] = a;
   va_end(ap);
-  argv[n] = NULL;
-  pid_t pid = fork();
-  ck_assert_int_ge(pid, 0);
-  if (pid == 0) {
-    int o = open(tpath(".out"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    int e = open(tpath(".err"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(o, 1), dup2(e, 2);
-    execv(argv[0], (char *const *)argv);
-    _exit(127);
-  }
-  int ws;
-  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-  FILE *f = fopen(tpath(".err"), "r");
-  size_t k = f ? fread(g_err, 1, sizeof g_err - 1, f) : 0;
-  g_err[k] = 0;
-  if (f) fclose(f);
-  unlink(tpath(".out"));
-  unlink(tpath(".err"));
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  args[n] = NULL;
+  kda_test_result r = {0};
+  kda_test_run_argv(&r, args);
+  snprintf(g_err, sizeof g_err, "%s", r.err);
+  kda_test_result_free(&r);
+  return r.status;
 }
 
 /* ================================================================ readers */
@@ -438,7 +387,7 @@ START_TEST(test_golden_verify_cli) {
   ck_assert_int_eq(symlink(from, tpath("g/L1")), 0);
   for (int i = 0; i < 4; i++) {
     snprintf(from, sizeof from, "golden/%s", top[i]);
-    snprintf(to, sizeof to, "%s/g/%s", tmpdir, top[i]);
+    snprintf(to, sizeof to, "%s/g/%s", kda_test_tmpdir, top[i]);
     copy_file(from, to);
   }
   DIR *d = opendir("golden/L0");
@@ -446,7 +395,7 @@ START_TEST(test_golden_verify_cli) {
   while ((e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
     snprintf(from, sizeof from, "golden/L0/%s", e->d_name);
-    snprintf(to, sizeof to, "%s/g/L0/%s", tmpdir, e->d_name);
+    snprintf(to, sizeof to, "%s/g/L0/%s", kda_test_tmpdir, e->d_name);
     copy_file(from, to);
   }
   closedir(d);
@@ -697,14 +646,15 @@ START_TEST(test_targets_refused) {
     expect(kda_golden_write_atomic(targets[i], "x", 1, err, sizeof err), KDA_EIO, err,
            "not a regular file", NULL);
   }
-  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);
   /* Output = input, also through another name (a hard link). */
   ck_assert_int_eq(kda_run("gen", "seed=1", "T=4", "H=1", "HV=1", "K=2", "V=2", "id=in", "-o",
                            tpath("in.npz"), NULL), 0);
   ck_assert_int_eq(link(tpath("in.npz"), tpath("alias.npz")), 0);
   ck_assert_int_eq(kda_run("ref", tpath("in.npz"), "-o", tpath("alias.npz"), NULL), 2);
   ck_assert_ptr_nonnull(strstr(g_err, "input"));
-  ck_assert_int_eq(kda_run("conform", "--export-prompts", tmpdir, tpath("in.npz"), NULL), 2);
+  ck_assert_int_eq(kda_run("conform", "--export-prompts", kda_test_tmpdir, tpath("in.npz"), NULL),
+                   2);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--junit",
                            tpath("alias.npz"), tpath("in.npz"), NULL), 2);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--record-baseline",
@@ -735,7 +685,7 @@ START_TEST(test_report_write_failure) {
   ck_assert_ptr_nonnull(fgets(buf, sizeof buf, old));
   fclose(old);
   ck_assert_str_eq(buf, "old\n");
-  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);
   ck_assert_int_eq(kda_atomic_open(tpath("rep.txt"), &a, &f, err, sizeof err), KDA_OK);
   fputs("new\n", f);
   ck_assert_int_eq(kda_atomic_commit(a, err, sizeof err), KDA_OK);
@@ -759,13 +709,13 @@ START_TEST(test_report_write_failure) {
   expect(kda_golden_write_atomic(tpath("rep.txt"), "x", 1, err, sizeof err), KDA_EIO, err,
          "No space", NULL);
   unsetenv("KDA_TEST_FAIL_WRITE");
-  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);
   /* A result file (kda ref, the npz writer) likewise. */
   setenv("KDA_TEST_FAIL_WRITE", "res.npz", 1);
   ck_assert_int_eq(kda_run("ref", EXAMPLE, "-o", tpath("res.npz"), NULL), 2);
   unsetenv("KDA_TEST_FAIL_WRITE");
   ck_assert_int_eq(access(tpath("res.npz"), F_OK), -1);
-  ck_assert_int_eq(count_tmp(tmpdir), 0);
+  ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--out", tpath("out"),
                            EXAMPLE, NULL), 0);
   ck_assert_int_eq(access(tpath("out/junit.xml"), F_OK), 0);
@@ -776,13 +726,8 @@ START_TEST(test_sigterm_removes_tmp) {
   /* kda conform --out with a backend that hangs: the report's temporary file exists while
    * the call runs; SIGTERM must remove it. */
   /* the plugin is built next to the kda under test: BUILD/conformance/tests */
-  const char *plugin = getenv("PLUGIN_DIR"), *bin = kda_bin(), *slash = strrchr(bin, '/');
   char so[600];
-  if (plugin && *plugin)
-    snprintf(so, sizeof so, "%s/kda_plugin_hang.so", plugin);
-  else
-    snprintf(so, sizeof so, "%.*s/conformance/tests/kda_plugin_hang.so",
-             slash ? (int)(slash - bin) : 1, slash ? bin : ".");
+  snprintf(so, sizeof so, "%s", kda_test_plugin_path("kda_plugin_hang.so"));
   ck_assert_msg(access(so, F_OK) == 0, "no %s", so);
   mkdir(tpath("out"), 0755);
   pid_t pid = fork();
@@ -791,8 +736,8 @@ START_TEST(test_sigterm_removes_tmp) {
     setpgid(0, 0);
     int dn = open("/dev/null", O_WRONLY);
     dup2(dn, 1), dup2(dn, 2);
-    execl(kda_bin(), kda_bin(), "conform", "-p", so, "--timeout", "600", "--out", tpath("out"),
-          EXAMPLE, (char *)NULL);
+    execl(kda_test_bin(), kda_test_bin(), "conform", "-p", so, "--timeout", "600", "--out",
+          tpath("out"), EXAMPLE, (char *)NULL);
     _exit(127);
   }
   setpgid(pid, pid);
@@ -836,10 +781,4 @@ static Suite *files_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(files_suite());
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
-}
+int main(void) { return kda_test_main(files_suite(), CK_ENV, CK_FORK_GETENV); }

@@ -1,30 +1,25 @@
 /* check_study.c: Check tests of the study tools: kda trace, kda explore, kda conform --html.
  * SPDX-License-Identifier: MIT
  *
- * Run like check_tools.c (tools/tests/check_tools.c, whose process helpers these are): the
- * binary is $KDA_BIN, else ./build/kda; every test works in its own mkdtemp directory, from
- * the repository root (the golden sets are read from golden/).
+ * Run like check_tools.c, through the shared harness (tests/kda_test.h): the binary is
+ * $KDA_BIN, else ./build/kda; every test works in its own mkdtemp directory, from the
+ * repository root (the golden sets are read from golden/).
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <check.h>
 #include <dirent.h>
 #include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include "kda_case.h"
 #include "kda_npz.h"
 #include "kda_problem.h"
+#include "kda_test.h"
 
 #if defined(__has_include)
 #if __has_include("kda_mpfr.h")
@@ -34,166 +29,6 @@
 #ifndef KDA_CHECK_HAVE_MPFR
 #define KDA_CHECK_HAVE_MPFR 0
 #endif
-
-extern char **environ;
-
-/* ---- The temporary directory of one test. */
-
-static char tmpdir[256];
-
-static void make_tmpdir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/kda-check-tools-XXXXXX", base && *base ? base : "/tmp");
-  ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void remove_tmpdir(void) {
-  if (tmpdir[0]) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  tmpdir[0] = '\0';
-}
-
-/* A path in the temporary directory (one of 64 rotating static buffers: a test asks for far
- * fewer). */
-static const char *tpath(const char *name) {
-  static char bufs[64][512];
-  static int next;
-  char *b = bufs[next++ % 64];
-  snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-  return b;
-}
-
-/* ---- Files. */
-
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0, got;
-  unsigned char *buf = malloc(cap + 1);
-  ck_assert_ptr_nonnull(buf);
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) {
-      cap *= 2;
-      buf = realloc(buf, cap + 1);
-      ck_assert_ptr_nonnull(buf);
-    }
-  }
-  fclose(f);
-  buf[n] = '\0';
-  if (len) *len = n;
-  return buf;
-}
-
-
-
-
-/* Entries of a directory, "." and ".." not counted. */
-
-/* ---- Running kda. */
-
-typedef struct run_result {
-  int status;     /* exit status, or 128 + signal */
-  char *out, *err; /* captured standard output and error, NUL-terminated */
-} run_result;
-
-static void run_free(run_result *r) {
-  free(r->out);
-  free(r->err);
-  r->out = r->err = NULL;
-}
-
-static const char *kda_bin(void) {
-  const char *b = getenv("KDA_BIN");
-  return b && *b ? b : "./build/kda";
-}
-
-/* Runs kda with the NULL-terminated arguments; r is freed first when it holds output. */
-static void run_argv(run_result *r, const char *const *args) {
-  const char *argv[64];
-  int n = 0;
-  argv[n++] = kda_bin();
-  for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  char out[512], err[512];
-  snprintf(out, sizeof out, "%s/.stdout", tmpdir);
-  snprintf(err, sizeof err, "%s/.stderr", tmpdir);
-  posix_spawn_file_actions_t fa;
-  ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ck_assert_msg(rc == 0, "cannot run %s: %s", argv[0], strerror(rc));
-  int ws;
-  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-  run_free(r);
-  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  r->out = (char *)read_all(out, NULL);
-  r->err = (char *)read_all(err, NULL);
-  ck_assert_ptr_nonnull(r->out);
-  ck_assert_ptr_nonnull(r->err);
-  remove(out);
-  remove(err);
-}
-
-/* kda(&r, "ref", "in.npz", "-o", "out.npz", NULL) */
-static void kda(run_result *r, ...) {
-  const char *args[64];
-  int n = 0;
-  va_list ap;
-  va_start(ap, r);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 63) args[n++] = a;
-  va_end(ap);
-  args[n] = NULL;
-  run_argv(r, args);
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
-}
-
-/* The error contract: exit 2, nothing on stdout, exactly one line "kda SUB: ..." on stderr
- * that contains every NULL-terminated phrase. */
-static void expect_error_v(const run_result *r, const char *what, const char *prefix,
-                           va_list ap) {
-  if (getenv("KDA_CHECK_SHOW")) printf("%s: %s", what, r->err); /* to review the messages */
-  ck_assert_msg(r->status == 2, "%s: exit status %d, want 2 (stderr: %s)", what, r->status,
-                r->err);
-  ck_assert_msg(r->out[0] == '\0', "%s: stdout not empty: %s", what, r->out);
-  ck_assert_msg(count_lines(r->err) == 1 && r->err[strlen(r->err) - 1] == '\n',
-                "%s: want exactly one line on stderr, got: %s", what, r->err);
-  ck_assert_msg(strncmp(r->err, prefix, strlen(prefix)) == 0, "%s: stderr lacks prefix '%s': %s",
-                what, prefix, r->err);
-  const char *phrase;
-  while ((phrase = va_arg(ap, const char *)) != NULL)
-    ck_assert_msg(strstr(r->err, phrase) != NULL, "%s: stderr lacks '%s': %s", what, phrase,
-                  r->err);
-}
-
-static void expect_error(const run_result *r, const char *what, const char *prefix, ...) {
-  va_list ap;
-  va_start(ap, prefix);
-  expect_error_v(r, what, prefix, ap);
-  va_end(ap);
-}
-
-static void expect_ok(const run_result *r, const char *what) {
-  ck_assert_msg(r->status == 0, "%s: exit status %d, want 0 (stderr: %s)", what, r->status,
-                r->err);
-  ck_assert_msg(r->err[0] == '\0', "%s: stderr not empty: %s", what, r->err);
-}
 
 /* A float64 member of a case or result file. */
 static double *load_member(const char *path, const char *name, uint64_t count) {
@@ -243,9 +78,9 @@ static double jnum(const json_t *x) {
   return json_number_value(x);
 }
 
-static json_t *trace_json(run_result *r, const char *path, const char *seq, const char *head) {
-  kda(r, "trace", path, "--json", "--seq", seq, "--head", head, NULL);
-  expect_ok(r, path);
+static json_t *trace_json(kda_test_result *r, const char *path, const char *seq, const char *head) {
+  kda_test_run(r, "trace", path, "--json", "--seq", seq, "--head", head, NULL);
+  kda_test_expect_ok(r, path);
   json_error_t je;
   json_t *j = json_loads(r->out, 0, &je);
   ck_assert_msg(j != NULL, "%s: kda trace --json is not JSON: %s (line %d)", path, je.text,
@@ -257,9 +92,9 @@ static json_t *trace_json(run_result *r, const char *path, const char *seq, cons
 
 /* kda --help lists the subcommands; each documents every option it takes. */
 START_TEST(test_help) {
-  run_result r = {0};
-  kda(&r, "--help", NULL);
-  expect_ok(&r, "kda --help");
+  kda_test_result r = {0};
+  kda_test_run(&r, "--help", NULL);
+  kda_test_expect_ok(&r, "kda --help");
   ck_assert_ptr_nonnull(strstr(r.out, "\n  trace "));
   ck_assert_ptr_nonnull(strstr(r.out, "\n  explore "));
   const char *trace_opts[] = {"--seq", "--head", "--tokens", "--channels", "--json",
@@ -268,14 +103,14 @@ START_TEST(test_help) {
   const struct { const char *sub; const char *const *opts; } subs[] = {
       {"trace", trace_opts}, {"explore", explore_opts}};
   for (int i = 0; i < 2; i++) {
-    kda(&r, subs[i].sub, "--help", NULL);
-    expect_ok(&r, subs[i].sub);
+    kda_test_run(&r, subs[i].sub, "--help", NULL);
+    kda_test_expect_ok(&r, subs[i].sub);
     for (const char *const *o = subs[i].opts; *o; o++)
       ck_assert_msg(strstr(r.out, *o) != NULL, "kda %s --help lacks %s", subs[i].sub, *o);
   }
-  kda(&r, "conform", "--help", NULL);
+  kda_test_run(&r, "conform", "--help", NULL);
   ck_assert_ptr_nonnull(strstr(r.out, "--html DIR"));
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
@@ -286,21 +121,21 @@ END_TEST
 START_TEST(test_trace_l0_files) {
   char ids[32][64] = {{0}};
   const int n = l0_ids(ids, 32);
-  run_result r = {0};
+  kda_test_result r = {0};
   for (int i = 0; i < n; i++) {
     char npz[160], txt[160];
     snprintf(npz, sizeof npz, "golden/L0/%.64s.npz", ids[i]);
     snprintf(txt, sizeof txt, "golden/L0/%.64s.txt", ids[i]);
-    kda(&r, "trace", "--l0", npz, NULL);
-    expect_ok(&r, npz);
+    kda_test_run(&r, "trace", "--l0", npz, NULL);
+    kda_test_expect_ok(&r, npz);
     size_t len = 0;
-    char *want = (char *)read_all(txt, &len);
+    char *want = (char *)kda_test_read_all(txt, &len);
     ck_assert_ptr_nonnull(want);
     ck_assert_msg(strlen(r.out) == len && memcmp(r.out, want, len) == 0,
                   "kda trace --l0 %s differs from the committed %s", npz, txt);
     free(want);
   }
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
@@ -310,7 +145,7 @@ END_TEST
 START_TEST(test_trace_l0_json_values) {
   char ids[32][64] = {{0}};
   const int n = l0_ids(ids, 32);
-  run_result r = {0};
+  kda_test_result r = {0};
   for (int i = 0; i < n; i++) {
     char npz[160], sq[24], hd[24];
     snprintf(npz, sizeof npz, "golden/L0/%.64s.npz", ids[i]);
@@ -352,7 +187,7 @@ START_TEST(test_trace_l0_json_values) {
     free(o);
     free(ht);
   }
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
@@ -361,11 +196,11 @@ END_TEST
 START_TEST(test_trace_matches_ref) {
   const char *npz = "golden/L1/gqa-mod.npz";
   const kda_problem p = problem_of(npz);
-  run_result r = {0};
-  kda(&r, "ref", npz, "-o", tpath("ref.npz"), NULL);
-  expect_ok(&r, "kda ref");
+  kda_test_result r = {0};
+  kda_test_run(&r, "ref", npz, "-o", kda_test_path("ref.npz"), NULL);
+  kda_test_expect_ok(&r, "kda ref");
   const uint64_t no = (uint64_t)(p.T * p.HV * p.V);
-  double *ref = load_member(tpath("ref.npz"), "o", no), *gold = load_member(npz, "o", no);
+  double *ref = load_member(kda_test_path("ref.npz"), "o", no), *gold = load_member(npz, "o", no);
   json_t *j = trace_json(&r, npz, "0", "5");
   ck_assert_int_eq(json_integer_value(json_object_get(j, "qk_head")), 1); /* mod: 5 % 2 */
   json_t *steps = json_object_get(j, "steps");
@@ -386,17 +221,17 @@ START_TEST(test_trace_matches_ref) {
   json_decref(j);
   free(ref);
   free(gold);
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
 /* Text fits 80 columns for K, V <= 8 and, elided, for K = 16; --tokens picks positions. */
 START_TEST(test_trace_text) {
   const char *cases[] = {"golden/L1/disc-exp2.npz", "golden/L1/gqa-div.npz"};
-  run_result r = {0};
+  kda_test_result r = {0};
   for (int c = 0; c < 2; c++) {
-    kda(&r, "trace", cases[c], "--tokens", "2:4", NULL);
-    expect_ok(&r, cases[c]);
+    kda_test_run(&r, "trace", cases[c], "--tokens", "2:4", NULL);
+    kda_test_expect_ok(&r, cases[c]);
     int width = 0, cur = 0, tokens = 0;
     for (const char *s = r.out; *s; s++) {
       if (*s == '\n') cur = 0;
@@ -409,23 +244,46 @@ START_TEST(test_trace_text) {
     ck_assert_ptr_nonnull(strstr(r.out, "3 write    S <- S + k^ c^T"));
     if (c == 1) ck_assert_ptr_nonnull(strstr(r.out, "..."));
   }
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
 START_TEST(test_trace_errors) {
-  run_result r = {0};
-  kda(&r, "trace", "golden/L1/disc-exp2.npz", "--seq", "1", NULL);
-  expect_error(&r, "--seq out of range", "kda trace: ", "--seq 1", "N = 1", NULL);
-  kda(&r, "trace", "golden/L1/disc-exp2.npz", "--head", "3", NULL);
-  expect_error(&r, "--head out of range", "kda trace: ", "--head 3", NULL);
-  kda(&r, "trace", "golden/L1/disc-exp2.npz", "--tokens", "5:2", NULL);
-  expect_error(&r, "bad --tokens", "kda trace: ", "--tokens", NULL);
-  kda(&r, "trace", tpath("missing.npz"), NULL);
-  expect_error(&r, "missing file", "kda trace: ", "missing.npz", NULL);
-  kda(&r, "trace", "--l0", "golden/example/example.npz", NULL);
-  expect_error(&r, "--l0 on a non-golden file", "kda trace: ", "example.npz", NULL);
-  run_free(&r);
+  kda_test_result r = {0};
+  kda_test_run(&r, "trace", "golden/L1/disc-exp2.npz", "--seq", "1", NULL);
+  kda_test_expect_error(&r, "--seq out of range", "kda trace: ", "--seq 1", "N = 1", NULL);
+  kda_test_run(&r, "trace", "golden/L1/disc-exp2.npz", "--head", "3", NULL);
+  kda_test_expect_error(&r, "--head out of range", "kda trace: ", "--head 3", NULL);
+  kda_test_run(&r, "trace", "golden/L1/disc-exp2.npz", "--tokens", "5:2", NULL);
+  kda_test_expect_error(&r, "bad --tokens", "kda trace: ", "--tokens", NULL);
+  kda_test_run(&r, "trace", kda_test_path("missing.npz"), NULL);
+  kda_test_expect_error(&r, "missing file", "kda trace: ", "missing.npz", NULL);
+  kda_test_run(&r, "trace", "--l0", "golden/example/example.npz", NULL);
+  kda_test_expect_error(&r, "--l0 on a non-golden file", "kda trace: ", "example.npz", NULL);
+  kda_test_result_free(&r);
+}
+END_TEST
+
+/* --seq, --head and --tokens, parsed alike by both tools (kda_study_where_option). */
+START_TEST(test_where_options) {
+  const char *npz = "golden/example/example.npz", *html = kda_test_path("x.html");
+  kda_test_result r = {0};
+  kda_test_run(&r, "trace", npz, "--seq", "x", NULL);
+  kda_test_expect_error(&r, "trace bad --seq", "kda trace: ", "bad --seq 'x'", NULL);
+  kda_test_run(&r, "trace", npz, "-H", "-1", NULL);
+  kda_test_expect_error(&r, "trace bad --head", "kda trace: ", "bad --head '-1'", NULL);
+  kda_test_run(&r, "trace", npz, "--tokens", "2:3", "--seq", "0", "--head", "3", NULL);
+  kda_test_expect_ok(&r, "trace --tokens --seq --head");
+  ck_assert_msg(strstr(r.out, "value head 3") && strstr(r.out, "token t=2 (") &&
+                    !strstr(r.out, "token t=1 ("),
+                "%s", r.out);
+  kda_test_run(&r, "explore", npz, "-o", html, "-s", "x", NULL);
+  kda_test_expect_error(&r, "explore bad --seq", "kda explore: ", "bad --seq 'x'", NULL);
+  kda_test_run(&r, "explore", npz, "-o", html, "--head", "-1", NULL);
+  kda_test_expect_error(&r, "explore bad --head", "kda explore: ", "bad --head '-1'", NULL);
+  kda_test_run(&r, "explore", npz, "-o", html, "-t", "0:1", "-s", "0", "-H", "3", NULL);
+  kda_test_expect_ok(&r, "explore --tokens --seq --head");
+  kda_test_result_free(&r);
 }
 END_TEST
 
@@ -434,7 +292,7 @@ END_TEST
 /* A page is self-contained: no external script, stylesheet, image or address (the SVG
  * namespace is a name, not a fetch). */
 static void expect_self_contained(const char *path) {
-  char *html = (char *)read_all(path, NULL);
+  char *html = (char *)kda_test_read_all(path, NULL);
   ck_assert_msg(html != NULL, "%s was not written", path);
   const char *bad[] = {"<script src", " src=", "<link", "@import", "url(", "https:", "//cdn"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
@@ -450,15 +308,16 @@ static void expect_self_contained(const char *path) {
 
 /* The embedded data parses and holds every token of the head with its state. */
 START_TEST(test_explore_page) {
-  run_result r = {0};
+  kda_test_result r = {0};
   const char *npz = "golden/L1/disc-head-map.npz";
-  kda(&r, "ref", npz, "--backend", "ref-f32", "-o", tpath("r32.npz"), NULL);
-  expect_ok(&r, "kda ref");
-  kda(&r, "explore", npz, "--head", "3", "--result", tpath("r32.npz"), "-o", tpath("x.html"), NULL);
-  expect_ok(&r, "kda explore");
+  kda_test_run(&r, "ref", npz, "--backend", "ref-f32", "-o", kda_test_path("r32.npz"), NULL);
+  kda_test_expect_ok(&r, "kda ref");
+  kda_test_run(&r, "explore", npz, "--head", "3", "--result", kda_test_path("r32.npz"), "-o",
+               kda_test_path("x.html"), NULL);
+  kda_test_expect_ok(&r, "kda explore");
   ck_assert_str_eq(r.out, "");
-  expect_self_contained(tpath("x.html"));
-  char *html = (char *)read_all(tpath("x.html"), NULL);
+  expect_self_contained(kda_test_path("x.html"));
+  char *html = (char *)kda_test_read_all(kda_test_path("x.html"), NULL);
   char *a = strstr(html, "<script type=\"application/json\" id=\"kda-data\">");
   ck_assert_ptr_nonnull(a);
   a = strchr(a, '>') + 1;
@@ -478,28 +337,29 @@ START_TEST(test_explore_page) {
   ck_assert(json_number_value(json_object_get(last, "mass")) > 0);
   json_decref(j);
   free(html);
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
 /* Too big to show: one line, exit 2, no file; --tokens makes it fit. */
 START_TEST(test_explore_refuses_big) {
-  run_result r = {0};
+  kda_test_result r = {0};
   const char *npz = "golden/L1/drift-decay-small.npz";
-  kda(&r, "explore", npz, "-o", tpath("big.html"), NULL);
-  expect_error(&r, "a long case", "kda explore: ", "too many", "--tokens", NULL);
-  ck_assert(read_all(tpath("big.html"), NULL) == NULL);
-  kda(&r, "explore", npz, "--tokens", "0:64", "-o", tpath("big.html"), NULL);
-  expect_ok(&r, "kda explore --tokens 0:64");
-  expect_self_contained(tpath("big.html"));
-  kda(&r, "explore", "golden/L1/t128-k128.npz", "-o", tpath("k.html"), NULL);
-  expect_error(&r, "K = 128", "kda explore: ", "K = 128", NULL);
-  kda(&r, "explore", npz, NULL);
-  expect_error(&r, "no -o", "kda explore: ", "-o", NULL);
-  kda(&r, "explore", npz, "--tokens", "0:8", "--result", tpath("none.npz"), "-o", tpath("n.html"), NULL);
-  expect_error(&r, "missing result", "kda explore: ", "none.npz", NULL);
-  ck_assert(read_all(tpath("n.html"), NULL) == NULL);
-  run_free(&r);
+  kda_test_run(&r, "explore", npz, "-o", kda_test_path("big.html"), NULL);
+  kda_test_expect_error(&r, "a long case", "kda explore: ", "too many", "--tokens", NULL);
+  ck_assert(kda_test_read_all(kda_test_path("big.html"), NULL) == NULL);
+  kda_test_run(&r, "explore", npz, "--tokens", "0:64", "-o", kda_test_path("big.html"), NULL);
+  kda_test_expect_ok(&r, "kda explore --tokens 0:64");
+  expect_self_contained(kda_test_path("big.html"));
+  kda_test_run(&r, "explore", "golden/L1/t128-k128.npz", "-o", kda_test_path("k.html"), NULL);
+  kda_test_expect_error(&r, "K = 128", "kda explore: ", "K = 128", NULL);
+  kda_test_run(&r, "explore", npz, NULL);
+  kda_test_expect_error(&r, "no -o", "kda explore: ", "-o", NULL);
+  kda_test_run(&r, "explore", npz, "--tokens", "0:8", "--result", kda_test_path("none.npz"), "-o",
+               kda_test_path("n.html"), NULL);
+  kda_test_expect_error(&r, "missing result", "kda explore: ", "none.npz", NULL);
+  ck_assert(kda_test_read_all(kda_test_path("n.html"), NULL) == NULL);
+  kda_test_result_free(&r);
 }
 END_TEST
 
@@ -513,12 +373,12 @@ static int count_of(const char *s, const char *what) {
 
 /* A row per report, a plot per backend of the long case only, a point per 64-token window. */
 START_TEST(test_conform_html) {
-  run_result r = {0};
-  kda(&r, "conform", "-q", "-b", "ref-f64", "-b", "ref-f32", "--no-prefix", "--html",
-      tpath("rep"), "golden/L1/t5000-long.npz", "golden/L1/disc-exp2.npz", NULL);
+  kda_test_result r = {0};
+  kda_test_run(&r, "conform", "-q", "-b", "ref-f64", "-b", "ref-f32", "--no-prefix", "--html",
+      kda_test_path("rep"), "golden/L1/t5000-long.npz", "golden/L1/disc-exp2.npz", NULL);
   ck_assert_msg(r.status == 0, "kda conform --html: exit %d: %s", r.status, r.err);
-  expect_self_contained(tpath("rep/index.html"));
-  char *html = (char *)read_all(tpath("rep/index.html"), NULL);
+  expect_self_contained(kda_test_path("rep/index.html"));
+  char *html = (char *)kda_test_read_all(kda_test_path("rep/index.html"), NULL);
   ck_assert_int_eq(count_of(html, "<tr>") + count_of(html, "<tr class"), 1 + 4);
   ck_assert_int_eq(count_of(html, "<svg"), 2);
   ck_assert_int_eq(count_of(html, "<section class=\"case\"><h3>t5000-long"), 1);
@@ -532,37 +392,39 @@ START_TEST(test_conform_html) {
   for (; *pts != '"'; pts++) n += *pts == ' ';
   ck_assert_int_eq(n, (5000 + 63) / 64);
   free(html);
-  kda(&r, "conform", "-q", "-b", "ref-f64", "--html", tpath("none/sub"), "golden/L1/disc-exp2.npz", NULL);
-  expect_error(&r, "--html under a missing directory", "kda conform: ", "none/sub", NULL);
-  run_free(&r);
+  kda_test_run(&r, "conform", "-q", "-b", "ref-f64", "--html", kda_test_path("none/sub"),
+               "golden/L1/disc-exp2.npz", NULL);
+  kda_test_expect_error(&r, "--html under a missing directory", "kda conform: ", "none/sub", NULL);
+  kda_test_result_free(&r);
 }
 END_TEST
 
 /* A case id is text from a file: it must not become markup in either page. */
 START_TEST(test_hostile_id) {
   /* An id cannot carry markup any more (ids are one path component, SPEC.md §10.2) ... */
-  run_result r = {0};
-  kda(&r, "gen", "seed=1 T=4 K=2 V=2 id=</script><i>zz'&", "-o", tpath("evil.npz"), NULL);
+  kda_test_result r = {0};
+  kda_test_run(&r, "gen", "seed=1 T=4 K=2 V=2 id=</script><i>zz'&", "-o",
+               kda_test_path("evil.npz"), NULL);
   ck_assert_int_eq(r.status, 2);
   /* ... but a reason can: a candidate directory named with markup appears in the Fail reason of
    * a missing result file, and the report must show it as text. */
   char dir[1200];
-  snprintf(dir, sizeof dir, "%s", tpath("x<script><i>zz'&"));
+  snprintf(dir, sizeof dir, "%s", kda_test_path("x<script><i>zz'&"));
   ck_assert_int_eq(mkdir(dir, 0755), 0);
-  kda(&r, "conform", "-q", "--candidate", dir, "--html", tpath("rep"),
+  kda_test_run(&r, "conform", "-q", "--candidate", dir, "--html", kda_test_path("rep"),
       "golden/example/example.npz", NULL);
   ck_assert_int_eq(r.status, 1);
-  char *html = (char *)read_all(tpath("rep/index.html"), NULL);
+  char *html = (char *)kda_test_read_all(kda_test_path("rep/index.html"), NULL);
   ck_assert_ptr_nonnull(html);
   ck_assert_ptr_null(strstr(html, "<i>zz"));
   ck_assert_ptr_nonnull(strstr(html, "x&lt;script&gt;&lt;i&gt;zz&#39;&amp;"));
   free(html);
-  run_free(&r);
+  kda_test_result_free(&r);
 }
 END_TEST
 
-static void setup(void) { make_tmpdir(); }
-static void teardown(void) { remove_tmpdir(); }
+static void setup(void) { kda_test_tmpdir_make("check-study"); }
+static void teardown(void) { kda_test_tmpdir_remove(); }
 
 static Suite *study_suite(void) {
   Suite *s = suite_create("study tools");
@@ -575,6 +437,7 @@ static Suite *study_suite(void) {
   tcase_add_test(tc, test_trace_matches_ref);
   tcase_add_test(tc, test_trace_text);
   tcase_add_test(tc, test_trace_errors);
+  tcase_add_test(tc, test_where_options);
   tcase_add_test(tc, test_explore_page);
   tcase_add_test(tc, test_explore_refuses_big);
   tcase_add_test(tc, test_conform_html);
@@ -584,10 +447,6 @@ static Suite *study_suite(void) {
 }
 
 int main(void) {
-  printf("kda binary under test: %s\n", kda_bin());
-  SRunner *sr = srunner_create(study_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  printf("kda binary under test: %s\n", kda_test_bin());
+  return kda_test_main(study_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

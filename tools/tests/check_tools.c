@@ -6,21 +6,13 @@
  * standard output and error captured into files there.  KDA_CHECK_SHOW=1 prints every
  * expected error message, to review their wording.
  */
-#define _XOPEN_SOURCE 700 /* nftw */
 #include <check.h>
-#include <dirent.h>
-#include <errno.h>
-#include <fcntl.h>
-#include <ftw.h>
 #include <jansson.h>
 #include <math.h>
-#include <spawn.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <zip.h>
 
@@ -28,6 +20,7 @@
 #include "kda_npz.h"
 #include "kda_problem.h"
 #include "kda_version.h"
+#include "kda_test.h"
 
 #if defined(__has_include)
 #if __has_include("kda_mpfr.h")
@@ -38,73 +31,20 @@
 #define KDA_CHECK_HAVE_MPFR 0
 #endif
 
-extern char **environ;
-
-/* ---- The temporary directory of one test. */
-
-static char tmpdir[256];
-
-static void make_tmpdir(void) {
-  const char *base = getenv("TMPDIR");
-  snprintf(tmpdir, sizeof tmpdir, "%s/kda-check-tools-XXXXXX", base && *base ? base : "/tmp");
-  ck_assert_msg(mkdtemp(tmpdir) != NULL, "mkdtemp(%s): %s", tmpdir, strerror(errno));
-}
-
-static int remove_entry(const char *path, const struct stat *sb, int flag, struct FTW *ftw) {
-  (void)sb;
-  (void)flag;
-  (void)ftw;
-  return remove(path);
-}
-
-static void remove_tmpdir(void) {
-  if (tmpdir[0]) nftw(tmpdir, remove_entry, 16, FTW_DEPTH | FTW_PHYS);
-  tmpdir[0] = '\0';
-}
-
-/* A path in the temporary directory (one of 64 rotating static buffers: a test asks for far
- * fewer). */
-static const char *tpath(const char *name) {
-  static char bufs[64][512];
-  static int next;
-  char *b = bufs[next++ % 64];
-  snprintf(b, sizeof bufs[0], "%s/%s", tmpdir, name);
-  return b;
-}
-
-/* ---- Files. */
-
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  size_t cap = 4096, n = 0, got;
-  unsigned char *buf = malloc(cap + 1);
-  ck_assert_ptr_nonnull(buf);
-  while ((got = fread(buf + n, 1, cap - n, f)) > 0) {
-    n += got;
-    if (n == cap) {
-      cap *= 2;
-      buf = realloc(buf, cap + 1);
-      ck_assert_ptr_nonnull(buf);
-    }
-  }
-  fclose(f);
-  buf[n] = '\0';
-  if (len) *len = n;
-  return buf;
-}
-
-static void write_all(const char *path, const void *data, size_t len) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_msg(f != NULL, "cannot create %s: %s", path, strerror(errno));
-  ck_assert_uint_eq(fwrite(data, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
-}
-
-static int exists(const char *path) {
-  struct stat st;
-  return stat(path, &st) == 0;
-}
+/* The shared test harness (tests/kda_test.h), under the short names this file's tests use. */
+#define run_result kda_test_result
+#define run_free kda_test_result_free
+#define run_argv kda_test_run_argv
+#define kda kda_test_run
+#define kda_bin kda_test_bin
+#define tpath kda_test_path
+#define read_all kda_test_read_all
+#define write_all kda_test_write_all
+#define exists kda_test_exists
+#define count_entries kda_test_count_entries
+#define expect_error kda_test_expect_error
+#define expect_ok kda_test_expect_ok
+#define plugin_path kda_test_plugin_path
 
 static int same_bytes(const char *a, const char *b) {
   size_t la = 0, lb = 0;
@@ -113,117 +53,6 @@ static int same_bytes(const char *a, const char *b) {
   free(x);
   free(y);
   return same;
-}
-
-/* Entries of a directory, "." and ".." not counted. */
-static int count_entries(const char *dir) {
-  DIR *d = opendir(dir);
-  ck_assert_msg(d != NULL, "opendir(%s): %s", dir, strerror(errno));
-  int n = 0;
-  struct dirent *e;
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
-
-/* ---- Running kda. */
-
-typedef struct run_result {
-  int status;     /* exit status, or 128 + signal */
-  char *out, *err; /* captured standard output and error, NUL-terminated */
-} run_result;
-
-static void run_free(run_result *r) {
-  free(r->out);
-  free(r->err);
-  r->out = r->err = NULL;
-}
-
-static const char *kda_bin(void) {
-  const char *b = getenv("KDA_BIN");
-  return b && *b ? b : "./build/kda";
-}
-
-/* Runs kda with the NULL-terminated arguments; r is freed first when it holds output. */
-static void run_argv(run_result *r, const char *const *args) {
-  const char *argv[64];
-  int n = 0;
-  argv[n++] = kda_bin();
-  for (int i = 0; args[i] && n < 63; i++) argv[n++] = args[i];
-  argv[n] = NULL;
-  char out[512], err[512];
-  snprintf(out, sizeof out, "%s/.stdout", tmpdir);
-  snprintf(err, sizeof err, "%s/.stderr", tmpdir);
-  posix_spawn_file_actions_t fa;
-  ck_assert_int_eq(posix_spawn_file_actions_init(&fa), 0);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_addopen(&fa, 1, out, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_addopen(&fa, 2, err, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int rc = posix_spawn(&pid, argv[0], &fa, NULL, (char *const *)argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  ck_assert_msg(rc == 0, "cannot run %s: %s", argv[0], strerror(rc));
-  int ws;
-  ck_assert_int_eq(waitpid(pid, &ws, 0), pid);
-  run_free(r);
-  r->status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
-  r->out = (char *)read_all(out, NULL);
-  r->err = (char *)read_all(err, NULL);
-  ck_assert_ptr_nonnull(r->out);
-  ck_assert_ptr_nonnull(r->err);
-  remove(out);
-  remove(err);
-}
-
-/* kda(&r, "ref", "in.npz", "-o", "out.npz", NULL) */
-static void kda(run_result *r, ...) {
-  const char *args[64];
-  int n = 0;
-  va_list ap;
-  va_start(ap, r);
-  const char *a;
-  while ((a = va_arg(ap, const char *)) != NULL && n < 63) args[n++] = a;
-  va_end(ap);
-  args[n] = NULL;
-  run_argv(r, args);
-}
-
-static int count_lines(const char *s) {
-  int n = 0;
-  for (; *s; s++) n += *s == '\n';
-  return n;
-}
-
-/* The error contract: exit 2, nothing on stdout, exactly one line "kda SUB: ..." on stderr
- * that contains every NULL-terminated phrase. */
-static void expect_error_v(const run_result *r, const char *what, const char *prefix,
-                           va_list ap) {
-  if (getenv("KDA_CHECK_SHOW")) printf("%s: %s", what, r->err); /* to review the messages */
-  ck_assert_msg(r->status == 2, "%s: exit status %d, want 2 (stderr: %s)", what, r->status,
-                r->err);
-  ck_assert_msg(r->out[0] == '\0', "%s: stdout not empty: %s", what, r->out);
-  ck_assert_msg(count_lines(r->err) == 1 && r->err[strlen(r->err) - 1] == '\n',
-                "%s: want exactly one line on stderr, got: %s", what, r->err);
-  ck_assert_msg(strncmp(r->err, prefix, strlen(prefix)) == 0, "%s: stderr lacks prefix '%s': %s",
-                what, prefix, r->err);
-  const char *phrase;
-  while ((phrase = va_arg(ap, const char *)) != NULL)
-    ck_assert_msg(strstr(r->err, phrase) != NULL, "%s: stderr lacks '%s': %s", what, phrase,
-                  r->err);
-}
-
-static void expect_error(const run_result *r, const char *what, const char *prefix, ...) {
-  va_list ap;
-  va_start(ap, prefix);
-  expect_error_v(r, what, prefix, ap);
-  va_end(ap);
-}
-
-static void expect_ok(const run_result *r, const char *what) {
-  ck_assert_msg(r->status == 0, "%s: exit status %d, want 0 (stderr: %s)", what, r->status,
-                r->err);
-  ck_assert_msg(r->err[0] == '\0', "%s: stderr not empty: %s", what, r->err);
 }
 
 /* ---- The hand-computed case (SPEC.md §3.1), K = V = 2, T = 3, H = HV = 1, S0 = 0,
@@ -470,18 +299,6 @@ START_TEST(test_bench_runs) {
   run_free(&r);
 }
 END_TEST
-
-/* The directory of the test plugins built next to $KDA_BIN (make builds them in each build
- * tree, the ASan one included). */
-static const char *plugin_path(const char *name) {
-  static char bufs[4][1024];
-  static int next;
-  char *b = bufs[next++ % 4];
-  const char *bin = kda_bin(), *slash = strrchr(bin, '/');
-  snprintf(b, sizeof bufs[0], "%.*s/conformance/tests/%s", slash ? (int)(slash - bin) : 1,
-           slash ? bin : ".", name);
-  return b;
-}
 
 /* One row of the bench table: the GFLOP/s and % of peak of the first line that starts with
  * shape and holds label; returns 0 when found. */
@@ -1156,8 +973,8 @@ START_TEST(test_gen_bad_description) {
 }
 END_TEST
 
-static void setup(void) { make_tmpdir(); }
-static void teardown(void) { remove_tmpdir(); }
+static void setup(void) { kda_test_tmpdir_make("check-tools"); }
+static void teardown(void) { kda_test_tmpdir_remove(); }
 
 static Suite *tools_suite(void) {
   Suite *s = suite_create("kda command");
@@ -1186,9 +1003,5 @@ static Suite *tools_suite(void) {
 
 int main(void) {
   printf("kda binary under test: %s\n", kda_bin());
-  SRunner *sr = srunner_create(tools_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return kda_test_main(tools_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

@@ -38,63 +38,16 @@
 #include "kda_prng.h"
 #include "kda_ref.h"
 #include "kda_sha256.h"
+#include "kda_test.h"
 
 #define GOLDEN "golden"
 #define DISCRIMINATE 1e-3 /* a mistake must move some output by this much of its scale */
 
 /* ==== Helpers ==== */
 
-static char tmp_dir[64];
-
-static void rm_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[4096];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_tree(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static void tmp_setup(void) {
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/check_catalog.XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
-    exit(EXIT_FAILURE);
-  }
-}
-
-static void tmp_teardown(void) { rm_tree(tmp_dir); }
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-  ck_assert_ptr_nonnull(b);
-  ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
-
-static void spit(const char *path, const unsigned char *b, size_t len) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_msg(f != NULL, "cannot create %s", path);
-  ck_assert_uint_eq(fwrite(b, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
-}
+#define tmp_dir kda_test_tmpdir
+static void tmp_setup(void) { kda_test_tmpdir_make("check-catalog"); }
+static void tmp_teardown(void) { kda_test_tmpdir_remove(); }
 
 static void build(const kda_catalog_entry *e, kda_case *c) {
   char err[KDA_ERRLEN] = "";
@@ -710,7 +663,7 @@ START_TEST(test_pins) {
   char path[512], msg[KDA_ERRLEN];
   snprintf(path, sizeof path, "%s/L2.sha256", GOLDEN);
   size_t len;
-  char *text = (char *)slurp(path, &len);
+  char *text = (char *)kda_test_slurp(path, &len);
   text = realloc(text, len + 1);
   text[len] = '\0';
   char *save = NULL, *ln = strtok_r(text, "\n", &save);
@@ -809,8 +762,8 @@ static size_t member_offset(const char *path, const unsigned char *buf, size_t l
 
 static void copy_file(const char *from, const char *to) {
   size_t n;
-  unsigned char *b = slurp(from, &n);
-  spit(to, b, n);
+  unsigned char *b = kda_test_slurp(from, &n);
+  kda_test_write_all(to, b, n);
   free(b);
 }
 
@@ -821,7 +774,7 @@ static void write_flipped(const char *path, const unsigned char *buf, size_t len
   ck_assert_ptr_nonnull(b);
   memcpy(b, buf, len);
   b[pos] ^= (unsigned char)(1u << bit);
-  spit(path, b, len);
+  kda_test_write_all(path, b, len);
   free(b);
 }
 
@@ -862,7 +815,7 @@ START_TEST(test_bitflip_members) {
   snprintf(fresh, sizeof fresh, "%s/L0/%s.npz", sub, e->id);
   ck_assert_int_eq(kda_golden_compare_files(fresh, path, msg, sizeof msg), 0);
   size_t len;
-  unsigned char *orig = slurp(path, &len);
+  unsigned char *orig = kda_test_slurp(path, &len);
   char names[16][64];
   const int nm = member_names(path, names);
   ck_assert_int_ge(nm, 9);
@@ -882,7 +835,7 @@ START_TEST(test_bitflip_members) {
                       strstr(msg, names[m]),
                   "member %s byte %zu bit %d (seed 77): comparison: %s", names[m], pos, bit, msg);
   }
-  spit(path, orig, len);
+  kda_test_write_all(path, orig, len);
   ck_assert_int_eq(kda_golden_check_sums(dir, msg, sizeof msg), KDA_OK);
   free(orig);
 }
@@ -906,7 +859,7 @@ START_TEST(test_bitflip_every_file) {
   char sums[512], msg[KDA_ERRLEN];
   snprintf(sums, sizeof sums, "%s/SHA256SUMS", GOLDEN);
   size_t slen;
-  char *text = (char *)slurp(sums, &slen);
+  char *text = (char *)kda_test_slurp(sums, &slen);
   text = realloc(text, slen + 1);
   text[slen] = '\0';
   char *save = NULL;
@@ -919,12 +872,12 @@ START_TEST(test_bitflip_every_file) {
     snprintf(src, sizeof src, "%s/%s", GOLDEN, name);
     snprintf(dst, sizeof dst, "%s/%s", dir, base);
     size_t len;
-    unsigned char *orig = slurp(src, &len);
+    unsigned char *orig = kda_test_slurp(src, &len);
     char line[512];
     snprintf(line, sizeof line, "%.64s  %s\n", ln, base);
     snprintf(sums, sizeof sums, "%s/SHA256SUMS", dir);
-    spit(sums, (const unsigned char *)line, strlen(line));
-    spit(dst, orig, len);
+    kda_test_write_all(sums, (const unsigned char *)line, strlen(line));
+    kda_test_write_all(dst, orig, len);
     ck_assert_msg(kda_golden_check_sums(dir, msg, sizeof msg) == KDA_OK, "%s: %s", name, msg);
     const size_t pos = (size_t)(kda_prng_uniform(99, 1, (uint64_t)files) * (double)len);
     const int bit = (int)(8.0 * kda_prng_uniform(99, 2, (uint64_t)files));
@@ -938,7 +891,7 @@ START_TEST(test_bitflip_every_file) {
       ck_assert_msg(kda_golden_check_members(dst, msg, sizeof msg) != KDA_OK,
                     "%s byte %zu bit %d (seed 99): member hashes did not notice", name, pos, bit);
     free(orig);
-    rm_tree(dir);
+    kda_test_rm_tree(dir);
   }
   free(text);
   ck_assert_int_ge(files, 60);
@@ -982,7 +935,7 @@ START_TEST(test_trace_checks) {
   char txt[512];
   golden_path(e, "txt", txt, sizeof txt);
   size_t len;
-  char *t = (char *)slurp(txt, &len);
+  char *t = (char *)kda_test_slurp(txt, &len);
   t = realloc(t, len + 1);
   t[len] = '\0';
   ck_assert(strstr(t, "prediction p = S^T k^") && strstr(t, "0x1.ep+0 (1.875)"));
@@ -1036,10 +989,4 @@ static Suite *catalog_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(catalog_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return kda_test_main(catalog_suite(), CK_NORMAL, CK_FORK_GETENV); }

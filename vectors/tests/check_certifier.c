@@ -18,6 +18,7 @@
 #include "kda_catalog.h"
 #include "kda_cert.h"
 #include "kda_mpfr_impl.h"
+#include "kda_test.h"
 
 /* Cases above this many state-element steps are skipped unless KDA_CERTIFIER_CHECK=all. */
 #define SUBSET_COST 2000000.0
@@ -116,9 +117,5 @@ int main(void) {
   tcase_add_test(tc, test_l0);
   tcase_add_test(tc, test_l1);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_NORMAL);
-  const int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? 1 : 0;
+  return kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
 }

@@ -11,27 +11,14 @@
 #include <string.h>
 
 #include "fuzz_files.c"
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc((size_t)n + 1);
-  ck_assert_ptr_nonnull(b);
-  ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
-}
+#include "kda_test.h"
 
 /* The seed itself, then mutations: every byte of the first 256 and of the last 128 (the
  * local header, the first .npy header, the central directory) set to 0, 1 and 0xff, and
  * truncations. */
 static int run_seed(const char *path) {
   size_t n, runs = 0;
-  unsigned char *b = slurp(path, &n);
+  unsigned char *b = kda_test_slurp(path, &n);
   LLVMFuzzerTestOneInput(b, n), runs++;
   unsigned char *m = malloc(n + 1);
   static const unsigned char vals[3] = {0, 1, 0xff};
@@ -79,9 +66,5 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_seeds_and_mutations);
   suite_add_tcase(s, tc);
-  SRunner *sr = srunner_create(s);
-  srunner_run_all(sr, CK_ENV);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return kda_test_main(s, CK_ENV, CK_FORK_GETENV);
 }

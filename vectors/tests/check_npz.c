@@ -22,96 +22,22 @@
 #include <zip.h>
 
 #include "kda_npz.h"
+#include "kda_test.h"
 
 #define FIX "vectors/tests/fixtures/"
 
 /* ---- Temporary directories: the base is made and removed by the parent process (unchecked
  * fixture), so it is cleaned up even when a forked test fails. */
 
-static char g_base[64];
-
-static void rm_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    if (d != NULL) {
-      while ((e = readdir(d)) != NULL) {
-        char sub[1024];
-        if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-        snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-        rm_tree(sub);
-      }
-      closedir(d);
-    }
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
-
-static void base_setup(void) {
-  snprintf(g_base, sizeof g_base, "/tmp/kda-check-npz-XXXXXX");
-  if (mkdtemp(g_base) == NULL) {
-    perror("mkdtemp");
-    abort();
-  }
-}
-
-static void base_teardown(void) {
-  rm_tree(g_base);
-}
+static void base_setup(void) { kda_test_tmpdir_make("check-npz"); }
+static void base_teardown(void) { kda_test_tmpdir_remove(); }
 
 /* A fresh empty directory for one test; returns a static buffer. */
 static const char *fresh_dir(void) {
   static char dir[128];
-  snprintf(dir, sizeof dir, "%s/tXXXXXX", g_base);
+  snprintf(dir, sizeof dir, "%s/tXXXXXX", kda_test_tmpdir);
   ck_assert_ptr_nonnull(mkdtemp(dir));
   return dir;
-}
-
-static char *join(const char *dir, const char *name) {
-  static char buf[4][512];
-  static int k;
-  k = (k + 1) % 4;
-  snprintf(buf[k], sizeof buf[k], "%s/%s", dir, name);
-  return buf[k];
-}
-
-/* Number of entries in a directory (without . and ..). */
-static int dir_count(const char *dir) {
-  DIR *d = opendir(dir);
-  struct dirent *e;
-  int n = 0;
-  ck_assert_ptr_nonnull(d);
-  while ((e = readdir(d)) != NULL)
-    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) n++;
-  closedir(d);
-  return n;
-}
-
-static unsigned char *read_all(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  unsigned char *buf;
-  long n;
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  buf = malloc((size_t)n + 1);
-  ck_assert_ptr_nonnull(buf);
-  ck_assert_int_eq(fread(buf, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return buf;
-}
-
-static void write_all(const char *path, const void *buf, size_t len) {
-  FILE *f = fopen(path, "wb");
-  ck_assert_msg(f != NULL, "cannot create %s", path);
-  ck_assert_int_eq(fwrite(buf, 1, len, f), len);
-  ck_assert_int_eq(fclose(f), 0);
 }
 
 /* Offset of the first occurrence of pat in buf (which must occur). */
@@ -212,7 +138,7 @@ START_TEST(test_format_matches_numpy) {
     unsigned char *buf, out[512];
     kda_array_info info;
     snprintf(path, sizeof path, FIX "fuzz_npy/%s", files[i]);
-    buf = read_all(path, &len);
+    buf = kda_test_slurp(path, &len);
     ck_assert_int_eq(kda_npy_parse_header(buf, len, path, &info, &off, err, sizeof err), KDA_OK);
     ck_assert_uint_eq(off % 64, 0);
     hl = kda_npy_format_header(&info, out, sizeof out);
@@ -603,7 +529,7 @@ static const struct {
 
 START_TEST(test_roundtrip_all) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "rt.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "rt.npz"), err[KDA_ERRLEN];
   kda_npz_writer *w;
   kda_npz *z;
   void *data[5][NSHAPES];
@@ -622,7 +548,7 @@ START_TEST(test_roundtrip_all) {
                                           data[t][s], err, sizeof err), KDA_OK);
     }
   ck_assert_int_eq(kda_npz_writer_commit(w, err, sizeof err), KDA_OK);
-  ck_assert_int_eq(dir_count(dir), 1);
+  ck_assert_int_eq(kda_test_count_entries(dir), 1);
 
   ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
   ck_assert_str_eq(kda_npz_path(z), path);
@@ -690,7 +616,7 @@ END_TEST
 
 START_TEST(test_add_f64_rounding) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "r.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "r.npz"), err[KDA_ERRLEN];
   const double x[4] = {0.1, 1 + 0x1p-11 + 0x1p-40, -65520.0, 0x1p-26};
   const double ints[3] = {-2147483648.0, 2147483647.0, -0.0};
   int64_t n4 = 4, n3 = 3;
@@ -739,7 +665,7 @@ START_TEST(test_writer_arguments) {
   kda_npz_writer *w;
   int64_t sh[9] = {1, 1, 1, 1, 1, 1, 1, 1, 1}, neg = -1, huge[2] = {INT64_MAX, 2};
   double one = 1;
-  ck_assert_int_eq(kda_npz_writer_open(join(dir, "a.npz"), &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_open(kda_test_join(dir, "a.npz"), &w, err, sizeof err), KDA_OK);
   ck_assert_int_eq(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 0, NULL, &one,
                                           err, sizeof err), 0);
   expect(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 0, NULL, &one, err, sizeof err), KDA_EINVAL,
@@ -777,7 +703,7 @@ START_TEST(test_writer_arguments) {
   ck_assert_int_eq(kda_npz_writer_set_manifest(w, "{}", err, sizeof err), KDA_OK);
   ck_assert_int_eq(kda_npz_writer_set_manifest(w, "{\"b\": 2}", err, sizeof err), KDA_OK);
   kda_npz_writer_abort(w);
-  ck_assert_int_eq(dir_count(dir), 0);
+  ck_assert_int_eq(kda_test_count_entries(dir), 0);
 }
 END_TEST
 
@@ -797,7 +723,7 @@ static void write_sample(const char *path, const char *manifest) {
 
 START_TEST(test_deterministic) {
   const char *dir = fresh_dir();
-  char *a = join(dir, "a.npz"), *b = join(dir, "b.npz");
+  char *a = kda_test_join(dir, "a.npz"), *b = kda_test_join(dir, "b.npz");
   size_t la, lb, lc, pos;
   unsigned char *ba, *bb, *bc;
   struct stat sb;
@@ -805,15 +731,15 @@ START_TEST(test_deterministic) {
   write_sample(a, "{\"id\": 1}");
   sleep(1); /* a different wall-clock second must not matter */
   write_sample(b, "{\"id\": 1}");
-  ba = read_all(a, &la);
-  bb = read_all(b, &lb);
+  ba = kda_test_slurp(a, &la);
+  bb = kda_test_slurp(b, &lb);
   ck_assert_uint_eq(la, lb);
   ck_assert_mem_eq(ba, bb, la);
   write_sample(a, "{\"id\": 1}"); /* rewriting over an existing target */
-  bc = read_all(a, &lc);
+  bc = kda_test_slurp(a, &lc);
   ck_assert_uint_eq(la, lc);
   ck_assert_mem_eq(ba, bc, la);
-  ck_assert_int_eq(dir_count(dir), 2);
+  ck_assert_int_eq(kda_test_count_entries(dir), 2);
   ck_assert_int_eq(stat(a, &sb), 0);
   ck_assert_int_eq(sb.st_mode & 0777, 0644);
   umask(um);
@@ -841,14 +767,14 @@ END_TEST
 
 START_TEST(test_empty_archive) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "e.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "e.npz"), err[KDA_ERRLEN];
   kda_npz_writer *w;
   kda_npz *z;
   size_t len;
   unsigned char *b;
   ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
   ck_assert_int_eq(kda_npz_writer_commit(w, err, sizeof err), KDA_OK);
-  b = read_all(path, &len);
+  b = kda_test_slurp(path, &len);
   ck_assert_uint_eq(len, 22);
   free(b);
   ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
@@ -863,7 +789,7 @@ END_TEST
 /* Slices: stored members seek, deflated members are decompressed up to the slice. */
 START_TEST(test_read_range) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "r.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "r.npz"), err[KDA_ERRLEN];
   kda_npz_writer *w;
   kda_npz *z;
   enum { N = 300000 }; /* 2.4 MB: more than one streaming chunk */
@@ -909,7 +835,7 @@ END_TEST
 
 START_TEST(test_read_conversions) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "c.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "c.npz"), err[KDA_ERRLEN];
   kda_npz_writer *w;
   kda_npz *z;
   int64_t n = 3, big[3] = {0, (1LL << 53) + 1, 5}, ok[3] = {-(1LL << 53), 1LL << 53, INT64_MIN};
@@ -1019,7 +945,7 @@ END_TEST
 /* Re-writing numpy's arrays with our writer gives byte-identical .npy members. */
 START_TEST(test_members_match_numpy) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "same.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "same.npz"), err[KDA_ERRLEN];
   static const char *const names[] = {"f8", "f4", "f2", "i8", "i4", "empty"};
   kda_npz *z, *y;
   kda_npz_writer *w;
@@ -1130,15 +1056,15 @@ START_TEST(test_truncated) {
   static const char *const srcs[] = {FIX "stored.npz", FIX "deflated.npz"};
   for (int s = 0; s < 2; s++) {
     size_t len;
-    unsigned char *b = read_all(srcs[s], &len);
+    unsigned char *b = kda_test_slurp(srcs[s], &len);
     const size_t cuts[] = {0, 1, 4, 30, 100, len / 2, len - 100, len - 22, len - 21, len - 1};
     for (size_t i = 0; i < sizeof cuts / sizeof *cuts; i++) {
       char name[32], err[KDA_ERRLEN], *path;
       kda_npz *z = NULL;
       int st;
       snprintf(name, sizeof name, "cut%d_%zu.npz", s, cuts[i]);
-      path = join(dir, name);
-      write_all(path, b, cuts[i]);
+      path = kda_test_join(dir, name);
+      kda_test_write_all(path, b, cuts[i]);
       st = kda_npz_open(path, &z, err, sizeof err);
       ck_assert_msg(st == KDA_EFORMAT, "%s cut at %zu: status %d (%s)", srcs[s], cuts[i], st, err);
       ck_assert_ptr_null(z);
@@ -1155,7 +1081,7 @@ END_TEST
 START_TEST(test_corrupt_central_directory) {
   const char *dir = fresh_dir();
   size_t len;
-  unsigned char *good = read_all(FIX "stored.npz", &len);
+  unsigned char *good = kda_test_slurp(FIX "stored.npz", &len);
   size_t cd = find(good, len, "PK\x01\x02", 4), eocd = find(good, len, "PK\x05\x06", 4);
   static const struct {
     int where; /* 0: central entry, 1: end record */
@@ -1178,8 +1104,8 @@ START_TEST(test_corrupt_central_directory) {
     memcpy(b, good, len);
     b[(muts[i].where ? eocd : cd) + muts[i].at] ^= muts[i].x;
     snprintf(name, sizeof name, "cd%zu.npz", i);
-    path = join(dir, name);
-    write_all(path, b, len);
+    path = kda_test_join(dir, name);
+    kda_test_write_all(path, b, len);
     st = kda_npz_open(path, &z, err, sizeof err);
     if (st == KDA_OK) { /* then the damage must show when reading */
       st = kda_npz_verify(z, err, sizeof err);
@@ -1195,7 +1121,7 @@ END_TEST
 
 /* A stored archive written by us with one array "q" of n float64 values 0, 1, ... */
 static char *write_q(const char *dir, const char *name, int64_t n) {
-  char *path = join(dir, name), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, name), err[KDA_ERRLEN];
   kda_npz_writer *w;
   double *d = malloc((size_t)n * sizeof *d);
   for (int64_t i = 0; i < n; i++) d[i] = (double)i;
@@ -1211,11 +1137,11 @@ static char *write_q(const char *dir, const char *name, int64_t n) {
 static char *mutate(const char *src, const char *dir, const char *name, const char *pat,
                     const char *repl, size_t skip) {
   size_t len, at;
-  unsigned char *b = read_all(src, &len);
-  char *path = join(dir, name);
+  unsigned char *b = kda_test_slurp(src, &len);
+  char *path = kda_test_join(dir, name);
   at = find(b, len, pat, strlen(pat)) + skip;
   memcpy(b + at, repl, strlen(repl));
-  write_all(path, b, len);
+  kda_test_write_all(path, b, len);
   free(b);
   return path;
 }
@@ -1224,15 +1150,15 @@ START_TEST(test_bad_crc) {
   const char *dir = fresh_dir();
   char *good = write_q(dir, "good.npz", 1000), err[KDA_ERRLEN], *bad;
   size_t len, at;
-  unsigned char *b = read_all(good, &len);
+  unsigned char *b = kda_test_slurp(good, &len);
   kda_npz *z;
   double *d, slice[4];
   kda_array_info info;
   /* Flip one byte in the middle of q's data (after its 128-byte .npy header). */
   at = find(b, len, "\x93NUMPY", 6) + 128 + 4000;
   b[at] ^= 0x10;
-  bad = join(dir, "badcrc.npz");
-  write_all(bad, b, len);
+  bad = kda_test_join(dir, "badcrc.npz");
+  kda_test_write_all(bad, b, len);
   free(b);
   ck_assert_int_eq(kda_npz_open(bad, &z, err, sizeof err), KDA_OK);
   ck_assert_int_eq(kda_npz_info(z, "q", &info, err, sizeof err), KDA_OK); /* header intact */
@@ -1265,8 +1191,8 @@ END_TEST
 START_TEST(test_corrupt_deflate) {
   const char *dir = fresh_dir();
   size_t len, at;
-  unsigned char *b = read_all(FIX "deflated.npz", &len);
-  char *path = join(dir, "bad.npz"), err[KDA_ERRLEN];
+  unsigned char *b = kda_test_slurp(FIX "deflated.npz", &len);
+  char *path = kda_test_join(dir, "bad.npz"), err[KDA_ERRLEN];
   kda_npz *z;
   double d[24];
   int st;
@@ -1275,7 +1201,7 @@ START_TEST(test_corrupt_deflate) {
   at = find(b, len, "f8.npy", 6) + 6 + 20 + 40;
   b[at] ^= 0xff;
   b[at + 1] ^= 0x5a;
-  write_all(path, b, len);
+  kda_test_write_all(path, b, len);
   free(b);
   ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
   st = kda_npz_read(z, "f8", KDA_DTYPE_F64, d, 24, err, sizeof err);
@@ -1290,10 +1216,10 @@ END_TEST
 
 START_TEST(test_wrong_magic) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "text.npz"), err[KDA_ERRLEN], *good, *bad;
+  char *path = kda_test_join(dir, "text.npz"), err[KDA_ERRLEN], *good, *bad;
   kda_npz *z;
   double d[4];
-  write_all(path, "hello, this is not a zip archive\n", 33);
+  kda_test_write_all(path, "hello, this is not a zip archive\n", 33);
   expect(kda_npz_open(path, &z, err, sizeof err), KDA_EFORMAT, err, path, "not a zip archive");
   /* A zip whose .npy member has the wrong magic. */
   good = write_q(dir, "good.npz", 4);
@@ -1309,7 +1235,7 @@ START_TEST(test_wrong_magic) {
     const char *names[] = {"x.npy", "y.npy", "z.npy"};
     const void *data[] = {"hello world", "abc", ""};
     size_t lens[] = {11, 3, 0};
-    path = join(dir, "raw.npz");
+    path = kda_test_join(dir, "raw.npz");
     write_raw_zip(path, 3, names, data, lens);
     ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
     expect(kda_npz_info(z, "x", NULL, err, sizeof err), KDA_EFORMAT, err, "member 'x'",
@@ -1361,7 +1287,7 @@ START_TEST(test_bad_headers_in_archive) {
                        "4294967296, 2), }", 0);
     lens[3] = make_npy(m[3], 256, "{'descr': '<f4', 'fortran_order': False, 'shape': (5,), }", 12);
     lens[4] = make_npy(m[4], 256, "{'descr': '<i4', 'fortran_order': False, 'shape': (), }", 8);
-    bad = join(dir, "hand.npz");
+    bad = kda_test_join(dir, "hand.npz");
     write_raw_zip(bad, 5, names, data, lens);
     ck_assert_int_eq(kda_npz_open(bad, &z, err, sizeof err), KDA_OK);
     expect(kda_npz_info(z, "c16", NULL, err, sizeof err), KDA_EDTYPE, err, "member 'c16'",
@@ -1407,7 +1333,7 @@ START_TEST(test_open_errors) {
   const char *dir = fresh_dir();
   char err[KDA_ERRLEN];
   kda_npz *z = (kda_npz *)1;
-  expect(kda_npz_open(join(dir, "absent.npz"), &z, err, sizeof err), KDA_EIO, err,
+  expect(kda_npz_open(kda_test_join(dir, "absent.npz"), &z, err, sizeof err), KDA_EIO, err,
          "absent.npz: cannot open", NULL);
   ck_assert_ptr_null(z);
   expect(kda_npz_open(dir, &z, err, sizeof err), KDA_EIO, err, dir, NULL);
@@ -1418,7 +1344,7 @@ END_TEST
 
 START_TEST(test_abort_leaves_nothing) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "t.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "t.npz"), err[KDA_ERRLEN];
   kda_npz_writer *w;
   unsigned char *b;
   size_t len;
@@ -1427,14 +1353,14 @@ START_TEST(test_abort_leaves_nothing) {
   ck_assert_int_eq(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 0, NULL, &one,
                                           err, sizeof err), 0);
   kda_npz_writer_abort(w);
-  ck_assert_int_eq(dir_count(dir), 0);
+  ck_assert_int_eq(kda_test_count_entries(dir), 0);
   /* An existing target is left as it was. */
-  write_all(path, "old", 3);
+  kda_test_write_all(path, "old", 3);
   ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
-  ck_assert_int_eq(dir_count(dir), 2); /* the target and the temporary file */
+  ck_assert_int_eq(kda_test_count_entries(dir), 2); /* the target and the temporary file */
   kda_npz_writer_abort(w);
-  ck_assert_int_eq(dir_count(dir), 1);
-  b = read_all(path, &len);
+  ck_assert_int_eq(kda_test_count_entries(dir), 1);
+  b = kda_test_slurp(path, &len);
   ck_assert_uint_eq(len, 3);
   ck_assert_mem_eq(b, "old", 3);
   free(b);
@@ -1442,9 +1368,30 @@ START_TEST(test_abort_leaves_nothing) {
 }
 END_TEST
 
+/* kda_npz_writer_finish: commits on KDA_OK, else aborts and passes the status on. */
+START_TEST(test_writer_finish) {
+  const char *dir = fresh_dir();
+  char *path = kda_test_join(dir, "f.npz"), err[KDA_ERRLEN];
+  kda_npz_writer *w;
+  double one = 1;
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_finish(w, KDA_EIO, err, sizeof err), KDA_EIO);
+  ck_assert_int_eq(kda_test_count_entries(dir), 0);
+  ck_assert_int_eq(kda_npz_writer_finish(NULL, KDA_EINVAL, err, sizeof err), KDA_EINVAL);
+  ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 0, NULL, &one,
+                                          err, sizeof err), 0);
+  ck_assert_int_eq(kda_npz_writer_finish(w, KDA_OK, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_test_count_entries(dir), 1);
+  kda_npz *z;
+  ck_assert_int_eq(kda_npz_open(path, &z, err, sizeof err), KDA_OK);
+  kda_npz_close(z);
+}
+END_TEST
+
 START_TEST(test_commit_failures) {
   const char *dir = fresh_dir();
-  char *path = join(dir, "t.npz"), err[KDA_ERRLEN], *sub;
+  char *path = kda_test_join(dir, "t.npz"), err[KDA_ERRLEN], *sub;
   kda_npz_writer *w;
   unsigned char *b;
   size_t len;
@@ -1454,10 +1401,10 @@ START_TEST(test_commit_failures) {
   int64_t n = N;
   int st;
   /* No such directory. */
-  expect(kda_npz_writer_open(join(dir, "no/such.npz"), &w, err, sizeof err), KDA_EIO, err,
+  expect(kda_npz_writer_open(kda_test_join(dir, "no/such.npz"), &w, err, sizeof err), KDA_EIO, err,
          "cannot create temporary file", NULL);
   /* An I/O error while writing (file size limit): EIO, old target intact, nothing left. */
-  write_all(path, "old", 3);
+  kda_test_write_all(path, "old", 3);
   ck_assert_int_eq(kda_npz_writer_open(path, &w, err, sizeof err), KDA_OK);
   ck_assert_int_eq(kda_npz_writer_add_f64(w, "x", KDA_DTYPE_F64, 1, &n, d, err, sizeof err), 0);
   ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
@@ -1469,23 +1416,23 @@ START_TEST(test_commit_failures) {
   setrlimit(RLIMIT_FSIZE, &old);
   signal(SIGXFSZ, SIG_DFL);
   expect(st, KDA_EIO, err, path, "cannot write");
-  ck_assert_int_eq(dir_count(dir), 1);
-  b = read_all(path, &len);
+  ck_assert_int_eq(kda_test_count_entries(dir), 1);
+  b = kda_test_slurp(path, &len);
   ck_assert_uint_eq(len, 3);
   ck_assert_mem_eq(b, "old", 3);
   free(b);
   /* The target is a directory: refused at once (kda_files.h), the directory is untouched. */
-  sub = join(dir, "isdir.npz");
+  sub = kda_test_join(dir, "isdir.npz");
   ck_assert_int_eq(mkdir(sub, 0755), 0);
   {
     char keep[600];
     snprintf(keep, sizeof keep, "%s/keep", sub);
-    write_all(keep, "k", 1);
+    kda_test_write_all(keep, "k", 1);
   }
   expect(kda_npz_writer_open(sub, &w, err, sizeof err), KDA_EIO, err, "not a regular file",
          "a directory");
-  ck_assert_int_eq(dir_count(dir), 2);
-  ck_assert_int_eq(dir_count(sub), 1);
+  ck_assert_int_eq(kda_test_count_entries(dir), 2);
+  ck_assert_int_eq(kda_test_count_entries(sub), 1);
   free(d);
 }
 END_TEST
@@ -1547,7 +1494,7 @@ static void write_interop(const char *path) {
 START_TEST(test_interop_files) {
   const char *out = getenv("KDA_INTEROP_DIR");
   const char *dir = out != NULL && out[0] != '\0' ? out : fresh_dir();
-  char *path = join(dir, "c_writer.npz"), *empty = join(dir, "c_empty.npz"), err[KDA_ERRLEN];
+  char *path = kda_test_join(dir, "c_writer.npz"), *empty = kda_test_join(dir, "c_empty.npz"), err[KDA_ERRLEN];
   kda_npz *z;
   kda_npz_writer *w;
   double f8[6], f2[6];
@@ -1622,6 +1569,7 @@ static Suite *npz_suite(void) {
   tc = tcase_create("writer_failures");
   tcase_add_unchecked_fixture(tc, base_setup, base_teardown);
   tcase_add_test(tc, test_abort_leaves_nothing);
+  tcase_add_test(tc, test_writer_finish);
   tcase_add_test(tc, test_commit_failures);
   suite_add_tcase(s, tc);
 
@@ -1633,10 +1581,5 @@ static Suite *npz_suite(void) {
 }
 
 int main(void) {
-  SRunner *sr = srunner_create(npz_suite());
-  int failed;
-  srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY, default normal */
-  failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+  return kda_test_main(npz_suite(), CK_ENV, CK_FORK_GETENV); /* CK_VERBOSITY, default normal */
 }

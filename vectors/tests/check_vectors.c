@@ -28,46 +28,18 @@
 #include "kda_npz.h"
 #include "kda_prng.h"
 #include "kda_sha256.h"
+#include "kda_test.h"
 
 /* ==== Helpers ==== */
 
 /* One mkdtemp directory per test case group, made and removed (with every file in it) by an
  * unchecked fixture, i.e. in the parent process, so that a failing test leaves nothing. */
-static char tmp_dir[64];
-
-static void make_dir(char dir[64]) { snprintf(dir, 64, "%s", tmp_dir); }
-
-static void rm_dir(const char *dir) {
-  DIR *d = opendir(dir);
-  if (!d) return;
-  struct dirent *e;
-  char path[512];
-  while ((e = readdir(d)) != NULL) {
-    if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0) continue;
-    snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-    unlink(path);
-  }
-  closedir(d);
-  rmdir(dir);
+static void make_dir(char dir[64]) {
+  ck_assert_int_lt(snprintf(dir, 64, "%s", kda_test_tmpdir), 64);
 }
 
 static void path_in(char *out, size_t cap, const char *dir, const char *name) {
   snprintf(out, cap, "%s/%s", dir, name);
-}
-
-/* The whole file as bytes; *len its size. */
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  ck_assert_msg(f != NULL, "cannot open %s", path);
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-  ck_assert_ptr_nonnull(b);
-  ck_assert_uint_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-  fclose(f);
-  *len = (size_t)n;
-  return b;
 }
 
 static void gen_from(const char *desc, kda_case *c) {
@@ -393,7 +365,7 @@ START_TEST(test_gen_determinism) {
   save_ok(p1, &a);
   save_ok(p2, &b);
   size_t n1, n2, n3;
-  unsigned char *f1 = slurp(p1, &n1), *f2 = slurp(p2, &n2);
+  unsigned char *f1 = kda_test_slurp(p1, &n1), *f2 = kda_test_slurp(p2, &n2);
   ck_assert_uint_eq(n1, n2);
   ck_assert(memcmp(f1, f2, n1) == 0);
   /* load and save again: the same bytes (generator_info is carried over) */
@@ -403,7 +375,7 @@ START_TEST(test_gen_determinism) {
   same_case(&a, &c, desc);
   ck_assert_str_eq(a.manifest_json, c.manifest_json);
   save_ok(p3, &c);
-  unsigned char *f3 = slurp(p3, &n3);
+  unsigned char *f3 = kda_test_slurp(p3, &n3);
   ck_assert_uint_eq(n1, n3);
   ck_assert(memcmp(f1, f3, n1) == 0);
   /* the canonical description in generator_info makes the same case */
@@ -1160,15 +1132,8 @@ START_TEST(test_result) {
 }
 END_TEST
 
-static void tmp_setup(void) {
-  snprintf(tmp_dir, sizeof tmp_dir, "/tmp/check_vectors.XXXXXX");
-  if (!mkdtemp(tmp_dir)) {
-    perror("mkdtemp");
-    exit(EXIT_FAILURE);
-  }
-}
-
-static void tmp_teardown(void) { rm_dir(tmp_dir); }
+static void tmp_setup(void) { kda_test_tmpdir_make("check-vectors"); }
+static void tmp_teardown(void) { kda_test_tmpdir_remove(); }
 
 static Suite *vectors_suite(void) {
   Suite *s = suite_create("vectors");
@@ -1204,10 +1169,4 @@ static Suite *vectors_suite(void) {
   return s;
 }
 
-int main(void) {
-  SRunner *sr = srunner_create(vectors_suite());
-  srunner_run_all(sr, CK_NORMAL);
-  int failed = srunner_ntests_failed(sr);
-  srunner_free(sr);
-  return failed ? EXIT_FAILURE : EXIT_SUCCESS;
-}
+int main(void) { return kda_test_main(vectors_suite(), CK_NORMAL, CK_FORK_GETENV); }
