@@ -22,9 +22,11 @@
  * A backend declares one element type for its float inputs and one for its float outputs
  * (KDA_PRECISION_FP64 or _FP32) and the runner converts: inputs are rounded to nearest from
  * the case's float64 values (exact for a case whose input precision the type holds), outputs
- * are widened exactly.  Index arrays (cu_seqlens, checkpoints) are always int64.  Version 2
- * adds optional device-resident copies (buffers_create and the slots after it), created
- * from and read back into such host buffers.
+ * are widened exactly.  Index arrays (cu_seqlens, checkpoints, state_indices) are always
+ * int64.  Version 2 adds optional device-resident copies (buffers_create and the slots after
+ * it), created from and read back into such host buffers, and state pools (a pool call reads
+ * and writes states in place in slots named by state_indices; only for a backend whose caps
+ * has KDA_CAP_STATE_POOL).
  *
  * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
  * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
