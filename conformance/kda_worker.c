@@ -968,7 +968,9 @@ int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *
 int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                          const int64_t *state_indices, int64_t slots, double *pool,
                          kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
-  if (slots < 1 || !state_indices || !pool || in->h0 || p->N < 1)
+  /* the pool's bytes must fit the region's size_t arithmetic: at most 2^40 bytes */
+  if (slots < 1 || !state_indices || !pool || in->h0 || p->N < 1 ||
+      (double)slots * (double)(p->HV * p->K * p->V) * 8.0 > 0x1p40)
     return snprintf(err, errlen, "pool call: bad arguments"), KDA_EINVAL;
   pool_io pl = {state_indices, slots, pool};
   return call_impl(w, p, in, &pl, out, r, err, errlen);
