@@ -387,7 +387,7 @@ typedef struct kda_case_report {
   int32_t baseline_state;   /* KDA_BASELINE_* */
   char waiver_link[512];    /* link of the waiver that applied, or "" */
   int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
-  int32_t reserved1;
+  int32_t pool_done;        /* 1: the state-pool decode ran to its verdict (§7.7) */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;

@@ -447,6 +447,7 @@ static int pool_decode(prefix_ctx *x, char *err, size_t errlen) {
   int st = kda_serving_pool(x->w, x->c, x->r->score.cls, &pr, err, errlen);
   if (st != KDA_OK) return st;
   if (pr.outcome == KDA_CALL_UNSUPPORTED) return KDA_OK; /* declined for this problem */
+  x->r->pool_done = pr.outcome == KDA_CALL_OK;
   if (pr.outcome != KDA_CALL_OK) set_reason(x->r, outcome_verdict(pr.outcome), pr.msg);
   else if (pr.failed) set_reason(x->r, KDA_VERDICT_FAIL, pr.msg);
   return KDA_OK;

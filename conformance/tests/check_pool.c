@@ -174,6 +174,29 @@ START_TEST(test_pool_check) {
 }
 END_TEST
 
+/* The report says whether the check ran: ref-f32 declares pools, the version-1 plugin not. */
+START_TEST(test_report_flag) {
+  char err[KDA_ERRLEN], spec[4200];
+  kda_truth t;
+  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.prefix = 1; /* the serving-path checks, as kda conform runs them by default */
+  snprintf(spec, sizeof spec, "%s/kda_plugin_v1.so", plugin_dir);
+  const char *specs[2] = {"ref-f32", spec};
+  for (int i = 0; i < 2; i++) {
+    kda_worker *w = start(specs[i]);
+    kda_case_report r;
+    ck_assert_msg(kda_conform_case_worker(w, &c, &t, &o, &r, err, sizeof err) == KDA_OK, "%s", err);
+    ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s: %s", specs[i], r.reason);
+    ck_assert_int_eq(r.pool_done, i == 0);
+    kda_case_report_free(&r);
+    kda_worker_stop(w);
+  }
+  kda_truth_free(&t);
+}
+END_TEST
+
 static Suite *pool_suite(void) {
   Suite *s = suite_create("pool");
   TCase *tc = tcase_create("pool");
@@ -183,6 +206,7 @@ static Suite *pool_suite(void) {
   tcase_add_test(tc, test_pool_call_ref);
   tcase_add_test(tc, test_no_caps);
   tcase_add_test(tc, test_pool_check);
+  tcase_add_test(tc, test_report_flag);
   suite_add_tcase(s, tc);
   return s;
 }
