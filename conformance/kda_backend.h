@@ -22,9 +22,11 @@
  * A backend declares one element type for its float inputs and one for its float outputs
  * (KDA_PRECISION_FP64 or _FP32) and the runner converts: inputs are rounded to nearest from
  * the case's float64 values (exact for a case whose input precision the type holds), outputs
- * are widened exactly.  Index arrays (cu_seqlens, checkpoints) are always int64.  Version 2
- * adds optional device-resident copies (buffers_create and the slots after it), created
- * from and read back into such host buffers.
+ * are widened exactly.  Index arrays (cu_seqlens, checkpoints, state_indices) are always
+ * int64.  Version 2 adds optional device-resident copies (buffers_create and the slots after
+ * it), created from and read back into such host buffers, and state pools (a pool call reads
+ * and writes states in place in slots named by state_indices; only for a backend whose caps
+ * has KDA_CAP_STATE_POOL).
  *
  * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
  * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
@@ -106,7 +108,32 @@ typedef struct kda_backend_tensors {
   void *o;  /* [T, HV, V] */
   void *ht; /* [N, HV, K, V] */
   void *hc; /* [C, HV, K, V] */
+  /* ---- Appended in ABI version 2 (SPEC.md §7.8, state pools).  Present when struct_size
+   * covers them (KDA_TENSORS_HAS_POOL); the runner sets them only for a backend whose table
+   * has caps with KDA_CAP_STATE_POOL, and otherwise leaves them NULL / 0.
+   * state_indices NULL: an ordinary call (h0 / ht as above; pool NULL, pool_slots 0).
+   * state_indices non-NULL: a POOL CALL.  pool holds pool_slots (S >= 1) states
+   * [S, HV, K, V] (in the problem's state_layout, element type out_dtype), h0 and ht are
+   * NULL, and sequence n uses slot s = state_indices[n]:
+   *   - 0 <= s < S: it starts from slot s when has_initial_state is 1 (from zero when 0) and,
+   *     when want_final_state is 1, writes its final state back into slot s, in place;
+   *   - s == KDA_PAD_SLOT (-1): a padding entry: the sequence's slot is none, it starts from
+   *     zero and its final state is discarded (its rows of o are computed as usual);
+   *   - any other s (< -1 or >= S), or one slot named by two sequences: the backend returns
+   *     KDA_EINVAL before it writes anything, the pool untouched.
+   * Slots that no sequence names keep their bits; so does every slot when want_final_state is
+   * 0.  state_indices is an input (read-only); the pool is both input and output, the only
+   * buffer a backend may read after writing.  Checkpoints (hc) work as in an ordinary call. */
+  const int64_t *state_indices; /* [N]: the slot of each sequence, or KDA_PAD_SLOT */
+  int64_t pool_slots;           /* S: the number of slots in pool */
+  void *pool;                   /* [S, HV, K, V] of out_dtype: read and written in place */
 } kda_backend_tensors;
+
+/* A padding entry of state_indices (vLLM's PAD_SLOT_ID). */
+#define KDA_PAD_SLOT (-1)
+/* 1 when tensors record t has the pool fields. */
+#define KDA_TENSORS_HAS_POOL(t) \
+  ((t)->struct_size >= offsetof(kda_backend_tensors, pool) + sizeof(void *))
 
 typedef struct kda_backend kda_backend;
 
@@ -202,8 +229,17 @@ struct kda_backend {
    * KDA_OK (also when nothing was issued) or KDA_EIO (issued work failed; last_error says
    * why).  Required when the buffer slots are present. */
   int32_t (*synchronize)(void *handle);
+  /* Capabilities (appended to version 2; read only when KDA_BACKEND_HAS(b, caps)): a set of
+   * KDA_CAP_* bits; 0 or absent: none.  The runner hands a backend a call that needs a
+   * capability only when the bit is set, so a backend that does not know the fields such a
+   * call fills (older ones) never sees one.  Unknown bits are ignored. */
+  uint32_t caps;
+  uint32_t reserved1; /* zero */
   /* Version 2 ends here.  Later versions append here. */
 };
+
+/* Capability bits of kda_backend.caps. */
+#define KDA_CAP_STATE_POOL 1u /* forward takes pool calls (kda_backend_tensors.state_indices) */
 
 /* The size of the version-1 prefix of struct kda_backend: fixed forever (a v1 plugin's
  * struct_size), whatever later versions append. */

@@ -213,12 +213,22 @@ int32_t kda_worker_class(const kda_worker *w);
 int32_t kda_worker_input_dtype(const kda_worker *w);
 int32_t kda_worker_output_dtype(const kda_worker *w);
 uint32_t kda_worker_abi_version(const kda_worker *w);
+/* The table's capability bits (KDA_CAP_*, kda_backend.h); 0 when it has none or failed to load. */
+uint32_t kda_worker_caps(const kda_worker *w);
 int64_t kda_worker_pid(const kda_worker *w);    /* the worker's pid (its process group), 0 */
 int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
 /* supports and forward on p (opening a handle first when none is open), with the same
  * outcomes and return values as kda_call_forward. */
 int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                     kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* A pool call (SPEC.md §7.8; only for a worker whose caps have KDA_CAP_STATE_POOL): as
+ * kda_worker_call with in->h0 NULL, out->ht unused, and the state pool [slots, HV, K, V]
+ * (float64, converted to the backend's output type and back, exact for values of that type)
+ * passed in place with state_indices [N].  pool holds on return what the backend left there
+ * whenever the call returned (also on an error); unchanged after a crash or timeout. */
+int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                         const int64_t *state_indices, int64_t slots, double *pool,
+                         kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
 /* The backend's describe (ABI version 2) on the open handle (opening one when none is):
  * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
 int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
@@ -380,7 +390,7 @@ typedef struct kda_case_report {
   int32_t baseline_state;   /* KDA_BASELINE_* */
   char waiver_link[512];    /* link of the waiver that applied, or "" */
   int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
-  int32_t reserved1;
+  int32_t pool_done;        /* 1: the state-pool decode ran to its verdict (§7.7) */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;

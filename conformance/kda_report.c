@@ -127,9 +127,9 @@ static json_t *report_json(const kda_case_report *r) {
                                 s->growth_beyond < 0 ? json_null()
                                                      : json_boolean(s->growth_beyond > 0)));
   if (r->prefix_done)
-    json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b}", "P", (json_int_t)r->prefix_P,
+    json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b,s:b}", "P", (json_int_t)r->prefix_P,
                                                "worst", jnum(r->prefix_worst), "causal",
-                                               r->causal_ok));
+                                               r->causal_ok, "pool", r->pool_done));
   if (r->repeat_done) json_object_set_new(j, "repeat_identical", json_boolean(r->repeat_identical));
   return j;
 }

@@ -440,6 +440,19 @@ static int judged(const kda_case_report *r) {
   return r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_QUALITY_WARNING;
 }
 
+/* State-pool decode (SPEC.md §7.7): only for a backend that declares KDA_CAP_STATE_POOL. */
+static int pool_decode(prefix_ctx *x, char *err, size_t errlen) {
+  if (!(kda_worker_caps(x->w) & KDA_CAP_STATE_POOL)) return KDA_OK;
+  kda_pool_result pr;
+  int st = kda_serving_pool(x->w, x->c, x->r->score.cls, &pr, err, errlen);
+  if (st != KDA_OK) return st;
+  if (pr.outcome == KDA_CALL_UNSUPPORTED) return KDA_OK; /* declined for this problem */
+  x->r->pool_done = pr.outcome == KDA_CALL_OK;
+  if (pr.outcome != KDA_CALL_OK) set_reason(x->r, outcome_verdict(pr.outcome), pr.msg);
+  else if (pr.failed) set_reason(x->r, KDA_VERDICT_FAIL, pr.msg);
+  return KDA_OK;
+}
+
 /* Resume at every offset of the mode, the speculative verify, then both causality
  * perturbations; each runs while the case is still judged a pass (SPEC.md §7.7). */
 static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
@@ -449,6 +462,7 @@ static int prefix_checks(prefix_ctx *x, const kda_outputs *first, char *err, siz
   x->r->prefix_P = kda_serving_main_offset(x->c);
   int st = KDA_OK;
   for (int i = 0; i < np && st == KDA_OK && judged(x->r); i++) st = resume_at(x, P[i], err, errlen);
+  if (st == KDA_OK && judged(x->r)) st = pool_decode(x, err, errlen);
   if (st == KDA_OK && judged(x->r)) st = spec_verify(x, err, errlen);
   if (st == KDA_OK && judged(x->r)) st = causality(x, KDA_PERTURB_QV, first, err, errlen);
   if (st == KDA_OK && judged(x->r)) st = causality(x, KDA_PERTURB_GKB, first, err, errlen);

@@ -59,6 +59,22 @@ void kda_serving_mix(const kda_case *c, const int64_t *at, const double *before,
 int kda_serving_perturbed(const kda_case *c, const int64_t *at, int which, const char *suffix,
                           kda_case *out, char *err, size_t errlen);
 
+/* ---- State-pool decode (SPEC.md §7.7, kda_pool_check.c), for a worker whose caps have
+ * KDA_CAP_STATE_POOL. */
+typedef struct kda_pool_result {
+  int32_t outcome; /* KDA_CALL_* of a call that did not run to its end (msg says which) */
+  int32_t failed;  /* 1: the check failed (msg says why) */
+  char msg[KDA_ERRLEN];
+} kda_pool_result;
+/* The decode cut of c (each sequence's last token from the float64 reference's state before
+ * it, rounded to the backend's output type) as one pool call on w: the sequences at shuffled
+ * slots of a pool of S = 2N + 3, a padding entry, junk in the free slots, which must keep
+ * their bits; o and the final states in their slots scored in class cls as o and ht; then
+ * the same call with one index set to S must be KDA_EINVAL and change no slot.  Returns
+ * KDA_OK (the verdict in *res) or a runner error (KDA_ENOMEM, the reference's). */
+int kda_serving_pool(kda_worker *w, const kda_case *c, int32_t cls, kda_pool_result *res,
+                     char *err, size_t errlen);
+
 /* ---- Serving prompts of candidates (SPEC.md §7.7, §7.9). */
 typedef struct kda_serving_prompt {
   kda_case c;      /* the derived case: a case file of its own */

@@ -106,15 +106,19 @@ enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE };
 static const char *const stage_names[] = {"the worker", "load", "open", "supports", "forward",
                                           "close"};
 
-/* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints
- * (inputs) and o ht hc (outputs); -1 when absent. */
+/* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints,
+ * state_indices (inputs), o ht hc (outputs) and the pool (both); -1 when absent. */
 #define N_FIN 8
 #define B_CU 8
 #define B_CK 9
-#define B_O 10
-#define N_BUF 13
-static const char *const buf_names[N_BUF] = {"q", "k", "v", "g", "beta", "A_log", "dt_bias",
-                                             "h0", "cu_seqlens", "checkpoints", "o", "ht", "hc"};
+#define B_IDX 10
+#define B_O 11
+#define B_POOL 14
+#define N_BUF 15
+#define N_GUARD 4 /* o ht hc pool: each ends before a guard page */
+static const char *const buf_names[N_BUF] = {
+    "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "checkpoints",
+    "state_indices", "o", "ht", "hc", "pool"};
 
 typedef struct wreq {
   uint32_t magic;
@@ -123,7 +127,8 @@ typedef struct wreq {
   int64_t mem_limit;     /* bytes; 0 automatic; -1 none */
   int64_t off[N_BUF];
   uint64_t len[N_BUF];   /* bytes */
-  int64_t guard[3];      /* offset of the PROT_NONE page after o, ht, hc (-1: none) */
+  int64_t guard[N_GUARD]; /* offset of the PROT_NONE page after o, ht, hc, pool (-1: none) */
+  int64_t pool_slots;     /* S of a pool call (SPEC.md §7.8), 0 otherwise */
   kda_problem p;
   char params[1024];
 } wreq;
@@ -132,6 +137,7 @@ typedef struct wrep {
   uint32_t magic;
   int32_t type, outcome, status, stage, cls, in_dtype, out_dtype;
   uint32_t abi_version, struct_size;
+  uint32_t caps, reserved0; /* RP_INFO: the table's caps (0 when it has none) */
   double seconds;
   char name[64], desc[256];
   char msg[KDA_ERRLEN];
@@ -271,7 +277,7 @@ static int child_map(wchild *c, const wreq *q) {
   }
   long pg = sysconf(_SC_PAGESIZE);
   if (mprotect(c->map, c->map_size, PROT_READ | PROT_WRITE) != 0) return -1;
-  for (int b = 0; b < 3; b++)
+  for (int b = 0; b < N_GUARD; b++)
     if (q->guard[b] >= 0 && mprotect(c->map + q->guard[b], (size_t)pg, PROT_NONE) != 0) return -1;
   ((shm_hdr *)c->map)->child_base = (uint64_t)(uintptr_t)c->map;
   return 0;
@@ -284,7 +290,10 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
   for (int b = 0; b < N_BUF; b++) x[b] = q->off[b] >= 0 ? c->map + q->off[b] : NULL;
   kda_backend_tensors t = {sizeof t, c->b->input_dtype, c->b->output_dtype, 0,
                            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                           x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2]};
+                           x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2],
+                           x[B_IDX], q->pool_slots, x[B_POOL]};
+  if (x[B_IDX] && !(KDA_BACKEND_HAS(c->b, caps) && (c->b->caps & KDA_CAP_STATE_POOL)))
+    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED, "no state pools (caps)%s%s", 0, 0);
   char msg[KDA_ERRLEN] = "";
   fpctl before;
   enter_backend(c, q, &before, ST_SUPPORTS);
@@ -395,6 +404,7 @@ static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
   snprintf(a->desc, sizeof a->desc, "%s", b->description ? b->description : "");
   a->cls = b->precision_class, a->in_dtype = b->input_dtype, a->out_dtype = b->output_dtype;
   a->abi_version = b->abi_version, a->struct_size = b->struct_size;
+  a->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
   rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
 }
 
@@ -450,7 +460,7 @@ struct kda_worker {
   kda_call_opts opts;
   char name[64], desc[256];
   int32_t cls, in_dtype, out_dtype;
-  uint32_t abi_version;
+  uint32_t abi_version, caps;
   int load_failed;
   kda_call_result load_res;
   pid_t pid;
@@ -560,7 +570,7 @@ static const char *fault_buffer(const kda_worker *w, const wreq *q) {
   if (!h || !h->fault_sig || !q) return NULL;
   uint64_t off = h->fault_addr - h->child_base;
   long pg = sysconf(_SC_PAGESIZE);
-  for (int b = 0; b < 3; b++)
+  for (int b = 0; b < N_GUARD; b++)
     if (q->guard[b] >= 0 && off >= (uint64_t)q->guard[b] && off < (uint64_t)(q->guard[b] + pg))
       return buf_names[B_O + b];
   return NULL;
@@ -676,7 +686,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
       if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     snprintf(w->desc, sizeof w->desc, "%s", a.desc);
     w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
-    w->abi_version = a.abi_version;
+    w->abi_version = a.abi_version, w->caps = a.caps;
   }
   r->outcome = KDA_CALL_OK;
   return KDA_OK;
@@ -703,6 +713,7 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
   snprintf(w->desc, sizeof w->desc, "%s", b->description ? b->description : "");
   w->cls = b->precision_class, w->in_dtype = b->input_dtype, w->out_dtype = b->output_dtype;
   w->abi_version = b->abi_version;
+  w->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
   return KDA_OK;
 }
 
@@ -739,6 +750,7 @@ int32_t kda_worker_class(const kda_worker *w) { return w->load_failed ? -1 : w->
 int32_t kda_worker_input_dtype(const kda_worker *w) { return w->in_dtype; }
 int32_t kda_worker_output_dtype(const kda_worker *w) { return w->out_dtype; }
 uint32_t kda_worker_abi_version(const kda_worker *w) { return w->abi_version; }
+uint32_t kda_worker_caps(const kda_worker *w) { return w->load_failed ? 0 : w->caps; }
 int64_t kda_worker_pid(const kda_worker *w) { return w->pid; }
 int64_t kda_worker_starts(const kda_worker *w) { return w->starts; }
 
@@ -783,11 +795,19 @@ static int ready(kda_worker *w, kda_call_result *r, char *err, size_t errlen, in
 /* ---- The layout of one call in the region. */
 static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+/* A pool call's state_indices [N], its S and the pool [S, HV, K, V] as float64 (SPEC.md
+ * §7.8); NULL for an ordinary call. */
+typedef struct pool_io {
+  const int64_t *idx;
+  int64_t S;
+  double *pool;
+} pool_io;
+
 /* Places the inputs, then each output so that its end is followed by a guard page (the
  * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries).  Returns
  * the region's size, or 0 for a problem whose sizes do not fit. */
 static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies, size_t oes,
-                     wreq *q) {
+                     const pool_io *pl, wreq *q) {
   kda_case_sizes s;
   if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
@@ -802,10 +822,16 @@ static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies
     q->off[B_CK] = (int64_t)off, q->len[B_CK] = (uint64_t)p->n_checkpoints * 8;
     off = up(off + q->len[B_CK], 64);
   }
+  if (pl) {
+    q->off[B_IDX] = (int64_t)off, q->len[B_IDX] = (uint64_t)p->N * 8;
+    off = up(off + q->len[B_IDX] + 1, 64);
+    q->pool_slots = pl->S;
+  }
   off = up(off, pg);
-  const int want[3] = {1, p->want_final_state != 0, p->n_checkpoints > 0};
-  const uint64_t on[3] = {s.o, s.ht, s.hc};
-  for (int b = 0; b < 3; b++) {
+  /* a pool call has no ht: the final states go into the pool, in place */
+  const int want[N_GUARD] = {1, p->want_final_state != 0 && !pl, p->n_checkpoints > 0, !!pl};
+  const uint64_t on[N_GUARD] = {s.o, s.ht, s.hc, pl ? (uint64_t)(pl->S * p->HV * p->K * p->V) : 0};
+  for (int b = 0; b < N_GUARD; b++) {
     q->guard[b] = -1;
     if (!want[b]) continue;
     size_t len = (size_t)on[b] * oes, block = up(len ? len : 1, pg);
@@ -817,7 +843,8 @@ static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies
   return off;
 }
 
-static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const wreq *q) {
+static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *pl,
+                       const wreq *q) {
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
   size_t es = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = 0; b < N_FIN; b++) {
@@ -830,13 +857,15 @@ static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const wreq *q) 
   }
   memcpy(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]);
   if (q->off[B_CK] >= 0) memcpy(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]);
+  if (pl) memcpy(w->map + q->off[B_IDX], pl->idx, (size_t)q->len[B_IDX]);
   size_t oes = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = B_O; b < N_BUF; b++) {
     if (q->off[b] < 0) continue;
     unsigned char *d = w->map + q->off[b];
     for (uint64_t i = 0; i < q->len[b] / oes; i++) {
-      if (oes == 8) ((double *)d)[i] = NAN; /* an unwritten element cannot pass */
-      else ((float *)d)[i] = NAN;
+      double x = b == B_POOL ? pl->pool[i] : NAN; /* an unwritten element cannot pass */
+      if (oes == 8) memcpy(d + 8 * i, &x, 8);
+      else ((float *)d)[i] = (float)x;
     }
     memset(d + q->len[b], CANARY, up((size_t)q->len[b], 64) - (size_t)q->len[b]);
   }
@@ -844,7 +873,8 @@ static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const wreq *q) 
 
 /* Name of the first input (floats or index arrays) that no longer equals what was handed
  * over, bit for bit, or NULL. */
-static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in, const wreq *q) {
+static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in,
+                                 const pool_io *pl, const wreq *q) {
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
   size_t es = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = 0; b < N_FIN; b++) {
@@ -860,6 +890,8 @@ static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in,
     return buf_names[B_CU];
   if (q->off[B_CK] >= 0 && memcmp(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]))
     return buf_names[B_CK];
+  if (pl && memcmp(w->map + q->off[B_IDX], pl->idx, (size_t)q->len[B_IDX]) != 0)
+    return buf_names[B_IDX];
   return NULL;
 }
 
@@ -885,8 +917,17 @@ static void widen(const kda_worker *w, const wreq *q, kda_outputs *out) {
   }
 }
 
-int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                    kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
+/* The pool as the backend left it, widened exactly into pl->pool. */
+static void widen_pool(const kda_worker *w, const wreq *q, const pool_io *pl) {
+  size_t es = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
+  const unsigned char *s = w->map + q->off[B_POOL];
+  for (uint64_t i = 0; i < q->len[B_POOL] / es; i++)
+    pl->pool[i] = es == 8 ? ((const double *)s)[i] : (double)((const float *)s)[i];
+}
+
+static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                     const pool_io *pl, kda_outputs *out, kda_call_result *r, char *err,
+                     size_t errlen) {
   memset(r, 0, sizeof *r);
   int st;
   if (!ready(w, r, err, errlen, &st)) return st;
@@ -897,19 +938,19 @@ int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *
   q.mem_limit = w->opts.memory_limit;
   size_t ies = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   size_t oes = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
-  size_t size = layout(p, in, ies, oes, &q);
+  size_t size = layout(p, in, ies, oes, pl, &q);
   if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
   if (region_reserve(w, size) != KDA_OK)
     return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;
   q.map_size = w->map_size;
-  put_inputs(w, in, &q);
+  put_inputs(w, in, pl, &q);
   if (!w->opts.isolate) {
     sync_local(w);
     serve_call(&w->local, &q, &a);
   } else if (transact(w, &q, &a, ST_FORWARD, r)) {
     return KDA_OK;
   }
-  const char *over = overrun(w, &q), *changed = changed_input(w, in, &q);
+  const char *over = overrun(w, &q), *changed = changed_input(w, in, pl, &q);
   r->status = a.status;
   r->seconds = a.seconds;
   if (a.outcome == KDA_CALL_FPENV) {
@@ -926,7 +967,24 @@ int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *
     snprintf(r->msg, sizeof r->msg, "%s", a.msg);
   }
   if (r->outcome == KDA_CALL_OK) widen(w, &q, out);
+  if (pl) widen_pool(w, &q, pl); /* also after an error: a rejected call must leave it as is */
   return KDA_OK;
+}
+
+int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                    kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
+  return call_impl(w, p, in, NULL, out, r, err, errlen);
+}
+
+int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                         const int64_t *state_indices, int64_t slots, double *pool,
+                         kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
+  /* the pool's bytes must fit the region's size_t arithmetic: at most 2^40 bytes */
+  if (slots < 1 || !state_indices || !pool || in->h0 || p->N < 1 ||
+      (double)slots * (double)(p->HV * p->K * p->V) * 8.0 > 0x1p40)
+    return snprintf(err, errlen, "pool call: bad arguments"), KDA_EINVAL;
+  pool_io pl = {state_indices, slots, pool};
+  return call_impl(w, p, in, &pl, out, r, err, errlen);
 }
 
 int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {

@@ -101,7 +101,9 @@ echo "conform_l1: worker: load failures and crashes are verdicts, prints capture
 for row in "future_gate_anchor:causality: outputs before token [0-9]* changed when later g, k and beta" \
            "resume_unaligned:resume at P=" \
            "decode_transposed:decode resume (each sequence at its last token)" \
-           "spec_state_last:speculative verify after P=[0-9]* (4 drafts): hc error"; do
+           "spec_state_last:speculative verify after P=[0-9]* (4 drafts): hc error" \
+           "pool_touches_free:state-pool decode: slot [0-9]*, named by no sequence, changed" \
+           "pool_ignores_index:state-pool decode: slot [0-9]*, named by no sequence, changed"; do
   m=${row%%:*} why=${row#*:}
   "$kda" conform -q --serving off --max-lines 0 -p "$plugins/kda_plugin_mutants.so:mutant=$m" \
     golden/L1 > "$tmp/s.txt" 2>&1 || fail "serving mutant $m fails the plain scoring: $(head -1 "$tmp/s.txt")"

@@ -4,7 +4,8 @@
  * params "mutant=NAME" picks the mistake (SPEC.md §7.7 lists them and why each is plausible);
  * "mutant=none" is a correct float64 implementation (it must pass).  Declares the fp32 class:
  * `make check` asserts that the case set fails every mutant and passes ref-f32 in that class.
- * Self-contained: it includes only kda_backend.h, as any third-party plugin would.
+ * Self-contained: it includes only kda_backend.h, as any third-party plugin would, and the
+ * header-only pool adapter kda_backend_pool.h (it takes pool calls: KDA_CAP_STATE_POOL).
  */
 #include <fenv.h>
 #include <math.h>
@@ -13,18 +14,21 @@
 #include <string.h>
 
 #include "kda_backend.h"
+#include "kda_backend_pool.h"
 
 enum {
   M_NONE, M_ERASE_BEFORE_DECAY, M_READOUT_BEFORE_WRITE, M_PREDICT_UNDECAYED,
   M_DECAY_VALUE_AXIS, M_TRANSPOSED_STATE, M_SCALE_ON_K, M_WRONG_HEAD_MAP, M_BETA_BF16,
   M_F32_ULP_BIAS, M_DROP_H0, M_EXP2_GATE, M_FUTURE_GATE_ANCHOR, M_RESUME_UNALIGNED,
-  M_DECODE_TRANSPOSED, M_SPEC_STATE_LAST, M_OVERRUN, M_FPENV, M_COUNT
+  M_DECODE_TRANSPOSED, M_SPEC_STATE_LAST, M_POOL_TOUCHES_FREE, M_POOL_IGNORES_INDEX, M_OVERRUN,
+  M_FPENV, M_COUNT
 };
 static const char *const mutant_names[M_COUNT] = {
     "none", "erase_before_decay", "readout_before_write", "predict_undecayed",
     "decay_value_axis", "transposed_state", "scale_on_k", "wrong_head_map", "beta_bf16",
     "f32_ulp_bias", "drop_h0", "exp2_gate", "future_gate_anchor", "resume_unaligned",
-    "decode_transposed", "spec_state_last", "overrun", "fpenv"};
+    "decode_transposed", "spec_state_last", "pool_touches_free", "pool_ignores_index",
+    "overrun", "fpenv"};
 
 typedef struct mhandle {
   int mutant;
@@ -230,7 +234,7 @@ static void run_head(const kda_problem *p, const kda_backend_tensors *t, int m, 
   }
 }
 
-static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+static int32_t m_plain(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
   mhandle *h = handle;
   double *S = malloc((size_t)(p->K * p->V + 3 * p->K + 2 * p->V) * sizeof *S);
   if (!S) return snprintf(h->err, sizeof h->err, "out of memory"), KDA_ENOMEM;
@@ -248,6 +252,35 @@ static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_t
   return KDA_OK;
 }
 
+/* A pool call (SPEC.md §7.8) through the gather adapter, with the two pool mutants:
+ * pool_ignores_index uses slot n for sequence n (a batch index taken for a slot index);
+ * pool_touches_free zeroes every slot no sequence names (a kernel that clears the pool). */
+static int32_t m_pool(mhandle *h, const kda_problem *p, const kda_backend_tensors *t) {
+  kda_backend_tensors u = *t;
+  int64_t *idx = NULL;
+  if (h->mutant == M_POOL_IGNORES_INDEX) {
+    if (!(idx = malloc((size_t)p->N * sizeof *idx + 8)))
+      return snprintf(h->err, sizeof h->err, "out of memory"), KDA_ENOMEM;
+    for (int64_t n = 0; n < p->N; n++) idx[n] = n < t->pool_slots ? n : KDA_PAD_SLOT;
+    u.state_indices = idx;
+  }
+  int32_t st = kda_pool_forward(h, p, &u, m_plain, h->err, sizeof h->err);
+  free(idx);
+  if (st != KDA_OK || h->mutant != M_POOL_TOUCHES_FREE) return st;
+  const size_t slot = (size_t)(p->HV * p->K * p->V);
+  for (int64_t s = 0; s < t->pool_slots; s++) {
+    int named = 0;
+    for (int64_t n = 0; n < p->N; n++) named |= t->state_indices[n] == s;
+    if (!named) memset((double *)t->pool + (size_t)s * slot, 0, slot * sizeof(double));
+  }
+  return KDA_OK;
+}
+
+static int32_t m_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  if (kda_pool_is_call(t)) return m_pool(handle, p, t);
+  return m_plain(handle, p, t);
+}
+
 static const kda_backend mutants = {
     .abi_version = KDA_BACKEND_ABI_VERSION,
     .struct_size = sizeof(kda_backend),
@@ -261,6 +294,7 @@ static const kda_backend mutants = {
     .supports = m_supports,
     .forward = m_forward,
     .last_error = m_last_error,
+    .caps = KDA_CAP_STATE_POOL,
 };
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kda_backend.h"
+#include "kda_backend_pool.h"
 #include "kda_ref.h"
 
 typedef struct ref_handle {
@@ -52,18 +53,32 @@ static const char *ref_last_error(void *handle) {
   return handle ? ((ref_handle *)handle)->err : "";
 }
 
-static int32_t ref_forward_f64(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+static int32_t ref_plain_f64(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
   ref_handle *h = handle;
   kda_tensors_f64 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
                        t->cu_seqlens, t->checkpoints, t->o, t->ht, t->hc};
   return kda_ref_forward_f64(p, &x, h->err, sizeof h->err);
 }
 
-static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+static int32_t ref_plain_f32(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
   ref_handle *h = handle;
   kda_tensors_f32 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
                        t->cu_seqlens, t->checkpoints, t->o, t->ht, t->hc};
   return kda_ref_forward_f32(p, &x, h->err, sizeof h->err);
+}
+
+/* A pool call (kda_backend.h) is gathered into h0 and scattered from ht around the plain
+ * forward: the references take pools with exactly their ordinary arithmetic. */
+static int32_t ref_forward_f64(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  ref_handle *h = handle;
+  if (kda_pool_is_call(t)) return kda_pool_forward(h, p, t, ref_plain_f64, h->err, sizeof h->err);
+  return ref_plain_f64(h, p, t);
+}
+
+static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  ref_handle *h = handle;
+  if (kda_pool_is_call(t)) return kda_pool_forward(h, p, t, ref_plain_f32, h->err, sizeof h->err);
+  return ref_plain_f32(h, p, t);
 }
 
 #define REF_TABLE(sym, nm, desc, cls, dt, fwd)                                            \
@@ -72,7 +87,8 @@ static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_bac
                            .name = nm, .description = desc, .precision_class = cls,         \
                            .input_dtype = dt, .output_dtype = dt, .open = ref_open,         \
                            .close = ref_close, .supports = ref_supports, .forward = fwd,    \
-                           .last_error = ref_last_error, .describe = ref_describe}
+                           .last_error = ref_last_error, .describe = ref_describe,       \
+                           .caps = KDA_CAP_STATE_POOL}
 
 REF_TABLE(kda_backend_ref_f64, "ref-f64", "the plain float64 reference (SPEC.md section 9)",
           KDA_PRECISION_FP64, KDA_PRECISION_FP64, ref_forward_f64);

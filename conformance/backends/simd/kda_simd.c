@@ -28,6 +28,7 @@
 #include <unistd.h>
 
 #include "kda_backend.h"
+#include "kda_backend_pool.h"
 #include "kda_simd.h"
 
 #define CHUNK 32          /* tokens a segment at most */
@@ -613,7 +614,7 @@ static int32_t run_threads(simd_handle *h, job *J) {
   return KDA_OK;
 }
 
-static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+static int32_t simd_plain(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
   simd_handle *h = handle;
   h->err[0] = 0;
   if (why_not(h, p, h->err, sizeof h->err) != KDA_OK) return KDA_EUNSUPPORTED;
@@ -661,6 +662,15 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
   return st;
 }
 
+/* A pool call (kda_backend.h): gathered into h0 and scattered from ht around the plain call
+ * (the decode kernel sees an ordinary h0 / ht batch). */
+static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
+  simd_handle *h = handle;
+  if (!kda_pool_is_call(t)) return simd_plain(h, p, t);
+  h->err[0] = 0;
+  return kda_pool_forward(h, p, t, simd_plain, h->err, sizeof h->err);
+}
+
 #define SIMD_TABLE(sym, nm, desc, openfn)                                                     \
   const kda_backend sym = {.abi_version = KDA_BACKEND_ABI_VERSION,                            \
                            .struct_size = sizeof(kda_backend), .name = nm,                    \
@@ -669,7 +679,7 @@ static int32_t simd_forward(void *handle, const kda_problem *p, const kda_backen
                            .output_dtype = KDA_PRECISION_FP32, .open = openfn,             \
                            .close = simd_close, .supports = simd_supports,                    \
                            .forward = simd_forward, .last_error = simd_last_error,        \
-                           .describe = simd_describe}
+                           .describe = simd_describe, .caps = KDA_CAP_STATE_POOL}
 
 SIMD_TABLE(kda_backend_simd, "simd",
            "float32 KDA, vectorised over value columns (isa=auto|avx512|avx2|scalar threads=N)",
