@@ -60,20 +60,6 @@ static void softplus_both(kda_cert_gate *G, mpfr_ptr lo, mpfr_ptr hi) {
   }
 }
 
-/* c->y <- g + b exactly (the sum of two doubles spans at most 2151 bits). */
-static void exact_sum(kda_cert_gate *G, double g, double b) {
-  mpfr_prec_t prec = 54;
-  if (g != 0.0 && b != 0.0) {
-    int eg, eb;
-    frexp(g, &eg);
-    frexp(b, &eb);
-    prec = (mpfr_prec_t)((eg > eb ? eg - eb : eb - eg) + 54);
-  }
-  mpfr_set_prec(G->y, prec);
-  mpfr_set_d(G->y, g, MPFR_RNDN);
-  mpfr_add_d(G->y, G->y, b, MPFR_RNDN);
-}
-
 /* [alo, ahi] encloses a* = exp(g_eff) of one channel. */
 static void channel(kda_cert_gate *G, const kda_problem *p, int has_A, double g, double b,
                     mpfr_ptr alo, mpfr_ptr ahi) {
@@ -83,7 +69,7 @@ static void channel(kda_cert_gate *G, const kda_problem *p, int has_A, double g,
     exp_both(alo, ahi, glo);
     return;
   }
-  exact_sum(G, g, b);
+  kda_mpfr_exact_sum(G->y, g, b);
   softplus_both(G, slo, shi);
   mpfr_srcptr Elo = G->t[8], Ehi = G->t[9];
   if (has_A) { /* g_eff = -E softplus(y): decreasing in E and softplus */

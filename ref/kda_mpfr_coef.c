@@ -214,20 +214,6 @@ static void softplus_dir(kda_mpfr_coef *c, mpfr_ptr rop, mpfr_ptr y, mpfr_rnd_t 
   }
 }
 
-/* c->y <- g + b exactly: the sum of two doubles spans at most 2151 bits. */
-static void exact_sum(kda_mpfr_coef *c, double g, double b) {
-  mpfr_prec_t prec = 54;
-  if (g != 0.0 && b != 0.0) {
-    int eg, eb;
-    frexp(g, &eg);
-    frexp(b, &eb);
-    prec = (mpfr_prec_t)((eg > eb ? eg - eb : eb - eg) + 54);
-  }
-  mpfr_set_prec(c->y, prec);
-  mpfr_set_d(c->y, g, MPFR_RNDN);
-  mpfr_add_d(c->y, c->y, b, MPFR_RNDN);
-}
-
 /* [G_LO, G_HI] encloses g_eff of one gate channel (SPEC.md §4.1); E_LO..E_HI hold exp(A_log). */
 static void gate_interval(kda_mpfr_coef *c, const kda_problem *p, int has_A, double g, double b) {
   mpfr_ptr glo = TMP(c, T_G_LO), ghi = TMP(c, T_G_HI);
@@ -237,7 +223,7 @@ static void gate_interval(kda_mpfr_coef *c, const kda_problem *p, int has_A, dou
     mpfr_set_d(ghi, g, MPFR_RNDN);
     return;
   }
-  exact_sum(c, g, b);
+  kda_mpfr_exact_sum(c->y, g, b);
   mpfr_ptr y = c->y, lo = TMP(c, T_S_LO), hi = TMP(c, T_S_HI);
   if (p->gate_mode == KDA_GATE_SOFTPLUS) { /* -E * softplus(y): decreasing in E and sp */
     softplus_dir(c, lo, y, MPFR_RNDD);

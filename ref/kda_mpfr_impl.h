@@ -57,6 +57,10 @@ void kda_mpfr_pool_free(kda_mpfr_pool *pl);
  * returned as +0 (golden files do not certify the sign of zero).  NaN gives NaN.  x may have
  * any precision and exponent; `tmp` is a scratch number whose precision may be changed. */
 double kda_mpfr_round_binary64(mpfr_srcptr x, mpfr_ptr tmp);
+/* y <- g + b exactly: y's precision is set to what the sum of two doubles needs (their
+ * exponents' distance + 54 bits, at most 2151), so the one rounding of the addition is exact
+ * (SPEC.md §8.3; shared by the MPFR coefficients and the fast certifier's gates). */
+void kda_mpfr_exact_sum(mpfr_ptr y, double g, double b);
 
 /* The bits of a double for bitwise comparison. */
 uint64_t kda_mpfr_bits(double d);

@@ -70,3 +70,16 @@ double kda_mpfr_round_binary64(mpfr_srcptr x, mpfr_ptr tmp) {
   const double d = mpfr_get_d(tmp, MPFR_RNDN); /* exact: tmp is a binary64 value */
   return d == 0.0 ? 0.0 : d;
 }
+
+void kda_mpfr_exact_sum(mpfr_ptr y, double g, double b) {
+  mpfr_prec_t prec = 54;
+  if (g != 0.0 && b != 0.0) {
+    int eg, eb;
+    frexp(g, &eg);
+    frexp(b, &eb);
+    prec = (mpfr_prec_t)((eg > eb ? eg - eb : eb - eg) + 54);
+  }
+  mpfr_set_prec(y, prec);
+  mpfr_set_d(y, g, MPFR_RNDN);
+  mpfr_add_d(y, y, b, MPFR_RNDN);
+}
