@@ -33,33 +33,17 @@
 /* ---- Files. */
 int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
                             size_t errlen) {
-  /* the target must be a regular file or absent; the temporary file is registered for
-   * removal on a signal (kda_files.h) */
-  int st = kda_output_check(path, NULL, 0, err, errlen);
-  if (st) return st;
-  char *tmp = NULL;
-  int fd = kda_tmp_create(path, &tmp);
-  if (fd < 0)
-    return kda_fail(KDA_EIO, err, errlen, "%s: cannot create a temporary file: %s", path,
-                    strerror(errno));
-  const unsigned char *p = data;
-  size_t done = 0;
-  while (done < len) {
-    ssize_t w = write(fd, p + done, len - done);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) break;
-    done += (size_t)w;
+  /* the atomic writer of kda_files.h: the target must be a regular file or absent, the
+   * temporary file is removed on an error or a signal, every step is checked */
+  kda_atomic *a;
+  FILE *f;
+  int st = kda_atomic_open(path, &a, &f, err, errlen);
+  if (st != KDA_OK) return st;
+  if ((len > 0 && fwrite(data, 1, len, f) != len) || fchmod(fileno(f), 0644) != 0) {
+    kda_atomic_abort(a);
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(errno));
   }
-  int ok = done == len && fchmod(fd, 0644) == 0 && fsync(fd) == 0;
-  ok = close(fd) == 0 && ok;
-  const int hook = ok && kda_test_fail_write(path); /* test hook, kda_files.h */
-  ok = ok && !hook && rename(tmp, path) == 0;
-  int e = hook ? ENOSPC : errno;
-  if (!ok) unlink(tmp);
-  kda_tmp_forget(tmp);
-  free(tmp);
-  if (!ok) return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
-  return KDA_OK;
+  return kda_atomic_commit(a, err, errlen);
 }
 
 int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *err,
