@@ -285,10 +285,11 @@ cuda:
 $(BUILD)/$(CUDA_DIR)/%.o: $(CUDA_DIR)/%.cu $(CUDA_DEPS)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(CUDA_FLAGS) -c $< -o $@
-$(CUDA_SO): $(BUILD)/$(CUDA_DIR)/kda_cuda.o $(BUILD)/$(CUDA_DIR)/kda_cuda_kernels.o $(CUDA_DIR)/exports.map
+CUDA_KOBJ   := $(BUILD)/$(CUDA_DIR)/kda_cuda_kernels.o $(BUILD)/$(CUDA_DIR)/kda_cuda_chunk.o
+$(CUDA_SO): $(BUILD)/$(CUDA_DIR)/kda_cuda.o $(CUDA_KOBJ) $(CUDA_DIR)/exports.map
 	$(NVCC) $(CUDA_FLAGS) -shared -o $@ $(filter %.o,$^) -Xlinker --version-script=$(CUDA_DIR)/exports.map
 cuda-bench: $(CUDA_BENCH)
-$(CUDA_BENCH): $(BUILD)/$(CUDA_DIR)/bench_cuda.o $(BUILD)/$(CUDA_DIR)/kda_cuda_kernels.o
+$(CUDA_BENCH): $(BUILD)/$(CUDA_DIR)/bench_cuda.o $(CUDA_KOBJ)
 	$(NVCC) $(CUDA_FLAGS) -o $@ $^
 # The plugin is built before the unit tests (conformance/tests/check_cuda.c tests it when it
 # exists); the sanitizer pass reuses the plain build's plugin.

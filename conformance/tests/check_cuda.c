@@ -8,7 +8,7 @@
  * scores NotSupported.  With a GPU (the H200 of docs/cuda.md): every mode of SPEC.md §4-§5
  * and edge sizes pass in the fp32 class for ksplit 4, 8, 16 and automatic, with a capped
  * persistent grid too, decode shapes through the decode kernel and (decode=0) the recurrent
- * one, with --repeat's bit check.
+ * one, and with algo=chunk the chunked kernels (K <= 128), with --repeat's bit check.
  * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
  * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing.
  */
@@ -82,7 +82,7 @@ START_TEST(test_params_and_nulls) {
   char err[KDA_ERRLEN] = "";
   static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
                                     "ksplit=8 bogus", "grid=-1", "grid=99999999999",
-                                    "decode=2"};
+                                    "decode=2", "algo=fast", "algo="};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
     ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
@@ -186,6 +186,15 @@ static const char *const descs[] = {
     "id=decode-linear",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
+    /* the chunked kernels (algo=chunk): sequences over several 64-token chunks, starting
+     * their own chunk grids, checkpoints inside and at the edges of chunks, V off the tiles */
+    "seed=67 seqlens=130,0,64,65,1,200 H=2 HV=4 K=128 V=72 gate=softplus beta=logit l2=fla "
+    "prec=f32 h0=1 layout=vk checkpoints=0,63,64,100,194,260,459 id=chunk-varlen",
+    "seed=68 T=257 H=1 HV=2 K=64 V=130 family=gdn gate=log beta=logit l2=fla prec=f32 h0=1 "
+    "head_map=mod id=chunk-gdn",
+    "seed=69 T=190 H=1 HV=1 K=100 V=64 family=deltanet beta=logit l2=fla prec=f32 "
+    "checkpoints=17 id=chunk-dn",
+    "seed=70 T=150 H=1 HV=1 K=32 V=32 family=linear beta=prob l2=fla prec=f32 h0=1 id=chunk-lin",
 };
 #define N_DESCS (sizeof descs / sizeof descs[0])
 
@@ -204,7 +213,8 @@ START_TEST(test_conform) {
   ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
   /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
   static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
-                                       "ksplit=16 grid=2", "decode=0 grid=3"};
+                                       "ksplit=16 grid=2", "decode=0 grid=3",
+                                       "algo=chunk"};
   const size_t n_params = sizeof params / sizeof params[0];
   for (size_t k = 0; k < (gpu ? n_params : 1u); k++) {
     kda_conform_opts o;

@@ -12,6 +12,7 @@
  * outputs; decode: state bytes read and written).  A repeated launch must give the same
  * bits (SPEC.md §7.7 --repeat), checked on the outputs of the first and the last launch.
  * Also the card's device-to-device copy bandwidth, as the ceiling for decode.
+ * Prefill runs the chunked kernels, then the recurrent kernel for each ksplit.
  * Usage: bench_cuda [ksplit ...]   (default 0, the automatic choice; "bench_cuda 0 4 8" compares);
  * BENCH_ONLY=PREFIX runs only the cases whose name starts with PREFIX (for a profiler).
  * Exit status 0, or 1 on a CUDA error or a nondeterministic result.
@@ -19,11 +20,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <math.h>
 
 #include <algorithm>
 #include <vector>
 
 #include "kda_cuda.h"
+#include "kda_cuda_chunk.h"
 
 #define WARMUP 3
 #define REPS 15
@@ -75,8 +78,26 @@ static uint64_t bits_of(const float *d, size_t n) {
   return s;
 }
 
+/* The chunked kernels' outputs of the current case, which the recurrent runs are compared to. */
+static std::vector<float> g_chunk_o;
+
+/* Largest |a - b| and |b| over the outputs (a sanity check of one against the other). */
+static void compare_outputs(const float *d, size_t n, int chunked) {
+  std::vector<float> h(n);
+  CK(cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost));
+  if (chunked) { g_chunk_o.swap(h); return; }
+  if (g_chunk_o.size() != n) return;
+  double dmax = 0, omax = 0;
+  for (size_t i = 0; i < n; i++) {
+    const double x = fabs((double)h[i] - g_chunk_o[i]);
+    dmax = x > dmax || x != x ? x : dmax;
+    omax = fabs(h[i]) > omax ? fabs(h[i]) : omax;
+  }
+  printf("  chunk vs recurrent: max |diff| %.3g, max |o| %.3g\n", dmax, omax);
+}
+
 /* Runs one case; returns 0, or 1 when two launches gave different bits. */
-static int run_case(const bench_case *bc, int ksplit, int no_decode) {
+static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
   const int64_t H = 32, K = 128, V = 128, HV = 32, N = bc->B, T = bc->B * bc->T1;
   kda_problem p;
   memset(&p, 0, sizeof p);
@@ -102,6 +123,17 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode) {
   CK(cudaMalloc(&d.o, (size_t)T * HV * V * 4));
   CK(cudaMalloc(&d.ht, (size_t)st * 4));
   CK(cudaMalloc(&d.scratch, kda_cuda_scratch_bytes(&p)));
+  const int64_t n_chunks = kda_cuda_chunk_count(&p, cu.data(), NULL);
+  const int chunked = kda_cuda_use_chunk(&p, algo, bc->T1, n_chunks);
+  int32_t *dplan = NULL;
+  if (chunked) { /* the plan is built on the host, as the plugin does */
+    std::vector<int32_t> plan(kda_cuda_plan_ints(&p, n_chunks));
+    kda_cuda_chunk_fill(&p, cu.data(), NULL, plan.data());
+    CK(cudaMalloc(&dplan, plan.size() * 4));
+    CK(cudaMemcpy(dplan, plan.data(), plan.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMalloc(&d.chunk_scratch, kda_cuda_chunk_bytes(&p, n_chunks)));
+    d.plan = dplan, d.n_chunks = n_chunks;
+  }
   kda_cuda_opts o = {ksplit, no_decode, bc->T1, 0};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
@@ -125,16 +157,18 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode) {
     if (r == 0) first = bits_of(d.o, (size_t)T * HV * V) ^ bits_of(d.ht, (size_t)st);
   }
   const uint64_t last = bits_of(d.o, (size_t)T * HV * V) ^ bits_of(d.ht, (size_t)st);
+  if (bc->T1 > 1) compare_outputs(d.o, (size_t)T * HV * V, chunked);
   const double t = median(ms) * 1e-3;
   const double flop = 8.0 * K * V * (double)T * HV;
   const double io = 4.0 * (2.0 * T * H * K + 2.0 * T * HV * V + (double)T * HV * K + T * HV);
   const double state = 4.0 * st * (p.has_initial_state ? 2 : 1);
   printf("%-16s %s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
-         bc->name, bc->T1 > 1 ? "recur " : no_decode ? "recur " : "decode", ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
+         bc->name, chunked ? "chunk " : bc->T1 > 1 ? "recur " : no_decode ? "recur " : "decode", ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
          state / t * 1e-9, first == last ? "repeat-identical" : "REPEAT-DIFFERS");
   cudaFree((void *)d.q), cudaFree((void *)d.k), cudaFree((void *)d.v), cudaFree((void *)d.g);
   cudaFree((void *)d.beta), cudaFree((void *)d.A_log), cudaFree((void *)d.dt_bias);
   cudaFree((void *)d.h0), cudaFree(dcu), cudaFree(d.o), cudaFree(d.ht), cudaFree(d.scratch);
+  cudaFree(dplan), cudaFree(d.chunk_scratch);
   cudaStreamDestroy(s);
   return first == last ? 0 : 1;
 }
@@ -184,8 +218,10 @@ int main(int argc, char **argv) {
   int bad = 0;
   for (const bench_case &c : cases) {
     if (only && *only && strncmp(c.name, only, strlen(only)) != 0) continue;
-    for (int k : ks) bad |= run_case(&c, k, 0);
-    if (c.T1 == 1) bad |= run_case(&c, 8, 1); /* the general kernel on decode, to compare */
+    g_chunk_o.clear();
+    if (c.T1 > 1) bad |= run_case(&c, 0, 0, 1); /* the chunked kernels */
+    for (int k : ks) bad |= run_case(&c, k, 0, 2);
+    if (c.T1 == 1) bad |= run_case(&c, 8, 1, 2); /* the general kernel on decode, to compare */
   }
   return bad;
 }

@@ -22,6 +22,7 @@
 
 #include "kda_backend.h"
 #include "kda_cuda.h"
+#include "kda_cuda_chunk.h"
 
 #define ERRLEN 512
 
@@ -30,6 +31,7 @@ typedef struct cuda_handle {
   int32_t ksplit;  /* threads per value column, 0: chosen from the shape */
   int64_t grid;    /* cap on the persistent grid, 0: none */
   int32_t decode;  /* 0: never the decode kernel (param decode=0) */
+  int32_t algo;    /* 0 auto, 1 chunk (where the chunked kernels can), 2 recurrent */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
@@ -146,6 +148,12 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     } else if (strcmp(w, "decode=0") == 0 || strcmp(w, "decode=1") == 0) {
       h->decode = w[7] == '1';
       continue;
+    } else if (strncmp(w, "algo=", 5) == 0) {
+      const char *names[3] = {"auto", "chunk", "recurrent"};
+      int found = -1;
+      for (int a = 0; a < 3; a++)
+        if (strcmp(w + 5, names[a]) == 0) found = a;
+      if (found >= 0) { h->algo = found; continue; }
     } else if (strncmp(w, "grid=", 5) == 0) {
       long g = strtol(w + 5, &end, 10);
       if (end != w + 5 && !*end && g >= 0 && g <= (1L << 24)) { h->grid = g; continue; }
@@ -153,7 +161,7 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
       long k = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, algo=auto|chunk|recurrent)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -267,7 +275,19 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   if (!h->ready) return say(h->err, sizeof h->err, KDA_EUNSUPPORTED, h->why);
   if (kda_cuda_why_not(p, h->ksplit, h->err, sizeof h->err)) return KDA_EUNSUPPORTED;
   const layout L = layout_of(p);
-  cudaError_t e = cudaMalloc(&b->mem, L.total);
+  /* The chunk plan (host: it is built from cu_seqlens and checkpoints) and its scratch after
+   * the rest of the allocation. */
+  const int64_t n_chunks = kda_cuda_chunk_count(p, t->cu_seqlens, t->checkpoints);
+  const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks);
+  const size_t plan_bytes = chunked ? kda_cuda_plan_ints(p, n_chunks) * sizeof(int32_t) : 0;
+  const size_t off_plan = L.total, off_cs = off_plan + up(plan_bytes);
+  const size_t total = off_cs + (chunked ? kda_cuda_chunk_bytes(p, n_chunks) : 0);
+  int32_t *plan = NULL;
+  if (chunked && !(plan = (int32_t *)malloc(plan_bytes)))
+    return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
+  if (plan) kda_cuda_chunk_fill(p, t->cu_seqlens, t->checkpoints, plan);
+  cudaError_t e = cudaMalloc(&b->mem, total);
+  if (e != cudaSuccess) free(plan);
   if (e != cudaSuccess) return b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
   char *m = (char *)b->mem;
   const size_t f = sizeof(float), T = (size_t)p->T, HV = (size_t)p->HV;
@@ -283,11 +303,14 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
       (e = put(m, L.dt_bias, dt ? t->dt_bias : NULL, HV * GW * f, s)) ||
       (e = put(m, L.h0, p->has_initial_state ? t->h0 : NULL, (size_t)p->N * st_bytes, s)) ||
       (e = put(m, L.cu, t->cu_seqlens, ((size_t)p->N + 1) * 8, s)) ||
-      (e = put(m, L.ck, t->checkpoints, (size_t)p->n_checkpoints * 8, s))) {
+      (e = put(m, L.ck, t->checkpoints, (size_t)p->n_checkpoints * 8, s)) ||
+      (e = put(m, off_plan, plan, plan_bytes, s)) || (e = cudaStreamSynchronize(s))) {
+    free(plan);
     cudaFree(b->mem);
     b->mem = NULL;
     return cuda_err(h, KDA_EIO, "copy to the device", e);
   }
+  free(plan); /* copied: the stream was synchronised */
   b->p = *p;
   b->o.ksplit = h->ksplit;
   b->o.max_grid = h->grid;
@@ -302,6 +325,9 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   d->checkpoints = p->n_checkpoints ? (const int64_t *)(m + L.ck) : NULL;
   d->o = (float *)(m + L.o), d->ht = (float *)(m + L.ht), d->hc = (float *)(m + L.hc);
   d->scratch = m + L.scratch;
+  d->plan = chunked ? (const int32_t *)(m + off_plan) : NULL;
+  d->n_chunks = chunked ? n_chunks : 0;
+  d->chunk_scratch = chunked ? m + off_cs : NULL;
   b->off_o = L.o, b->off_ht = L.ht, b->off_hc = L.hc;
   return KDA_OK;
 }
@@ -425,7 +451,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N decode=0|1",
+    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

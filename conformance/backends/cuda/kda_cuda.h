@@ -31,6 +31,11 @@ typedef struct kda_cuda_dev {
   float *o, *ht, *hc;
   /* Scratch (kda_cuda_scratch_bytes): the per-token coefficients of SPEC.md §4. */
   void *scratch;
+  /* The chunked kernels (kda_cuda_chunk.h): the device copy of the chunk plan and their
+   * scratch (kda_cuda_chunk_bytes), or NULL and 0: the recurrent kernel runs. */
+  const int32_t *plan;
+  int64_t n_chunks;
+  void *chunk_scratch;
 } kda_cuda_dev;
 
 /* Options of a launch: ksplit is the number of threads that share one value column's key

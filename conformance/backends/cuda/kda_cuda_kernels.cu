@@ -24,10 +24,12 @@
  * (SPEC.md §9.2), as long as the state is finite.
  */
 #include <stdio.h>
+#include <string.h>
 
 #include <cuda_pipeline.h>
 
 #include "kda_cuda.h"
+#include "kda_cuda_chunk.h"
 
 #define THREADS 128
 #define ALIGN_BYTES 256
@@ -35,7 +37,7 @@
 /* ==== Scratch layout ==== */
 
 typedef struct scratch_map {
-  size_t qh, kh, a, b, ckpt, total; /* byte offsets */
+  size_t qh, kh, a, b, ckpt, lg, total; /* byte offsets */
 } scratch_map;
 
 static size_t round_up(size_t x) { return (x + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES; }
@@ -52,7 +54,8 @@ static scratch_map scratch_layout(const kda_problem *p) {
   m.a = m.kh + round_up(qk);
   m.b = m.a + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
   m.ckpt = m.b + round_up(T * (size_t)p->HV * sizeof(float));
-  m.total = m.ckpt + round_up(T * sizeof(int32_t));
+  m.lg = m.ckpt + round_up(T * sizeof(int32_t)); /* g_eff, for the chunked kernels */
+  m.total = m.lg + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
   return m;
 }
 
@@ -108,9 +111,10 @@ __global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, floa
   }
 }
 
-/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0. */
+/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0.  Also g_eff itself,
+ * rounded once, for the chunked kernels' cumulative decays. */
 __global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const float *dt_bias,
-                                   float *a, int64_t n, int64_t HV, int64_t GW,
+                                   float *a, float *lg, int64_t n, int64_t HV, int64_t GW,
                                    int32_t gate_mode, int32_t has_A_log, double lb) {
   const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
@@ -125,6 +129,7 @@ __global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const flo
     }
   }
   a[e] = (float)exp(ge);
+  lg[e] = (float)ge;
 }
 
 /* beta_eff per (t, hv) (SPEC.md §4.2). */
@@ -594,7 +599,7 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   if (GW > 0) {
     const int64_t n = T * p->HV * GW;
     kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
-        d->g, d->A_log, d->dt_bias, (float *)(base + m->a), n, p->HV, GW, p->gate_mode,
+        d->g, d->A_log, d->dt_bias, (float *)(base + m->a), (float *)(base + m->lg), n, p->HV, GW, p->gate_mode,
         p->has_A_log, p->lower_bound);
   }
   kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
@@ -655,6 +660,29 @@ static int auto_ksplit(const kda_problem *p) {
   return p->K <= 128 && items4 >= 2 * (int64_t)sms ? 4 : 8;
 }
 
+/* The chunked kernels (kda_cuda_chunk.cu) on the prologue's coefficients. */
+static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
+                         cudaStream_t stream, char *err, size_t errlen) {
+  const char *base = (const char *)d->scratch;
+  kda_cuda_chunk_args C;
+  memset(&C, 0, sizeof C);
+  C.H = p->H, C.HV = p->HV, C.K = p->K, C.V = p->V, C.VP = (p->V + 63) / 64 * 64;
+  C.G = p->HV / p->H, C.N = p->N, C.n_chunks = d->n_chunks;
+  C.decays = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
+  C.erases = p->family != KDA_FAMILY_LINEAR;
+  C.gate_scalar = p->family == KDA_FAMILY_GDN;
+  C.head_mod = p->head_map == KDA_HEADMAP_MOD;
+  C.vk = p->state_layout == KDA_STATE_VK;
+  C.has_h0 = p->has_initial_state != 0, C.want_ht = p->want_final_state != 0;
+  C.qh = (const float *)(base + m->qh), C.kh = (const float *)(base + m->kh);
+  C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
+  C.v = d->v, C.h0 = d->h0, C.plan = d->plan;
+  C.o = d->o, C.ht = d->ht, C.hc = d->hc;
+  kda_cuda_chunk_scratch(&C, d->chunk_scratch);
+  const cudaError_t e = kda_cuda_chunk_run(&C, stream);
+  return e != cudaSuccess ? fail(KDA_EIO, err, errlen, "chunked kernel launch", e) : KDA_OK;
+}
+
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen) {
   const int decode = !o->no_decode && o->max_len <= 1 && p->K <= 4 * 32;
@@ -669,6 +697,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   if (p->T > 0) launch_prologue(p, d, &m, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
+
+  if (d->plan && d->n_chunks > 0) return launch_chunks(p, d, &m, stream, err, errlen);
 
   const int64_t vt = THREADS / ks, coltiles = (p->V + vt - 1) / vt;
   const int64_t tb = o->max_len < 1 ? 1 : o->max_len < KDA_CUDA_TOKENS ? o->max_len

@@ -1,0 +1,474 @@
+/* kda_cuda_chunk.cu: the chunked float32 prefill kernels of the CUDA backend (SPEC.md §3, §5).
+ * SPDX-License-Identifier: MIT
+ *
+ * The WY/UT form of the delta rule (docs/cuda.md): within a chunk of L <= 64 tokens, with
+ * gamma_t[c] the cumulative log-decay of channel c from the chunk's start to token t
+ * (inclusive) and S0 the state at the chunk's start,
+ *   (I + A) Unew = beta V - (beta k e^gamma) S0,  A[t][s] = beta_t sum_c k_t k_s e^(gamma_t - gamma_s)
+ *   O[t]   = (q_t e^gamma_t) S0 + sum_{s <= t} M[t][s] Unew[s],  M[t][s] = sum_c q_t k_s e^(...)
+ *   S_end  = e^gamma_L S0 + sum_s (k_s e^(gamma_L - gamma_s)) Unew[s]
+ * which is SPEC.md §3.1's recurrence token by token (decay, erase, write, readout after the
+ * write), regrouped.  Three kernels:
+ *   prep  (chunk, value head), parallel: gamma in float64, A and M, then W = (I+A)^-1 (beta k
+ *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, one column a thread;
+ *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
+ *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
+ *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
+ * Products are float32 FMA in a fixed order (no atomics in any sum): identical bits run to
+ * run, whatever the grid or batch.
+ *
+ * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
+ * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
+ *   e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - rho_J) * e^(rho_J - gamma_s),
+ * three factors <= 1 when J < I (gamma does not increase); for J = I the middle one is
+ * e^(range of block I) >= 1, used only when that range is <= 40 (else the slow path sums the
+ * gates of each pair directly).  Every exponent is a float64 difference rounded once, so a
+ * gate of -1000 or -inf (clamped to -1e4 in the cumulative sums: e^-1e4 = +0 as e^-inf) costs
+ * no precision elsewhere in the chunk and gives no NaN (golden gate-values-*).
+ */
+#include <cuda_pipeline.h>
+
+#include "kda_cuda_chunk.h"
+
+#define CT KDA_CUDA_CHUNK   /* tokens a chunk */
+#define KP KDA_CUDA_CHUNK_K /* key channels (zero-padded) */
+#define KSTR (KP + 4)       /* row stride of [token][channel] tiles: float4 rows in distinct banks */
+#define ASTR (CT + 4)
+#define NT 256              /* threads a block, every kernel */
+#define VS 32               /* value columns of a scan block */
+#define VC 64               /* value columns of an out block */
+#define SLOW_RANGE 40.0     /* a block's decay range above which its own pairs take the slow path */
+
+typedef kda_cuda_chunk_args cargs;
+
+struct chunk_at {
+  int start, len, ckpt, seq;
+};
+__device__ __forceinline__ chunk_at chunk_of(const cargs &A, int64_t c) {
+  const int4 x = reinterpret_cast<const int4 *>(A.plan)[c];
+  chunk_at r;
+  r.start = x.x, r.len = x.y, r.ckpt = x.z, r.seq = x.w;
+  return r;
+}
+__device__ __forceinline__ int64_t head_of(const cargs &A, int64_t hv) {
+  return A.head_mod ? hv % A.H : hv / A.G; /* SPEC.md §4.4 */
+}
+/* g_eff of token t, value head hv, channel c (SPEC.md §4.1); 0 without decay. */
+__device__ __forceinline__ float gate_at(const cargs &A, int64_t t, int64_t hv, int c) {
+  if (!A.decays || c >= A.K) return 0.0f;
+  return A.gate_scalar ? A.lg[t * A.HV + hv] : A.lg[(t * A.HV + hv) * A.K + c];
+}
+/* Offset of state element (i, j) in the problem's layout (SPEC.md §2.4). */
+__device__ __forceinline__ int64_t state_idx(const cargs &A, int64_t i, int64_t j) {
+  return A.vk ? j * A.K + i : i * A.V + j;
+}
+__device__ __forceinline__ void async16(void *dst, const void *src) {
+  __pipeline_memcpy_async(dst, src, 16);
+}
+__device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
+__device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
+
+/* ==== prep ==== */
+
+/* A[t][s] (without beta_t) and M[t][s] of one pair of a diagonal block whose decay range is
+ * too large to factor: the gates between s and t summed directly (s <= t < len). */
+__device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, int t, int s,
+                          float &a, float &m) {
+  a = m = 0.0f;
+  if (t >= ch.len || s > t) return;
+  const float *kt = A.kh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
+  const float *ks = A.kh + ((int64_t)(ch.start + s) * A.H + h) * A.K;
+  const float *qt = A.qh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
+  for (int c = 0; c < A.K; c++) {
+    float sum = 0.0f;
+    for (int r = s + 1; r <= t; r++) sum += gate_at(A, ch.start + r, hv, c);
+    const float w = expf(sum) * ks[c];
+    a = fmaf(kt[c], w, a), m = fmaf(qt[c], w, m);
+  }
+}
+
+/* The cumulative decays of channel c (one thread): the factors Xa = beta k e^(gamma - rho_(I-1)),
+ * Xm = q e^(gamma - rho_(I-1)), Y = k e^(rho_I - gamma) in place, E, F, and Qs, Kd, gC out. */
+__device__ void prep_decays(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int c,
+                            float *Xa, float *Xm, float *Y, float *E, float *F, const float *bs,
+                            int *slow) {
+  double rho[4], g = 0.0;
+#pragma unroll
+  for (int I = 0; I < 4; I++) {
+    for (int u = 0; u < 16; u++) {
+      const int t = I * 16 + u;
+      if (t < ch.len) g += fmax((double)gate_at(A, ch.start + t, hv, c), -1e4);
+    }
+    rho[I] = g;
+  }
+  g = 0.0;
+#pragma unroll
+  for (int I = 0; I < 4; I++) {
+    const double r0 = I ? rho[I - 1] : 0.0;
+    for (int u = 0; u < 16; u++) {
+      const int t = I * 16 + u, at = t * KSTR + c;
+      if (t < ch.len) g += fmax((double)gate_at(A, ch.start + t, hv, c), -1e4);
+      const float eds = expf((float)(g - r0)), ede = expf((float)(rho[I] - g));
+      const float k = Y[at], q = Xm[at];
+      Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede;
+      A.Qs[(ci * CT + t) * KP + c] = q * expf((float)g);
+      A.Kd[(ci * CT + t) * KP + c] = k * expf((float)(rho[3] - g));
+    }
+#pragma unroll
+    for (int J = 0; J <= I; J++) E[(I * (I + 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
+    if (r0 - rho[I] > SLOW_RANGE) atomicOr(&slow[I], 1); /* a flag: the same result whatever the order */
+    F[I * KP + c] = expf((float)r0);
+  }
+  A.gC[ci * KP + c] = expf((float)rho[3]);
+}
+
+/* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
+ * 16-token blocks; thread (ti, si) computes entry (16 I + ti, 16 J + si) of each. */
+__device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, int64_t ci,
+                           const float *Xa, const float *Xm, const float *Y, const float *E,
+                           const float *bs, const int *slow, float *Am) {
+  const int ti = threadIdx.x / 16, si = threadIdx.x % 16;
+  for (int I = 0; I < 4; I++) {
+    for (int J = 0; J < 4; J++) {
+      const int t = I * 16 + ti, s = J * 16 + si;
+      float a = 0.0f, m = 0.0f;
+      if (J < I || (J == I && !slow[I])) {
+        const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
+        const float *e = E + (I * (I + 1) / 2 + J) * KP;
+        float a1 = 0.0f, m1 = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < KP; c += 4) {
+          const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c), ee = ld4(e + c);
+          const float w0 = yy.x * ee.x, w1 = yy.y * ee.y, w2 = yy.z * ee.z, w3 = yy.w * ee.w;
+          a = fmaf(p.x, w0, a), a1 = fmaf(p.y, w1, a1), a = fmaf(p.z, w2, a), a1 = fmaf(p.w, w3, a1);
+          m = fmaf(q.x, w0, m), m1 = fmaf(q.y, w1, m1), m = fmaf(q.z, w2, m), m1 = fmaf(q.w, w3, m1);
+        }
+        a += a1, m += m1;
+      } else if (J == I) {
+        slow_pair(A, ch, h, hv, t, s, a, m);
+        a *= bs[t];
+      }
+      if (J > I || (J == I && s >= t)) a = 0.0f; /* selected, not multiplied: no inf * 0 */
+      if (J > I || (J == I && s > t)) m = 0.0f;
+      if (!A.erases) a = 0.0f; /* no erase: Unew = beta v */
+      Am[t * ASTR + s] = a;
+      A.M[(ci * CT + t) * CT + s] = m;
+    }
+  }
+}
+
+/* x = (I + A)^-1 b for one column (W: b = beta k e^gamma; U: b = beta v), by forward
+ * substitution in registers, in a fixed order. */
+__device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
+                           const float *Xa, const float *F, const float *bs, const float *Am) {
+  const bool wcol = col < KP;
+  const int j = col - KP;
+  float x[CT];
+#pragma unroll
+  for (int t = 0; t < CT; t++) {
+    if (wcol) x[t] = Xa[t * KSTR + col] * F[(t >> 4) * KP + col];
+    else x[t] = t < ch.len && j < A.V ? bs[t] * A.v[((int64_t)(ch.start + t) * A.HV + hv) * A.V + j] : 0.0f;
+  }
+  if (A.erases) {
+#pragma unroll
+    for (int t = 1; t < CT; t++) {
+      float acc = x[t];
+#pragma unroll
+      for (int r = 0; r < t; r++) acc = fmaf(-Am[t * ASTR + r], x[r], acc);
+      x[t] = acc;
+    }
+  }
+  float *dst = wcol ? A.W + ci * CT * KP + col : A.U + ci * CT * A.VP + j;
+  const int64_t stride = wcol ? KP : A.VP;
+#pragma unroll
+  for (int t = 0; t < CT; t++) dst[t * stride] = x[t];
+}
+
+__global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
+  extern __shared__ __align__(16) float sm[];
+  float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *E = Y + CT * KSTR;
+  float *F = E + 10 * KP, *Am = F + 4 * KP, *bs = Am + CT * ASTR;
+  int *slow = reinterpret_cast<int *>(bs + CT);
+  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
+  const chunk_at ch = chunk_of(A, blockIdx.x);
+  const int64_t h = head_of(A, hv);
+  const int tid = threadIdx.x;
+  for (int e = tid; e < CT * KP; e += NT) { /* raw k into Y, q into Xm; zeros past len and K */
+    const int t = e / KP, c = e % KP;
+    const bool ok = t < ch.len && c < A.K;
+    const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
+    Y[t * KSTR + c] = ok ? A.kh[at] : 0.0f;
+    Xm[t * KSTR + c] = ok ? A.qh[at] : 0.0f;
+  }
+  if (tid < CT) bs[tid] = tid < ch.len ? A.b[(int64_t)(ch.start + tid) * A.HV + hv] : 0.0f;
+  if (tid < 4) slow[tid] = 0;
+  __syncthreads();
+  if (tid < KP) prep_decays(A, ch, hv, ci, tid, Xa, Xm, Y, E, F, bs, slow);
+  __syncthreads();
+  prep_pairs(A, ch, h, hv, ci, Xa, Xm, Y, E, bs, slow, Am);
+  __syncthreads();
+  for (int col = tid; col < KP + A.VP; col += NT)
+    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, Xa, F, bs, Am);
+}
+
+/* ==== scan ==== */
+
+/* Issues the copies of chunk c's W, Kd, U (this block's columns) and gC into one buffer. */
+__device__ void scan_issue(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *Kd,
+                           float *U, float *G) {
+  const int64_t ci = c * A.HV + hv;
+  const float *w = A.W + ci * CT * KP, *k = A.Kd + ci * CT * KP;
+  for (int e = threadIdx.x; e < CT * KP / 4; e += NT) {
+    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
+    if (A.erases) async16(W + t * KSTR + c4, w + t * KP + c4);
+    async16(Kd + t * KSTR + c4, k + t * KP + c4);
+  }
+  for (int e = threadIdx.x; e < CT * VS / 4; e += NT) {
+    const int t = e / (VS / 4), c4 = e % (VS / 4) * 4;
+    async16(U + t * VS + c4, A.U + (ci * CT + t) * A.VP + j0 + c4);
+  }
+  for (int e = threadIdx.x; e < KP / 4; e += NT) async16(G + e * 4, A.gC + ci * KP + e * 4);
+}
+
+/* Thread (rg, jg) holds state rows 4 rg .. 4 rg + 3, columns j0 + 4 jg .. + 3 in S. */
+__device__ void scan_store(const cargs &A, const float (*S)[4], float *dst, int rg, int j) {
+  for (int r = 0; r < 4; r++)
+    for (int cc = 0; cc < 4; cc++) {
+      const int64_t i = rg * 4 + r, jj = j + cc;
+      if (i < A.K && jj < A.V) dst[state_idx(A, i, jj)] = S[r][cc];
+    }
+}
+
+__global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
+  extern __shared__ __align__(16) float sm[];
+  float *Wb = sm, *Kb = Wb + 2 * CT * KSTR, *Ub = Kb + 2 * CT * KSTR, *Gb = Ub + 2 * CT * VS;
+  float *Ss = Gb + 2 * KP, *Vs = Ss + KP * VS;
+  const int64_t ns = A.VP / VS, item = blockIdx.x;
+  const int64_t hv = (item / ns) % A.HV, n = item / (ns * A.HV);
+  const int j0 = (int)(item % ns) * VS;
+  const int32_t *seq_first = A.plan + 4 * A.n_chunks;
+  const int64_t c0 = seq_first[n], c1 = seq_first[n + 1];
+  const int tid = threadIdx.x, rg = tid / 8, jg = tid % 8, j = j0 + jg * 4;
+  const int64_t soff = (n * A.HV + hv) * A.K * A.V;
+  float S[4][4];
+  for (int r = 0; r < 4; r++)
+    for (int cc = 0; cc < 4; cc++) {
+      const int64_t i = rg * 4 + r, jj = j + cc;
+      S[r][cc] = A.has_h0 && i < A.K && jj < A.V ? A.h0[soff + state_idx(A, i, jj)] : 0.0f;
+    }
+  if (c0 < c1) scan_issue(A, c0, hv, j0, Wb, Kb, Ub, Gb);
+  __pipeline_commit();
+  for (int64_t c = c0; c < c1; c++) {
+    const int cur = (int)((c - c0) & 1), nxt = cur ^ 1;
+    if (c + 1 < c1)
+      scan_issue(A, c + 1, hv, j0, Wb + nxt * CT * KSTR, Kb + nxt * CT * KSTR, Ub + nxt * CT * VS,
+                 Gb + nxt * KP);
+    __pipeline_commit();
+    const int64_t ci = c * A.HV + hv;
+    for (int r = 0; r < 4; r++) { /* the chunk-start state: into Ss and out for the out kernel */
+      const float4 v = make_float4(S[r][0], S[r][1], S[r][2], S[r][3]);
+      st4(Ss + (rg * 4 + r) * VS + jg * 4, v);
+      st4(A.S0 + (ci * KP + rg * 4 + r) * A.VP + j, v);
+    }
+    __pipeline_wait_prior(1);
+    __syncthreads();
+    const float *W = Wb + cur * CT * KSTR, *Kd = Kb + cur * CT * KSTR, *U = Ub + cur * CT * VS;
+    const float *G = Gb + cur * KP;
+    const int t0 = rg * 2; /* Unew rows t0, t0 + 1 (the same thread index split) */
+    float u[2][4];
+    for (int r = 0; r < 2; r++) {
+      const float4 x = ld4(U + (t0 + r) * VS + jg * 4);
+      u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
+    }
+    if (A.erases) {
+#pragma unroll 4
+      for (int k = 0; k < KP; k += 4) {
+        const float4 w0 = ld4(W + t0 * KSTR + k), w1 = ld4(W + (t0 + 1) * KSTR + k);
+        const float wa[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++) {
+          const float4 s = ld4(Ss + (k + kk) * VS + jg * 4);
+#pragma unroll
+          for (int r = 0; r < 2; r++) {
+            u[r][0] = fmaf(-wa[r][kk], s.x, u[r][0]), u[r][1] = fmaf(-wa[r][kk], s.y, u[r][1]);
+            u[r][2] = fmaf(-wa[r][kk], s.z, u[r][2]), u[r][3] = fmaf(-wa[r][kk], s.w, u[r][3]);
+          }
+        }
+      }
+    }
+    for (int r = 0; r < 2; r++) {
+      const float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
+      st4(Vs + (t0 + r) * VS + jg * 4, v);
+      st4(A.Vn + (ci * CT + t0 + r) * A.VP + j, v);
+    }
+    __syncthreads();
+    for (int r = 0; r < 4; r++) {
+      const float gr = G[rg * 4 + r];
+      for (int cc = 0; cc < 4; cc++) S[r][cc] *= gr;
+    }
+#pragma unroll 4
+    for (int s = 0; s < CT; s++) {
+      const float4 kd = ld4(Kd + s * KSTR + rg * 4), v = ld4(Vs + s * VS + jg * 4);
+      const float ka[4] = {kd.x, kd.y, kd.z, kd.w};
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        S[r][0] = fmaf(ka[r], v.x, S[r][0]), S[r][1] = fmaf(ka[r], v.y, S[r][1]);
+        S[r][2] = fmaf(ka[r], v.z, S[r][2]), S[r][3] = fmaf(ka[r], v.w, S[r][3]);
+      }
+    }
+    const int cp = A.plan[4 * c + 2]; /* the state after this chunk's last token (SPEC.md §5) */
+    if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
+    __syncthreads(); /* this buffer is refilled by the next iteration's copies */
+  }
+  if (A.want_ht) scan_store(A, S, A.ht + soff, rg, j);
+}
+
+/* ==== out ==== */
+
+__global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
+  extern __shared__ __align__(16) float sm[];
+  constexpr int VST = VC + 4;
+  float *Qs = sm, *St = Qs + CT * KSTR, *Ms = St + KP * VST, *Vt = Ms + CT * ASTR;
+  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
+  const int j0 = blockIdx.z * VC, tid = threadIdx.x;
+  const chunk_at ch = chunk_of(A, blockIdx.x);
+  for (int e = tid; e < CT * KP / 4; e += NT) {
+    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
+    st4(Qs + t * KSTR + c4, ld4(A.Qs + (ci * CT + t) * KP + c4));
+  }
+  for (int e = tid; e < KP * VC / 4; e += NT) {
+    const int i = e / (VC / 4), c4 = e % (VC / 4) * 4;
+    st4(St + i * VST + c4, ld4(A.S0 + (ci * KP + i) * A.VP + j0 + c4));
+  }
+  for (int e = tid; e < CT * CT / 4; e += NT) {
+    const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
+    st4(Ms + t * ASTR + c4, ld4(A.M + (ci * CT + t) * CT + c4));
+  }
+  for (int e = tid; e < CT * VC / 4; e += NT) {
+    const int t = e / (VC / 4), c4 = e % (VC / 4) * 4;
+    st4(Vt + t * VST + c4, ld4(A.Vn + (ci * CT + t) * A.VP + j0 + c4));
+  }
+  __syncthreads();
+  const int tr = tid / 16 * 4, jg = tid % 16 * 4;
+  float acc[4][4] = {};
+  for (int pass = 0; pass < 2; pass++) { /* Qs S0 (over KP), then M Unew (over CT) */
+    const float *L = pass ? Ms : Qs, *R = pass ? Vt : St;
+    const int n = pass ? CT : KP, ls = pass ? ASTR : KSTR;
+#pragma unroll 2
+    for (int k = 0; k < n; k += 4) {
+      float l[4][4];
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const float4 x = ld4(L + (tr + r) * ls + k);
+        l[r][0] = x.x, l[r][1] = x.y, l[r][2] = x.z, l[r][3] = x.w;
+      }
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) {
+        const float4 y = ld4(R + (k + kk) * VST + jg);
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+          acc[r][0] = fmaf(l[r][kk], y.x, acc[r][0]), acc[r][1] = fmaf(l[r][kk], y.y, acc[r][1]);
+          acc[r][2] = fmaf(l[r][kk], y.z, acc[r][2]), acc[r][3] = fmaf(l[r][kk], y.w, acc[r][3]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < 4; r++) {
+    const int t = tr + r;
+    if (t >= ch.len) continue;
+    float *o = A.o + ((int64_t)(ch.start + t) * A.HV + hv) * A.V;
+    for (int cc = 0; cc < 4; cc++)
+      if (j0 + jg + cc < A.V) o[j0 + jg + cc] = acc[r][cc];
+  }
+}
+
+/* ==== Host side ==== */
+
+/* Walks the plan; fills it when plan is not NULL (n_total: the count, to place seq_first). */
+static int64_t walk(const kda_problem *p, const int64_t *cu, const int64_t *ck, int32_t *plan,
+                    int64_t n_total) {
+  int64_t n_ch = 0, c = 0;
+  for (int64_t n = 0; n < p->N; n++) {
+    if (plan) plan[4 * n_total + n] = (int32_t)n_ch;
+    while (c < p->n_checkpoints && ck[c] < cu[n]) c++;
+    for (int64_t t = cu[n]; t < cu[n + 1];) {
+      int64_t e = t + CT < cu[n + 1] ? t + CT : cu[n + 1];
+      int32_t cp = -1;
+      if (c < p->n_checkpoints && ck[c] < e) e = ck[c] + 1, cp = (int32_t)c++;
+      if (plan) {
+        int32_t *r = plan + 4 * n_ch;
+        r[0] = (int32_t)t, r[1] = (int32_t)(e - t), r[2] = cp, r[3] = (int32_t)n;
+      }
+      n_ch++, t = e;
+    }
+  }
+  if (plan) plan[4 * n_total + p->N] = (int32_t)n_ch;
+  return n_ch;
+}
+
+int64_t kda_cuda_chunk_count(const kda_problem *p, const int64_t *cu, const int64_t *ck) {
+  return walk(p, cu, ck, NULL, 0);
+}
+size_t kda_cuda_plan_ints(const kda_problem *p, int64_t n_chunks) {
+  return 4 * (size_t)n_chunks + (size_t)p->N + 1;
+}
+void kda_cuda_chunk_fill(const kda_problem *p, const int64_t *cu, const int64_t *ck, int32_t *plan) {
+  walk(p, cu, ck, plan, walk(p, cu, ck, NULL, 0));
+}
+
+static int64_t vpad(const kda_problem *p) { return (p->V + VC - 1) / VC * VC; }
+static size_t up256(size_t x) { return (x + 255) / 256 * 256; }
+
+/* Floats of each scratch array per (chunk, value head): W U Qs Kd gC M Vn S0. */
+static void per_chunk(const kda_problem *p, size_t f[8]) {
+  const size_t VP = (size_t)vpad(p);
+  const size_t v[8] = {CT * KP, CT * VP, CT * KP, CT * KP, KP, CT * CT, CT * VP, KP * VP};
+  for (int i = 0; i < 8; i++) f[i] = v[i];
+}
+
+size_t kda_cuda_chunk_bytes(const kda_problem *p, int64_t n_chunks) {
+  size_t f[8], total = 0;
+  per_chunk(p, f);
+  for (int i = 0; i < 8; i++) total += up256(f[i] * sizeof(float) * (size_t)n_chunks * (size_t)p->HV);
+  return total;
+}
+
+void kda_cuda_chunk_scratch(cargs *a, void *base) {
+  kda_problem p;
+  p.V = a->V, p.HV = a->HV;
+  size_t f[8];
+  per_chunk(&p, f);
+  float **dst[8] = {&a->W, &a->U, &a->Qs, &a->Kd, &a->gC, &a->M, &a->Vn, &a->S0};
+  char *at = (char *)base;
+  for (int i = 0; i < 8; i++) {
+    *dst[i] = (float *)at;
+    at += up256(f[i] * sizeof(float) * (size_t)a->n_chunks * (size_t)a->HV);
+  }
+}
+
+int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int64_t n_chunks) {
+  if (algo == 2 || p->K > KP || p->T == 0 || n_chunks < 1) return 0;
+  const int64_t scan_blocks = p->N * p->HV * (vpad(p) / VS);
+  if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
+    return 0;
+  if (algo == 1) return 1;
+  /* auto: long sequences (the recurrent kernel is better at a few tokens a sequence), and a
+   * scratch that fits comfortably next to the problem's own buffers. */
+  return max_len >= 256 && kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
+}
+
+static const size_t prep_bytes = (3 * CT * KSTR + 14 * KP + CT * ASTR + CT) * sizeof(float) + 16;
+static const size_t scan_bytes = (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS) * sizeof(float);
+static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
+
+cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
+  cudaError_t e = cudaFuncSetAttribute(kda_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bytes);
+  if (!e) e = cudaFuncSetAttribute(kda_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_bytes);
+  if (!e) e = cudaFuncSetAttribute(kda_chunk_out, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)out_bytes);
+  if (e) return e;
+  const cargs A = *a;
+  kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NT, prep_bytes, st>>>(A);
+  kda_chunk_scan<<<(unsigned)(A.N * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
+  kda_chunk_out<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
+  return cudaGetLastError();
+}
