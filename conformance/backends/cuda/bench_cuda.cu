@@ -134,7 +134,7 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
     CK(cudaMalloc(&d.chunk_scratch, kda_cuda_chunk_bytes(&p, n_chunks)));
     d.plan = dplan, d.n_chunks = n_chunks;
   }
-  kda_cuda_opts o = {ksplit, no_decode, bc->T1, 0};
+  kda_cuda_opts o = {ksplit, no_decode, bc->T1, 0, 0};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
@@ -158,6 +158,22 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
   }
   const uint64_t last = bits_of(d.o, (size_t)T * HV * V) ^ bits_of(d.ht, (size_t)st);
   if (bc->T1 > 1) compare_outputs(d.o, (size_t)T * HV * V, chunked);
+  if (chunked && getenv("BENCH_PHASES")) /* each stage alone: 8 prologue, 1 prep, 2 scan, 4 out */
+    for (int ph = 1; ph <= 8; ph *= 2) {
+      o.phases = ph;
+      std::vector<float> pm;
+      for (int r = 0; r < 5; r++) {
+        CK(cudaEventRecord(e0, s));
+        if (kda_cuda_launch(&p, &d, &o, s, err, sizeof err)) exit(1);
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float t = 0;
+        CK(cudaEventElapsedTime(&t, e0, e1));
+        if (r) pm.push_back(t);
+      }
+      printf("  phase %d alone: %.4f ms\n", ph, median(pm));
+      o.phases = 0;
+    }
   const double t = median(ms) * 1e-3;
   const double flop = 8.0 * K * V * (double)T * HV;
   const double io = 4.0 * (2.0 * T * H * K + 2.0 * T * HV * V + (double)T * HV * K + T * HV);

@@ -20,9 +20,10 @@
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
  *   e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - rho_J) * e^(rho_J - gamma_s),
- * three factors <= 1 when J < I (gamma does not increase); for J = I the middle one is
- * e^(range of block I) >= 1, used only when that range is <= 40 (else the slow path sums the
- * gates of each pair directly).  Every exponent is a float64 difference rounded once, so a
+ * three factors <= 1 when J < I (gamma does not increase).  For J = I it is
+ * e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - gamma_s), the second factor >= 1, used only when
+ * row t's decay since the block's start is <= 40 (else the slow path sums the gates of each
+ * pair directly); a reference after t would make row t depend on later tokens' gates.  Every exponent is a float64 difference rounded once, so a
  * gate of -1000 or -inf (clamped to -1e4 in the cumulative sums: e^-1e4 = +0 as e^-inf) costs
  * no precision elsewhere in the chunk and gives no NaN (golden gate-values-*).
  */
@@ -87,18 +88,20 @@ __device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, int64_t
   }
 }
 
-/* The cumulative decays of channel c (one thread): the factors Xa = beta k e^(gamma - rho_(I-1)),
- * Xm = q e^(gamma - rho_(I-1)), Y = k e^(rho_I - gamma) in place, E, F, and Qs, Kd, gC out. */
-__device__ void prep_decays(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int c,
-                            float *Xa, float *Xm, float *Y, float *E, float *F, const float *bs,
+/* The cumulative decays of channel c (one thread), from the gates staged in Gs: the factors
+ * Xa = beta k e^(gamma - rho_(I-1)), Xm = q e^(gamma - rho_(I-1)) (<= 1), Y = k e^(rho_I - gamma)
+ * (<= 1: off-diagonal pairs) and Yd = k e^(rho_(I-1) - gamma) (>= 1: diagonal pairs), in place
+ * of the raw k (Y) and q (Xm); E, F; and Qs, Kd, gC out.  A row t whose decay since its block's
+ * start exceeds SLOW_RANGE on some channel is marked slow.  What row t of A and M uses depends
+ * on tokens <= t only, so outputs are bitwise causal (SPEC.md §7's causality check): the
+ * diagonal blocks take their reference at the block's start, not its end. */
+__device__ void prep_decays(const cargs &A, int64_t ci, int c, const float *Gs, float *Xa,
+                            float *Xm, float *Y, float *Yd, float *E, float *F, const float *bs,
                             int *slow) {
   double rho[4], g = 0.0;
 #pragma unroll
   for (int I = 0; I < 4; I++) {
-    for (int u = 0; u < 16; u++) {
-      const int t = I * 16 + u;
-      if (t < ch.len) g += fmax((double)gate_at(A, ch.start + t, hv, c), -1e4);
-    }
+    for (int u = 0; u < 16; u++) g += fmax((double)Gs[(I * 16 + u) * KP + c], -1e4);
     rho[I] = g;
   }
   g = 0.0;
@@ -107,16 +110,17 @@ __device__ void prep_decays(const cargs &A, const chunk_at &ch, int64_t hv, int6
     const double r0 = I ? rho[I - 1] : 0.0;
     for (int u = 0; u < 16; u++) {
       const int t = I * 16 + u, at = t * KSTR + c;
-      if (t < ch.len) g += fmax((double)gate_at(A, ch.start + t, hv, c), -1e4);
+      g += fmax((double)Gs[t * KP + c], -1e4);
       const float eds = expf((float)(g - r0)), ede = expf((float)(rho[I] - g));
+      const float edd = expf(fminf((float)(r0 - g), 80.0f)); /* no inf: such rows are slow */
+      if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
       const float k = Y[at], q = Xm[at];
-      Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede;
+      Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
       A.Qs[(ci * CT + t) * KP + c] = q * expf((float)g);
       A.Kd[(ci * CT + t) * KP + c] = k * expf((float)(rho[3] - g));
     }
 #pragma unroll
-    for (int J = 0; J <= I; J++) E[(I * (I + 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
-    if (r0 - rho[I] > SLOW_RANGE) atomicOr(&slow[I], 1); /* a flag: the same result whatever the order */
+    for (int J = 0; J < I; J++) E[(I * (I - 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
     F[I * KP + c] = expf((float)r0);
   }
   A.gC[ci * KP + c] = expf((float)rho[3]);
@@ -125,16 +129,16 @@ __device__ void prep_decays(const cargs &A, const chunk_at &ch, int64_t hv, int6
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
  * 16-token blocks; thread (ti, si) computes entry (16 I + ti, 16 J + si) of each. */
 __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, int64_t ci,
-                           const float *Xa, const float *Xm, const float *Y, const float *E,
-                           const float *bs, const int *slow, float *Am) {
+                           const float *Xa, const float *Xm, const float *Y, const float *Yd,
+                           const float *E, const float *bs, const int *slow, float *Am) {
   const int ti = threadIdx.x / 16, si = threadIdx.x % 16;
   for (int I = 0; I < 4; I++) {
     for (int J = 0; J < 4; J++) {
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
-      if (J < I || (J == I && !slow[I])) {
+      if (J < I) { /* reference rho_J, between s and t */
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
-        const float *e = E + (I * (I + 1) / 2 + J) * KP;
+        const float *e = E + (I * (I - 1) / 2 + J) * KP;
         float a1 = 0.0f, m1 = 0.0f;
 #pragma unroll 8
         for (int c = 0; c < KP; c += 4) {
@@ -142,6 +146,16 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
           const float w0 = yy.x * ee.x, w1 = yy.y * ee.y, w2 = yy.z * ee.z, w3 = yy.w * ee.w;
           a = fmaf(p.x, w0, a), a1 = fmaf(p.y, w1, a1), a = fmaf(p.z, w2, a), a1 = fmaf(p.w, w3, a1);
           m = fmaf(q.x, w0, m), m1 = fmaf(q.y, w1, m1), m = fmaf(q.z, w2, m), m1 = fmaf(q.w, w3, m1);
+        }
+        a += a1, m += m1;
+      } else if (J == I && !slow[t]) { /* reference rho_(I-1), the block's start */
+        const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Yd + s * KSTR;
+        float a1 = 0.0f, m1 = 0.0f;
+#pragma unroll 8
+        for (int c = 0; c < KP; c += 4) {
+          const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c);
+          a = fmaf(p.x, yy.x, a), a1 = fmaf(p.y, yy.y, a1), a = fmaf(p.z, yy.z, a), a1 = fmaf(p.w, yy.w, a1);
+          m = fmaf(q.x, yy.x, m), m1 = fmaf(q.y, yy.y, m1), m = fmaf(q.z, yy.z, m), m1 = fmaf(q.w, yy.w, m1);
         }
         a += a1, m += m1;
       } else if (J == I) {
@@ -186,8 +200,9 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
 
 __global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
   extern __shared__ __align__(16) float sm[];
-  float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *E = Y + CT * KSTR;
-  float *F = E + 10 * KP, *Am = F + 4 * KP, *bs = Am + CT * ASTR;
+  float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *Yd = Y + CT * KSTR;
+  float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
+  float *bs = Am + CT * ASTR;
   int *slow = reinterpret_cast<int *>(bs + CT);
   const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
   const chunk_at ch = chunk_of(A, blockIdx.x);
@@ -199,13 +214,14 @@ __global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
     const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
     Y[t * KSTR + c] = ok ? A.kh[at] : 0.0f;
     Xm[t * KSTR + c] = ok ? A.qh[at] : 0.0f;
+    Gs[e] = t < ch.len ? gate_at(A, ch.start + t, hv, c) : 0.0f; /* all loads in flight at once */
   }
   if (tid < CT) bs[tid] = tid < ch.len ? A.b[(int64_t)(ch.start + tid) * A.HV + hv] : 0.0f;
-  if (tid < 4) slow[tid] = 0;
+  if (tid < CT) slow[tid] = 0;
   __syncthreads();
-  if (tid < KP) prep_decays(A, ch, hv, ci, tid, Xa, Xm, Y, E, F, bs, slow);
+  if (tid < KP) prep_decays(A, ci, tid, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
   __syncthreads();
-  prep_pairs(A, ch, h, hv, ci, Xa, Xm, Y, E, bs, slow, Am);
+  prep_pairs(A, ch, h, hv, ci, Xa, Xm, Y, Yd, E, bs, slow, Am);
   __syncthreads();
   for (int col = tid; col < KP + A.VP; col += NT)
     if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, Xa, F, bs, Am);
@@ -457,7 +473,7 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
   return max_len >= 256 && kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
 }
 
-static const size_t prep_bytes = (3 * CT * KSTR + 14 * KP + CT * ASTR + CT) * sizeof(float) + 16;
+static const size_t prep_bytes = (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT) * sizeof(float);
 static const size_t scan_bytes = (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS) * sizeof(float);
 static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
 
@@ -467,8 +483,10 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   if (!e) e = cudaFuncSetAttribute(kda_chunk_out, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)out_bytes);
   if (e) return e;
   const cargs A = *a;
-  kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NT, prep_bytes, st>>>(A);
-  kda_chunk_scan<<<(unsigned)(A.N * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
-  kda_chunk_out<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
+  const int ph = A.phases ? A.phases : 7;
+  if (ph & 1) kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NT, prep_bytes, st>>>(A);
+  if (ph & 2) kda_chunk_scan<<<(unsigned)(A.N * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
+  if (ph & 4)
+    kda_chunk_out<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
   return cudaGetLastError();
 }

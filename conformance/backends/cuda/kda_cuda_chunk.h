@@ -42,6 +42,7 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
 typedef struct kda_cuda_chunk_args {
   int64_t H, HV, K, V, VP, G, N, n_chunks;
   int32_t decays, erases, gate_scalar, head_mod, vk, has_h0, want_ht;
+  int32_t phases; /* kda_cuda_opts.phases */
   const float *qh, *kh, *lg, *b, *v, *h0; /* prologue coefficients (lg = g_eff) and inputs */
   const int32_t *plan;                    /* device copy of the plan */
   float *o, *ht, *hc;

@@ -662,7 +662,7 @@ static int auto_ksplit(const kda_problem *p) {
 
 /* The chunked kernels (kda_cuda_chunk.cu) on the prologue's coefficients. */
 static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                         cudaStream_t stream, char *err, size_t errlen) {
+                         int32_t phases, cudaStream_t stream, char *err, size_t errlen) {
   const char *base = (const char *)d->scratch;
   kda_cuda_chunk_args C;
   memset(&C, 0, sizeof C);
@@ -674,6 +674,7 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   C.head_mod = p->head_map == KDA_HEADMAP_MOD;
   C.vk = p->state_layout == KDA_STATE_VK;
   C.has_h0 = p->has_initial_state != 0, C.want_ht = p->want_final_state != 0;
+  C.phases = phases;
   C.qh = (const float *)(base + m->qh), C.kh = (const float *)(base + m->kh);
   C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
   C.v = d->v, C.h0 = d->h0, C.plan = d->plan;
@@ -694,11 +695,11 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   int st = kda_cuda_why_not(p, ks, err, errlen);
   if (st) return st;
   const scratch_map m = scratch_layout(p);
-  if (p->T > 0) launch_prologue(p, d, &m, stream);
+  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
-  if (d->plan && d->n_chunks > 0) return launch_chunks(p, d, &m, stream, err, errlen);
+  if (d->plan && d->n_chunks > 0) return launch_chunks(p, d, &m, o->phases, stream, err, errlen);
 
   const int64_t vt = THREADS / ks, coltiles = (p->V + vt - 1) / vt;
   const int64_t tb = o->max_len < 1 ? 1 : o->max_len < KDA_CUDA_TOKENS ? o->max_len
