@@ -22,7 +22,7 @@
  *   e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - rho_J) * e^(rho_J - gamma_s),
  * three factors <= 1 when J < I (gamma does not increase).  For J = I it is
  * e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - gamma_s), the second factor >= 1, used only when
- * row t's decay since the block's start is <= 40 (else the slow path sums the gates of each
+ * row t's decay since the block's start is <= 80 (else the slow path sums the gates of each
  * pair directly); a reference after t would make row t depend on later tokens' gates.  Every exponent is a float64 difference rounded once, so a
  * gate of -1000 or -inf (clamped to -1e4 in the cumulative sums: e^-1e4 = +0 as e^-inf) costs
  * no precision elsewhere in the chunk and gives no NaN (golden gate-values-*).
@@ -35,10 +35,15 @@
 #define KP KDA_CUDA_CHUNK_K /* key channels (zero-padded) */
 #define KSTR (KP + 4)       /* row stride of [token][channel] tiles: float4 rows in distinct banks */
 #define ASTR (CT + 4)
-#define NT 256              /* threads a block, every kernel */
+#define NT 256              /* threads a block: scan and out */
+#define NTP 512             /* threads a block: prep (4 blocks of 16 tokens x 128 channels) */
 #define VS 32               /* value columns of a scan block */
 #define VC 64               /* value columns of an out block */
-#define SLOW_RANGE 40.0     /* a block's decay range above which its own pairs take the slow path */
+/* A row's decay since its block's start above which its diagonal-block pairs take the slow
+ * path: below it the factors lie in [e^-80, e^80], normal floats whose products keep float
+ * precision.  Production gates stay well inside (lower_bound >= -5 a token: at most 75 over a
+ * block); gates of -88, -1000 or -inf take the slow path. */
+#define SLOW_RANGE 80.0
 
 typedef kda_cuda_chunk_args cargs;
 
@@ -73,65 +78,72 @@ __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<floa
 
 /* A[t][s] (without beta_t) and M[t][s] of one pair of a diagonal block whose decay range is
  * too large to factor: the gates between s and t summed directly (s <= t < len). */
-__device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, int t, int s,
-                          float &a, float &m) {
+__device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const float *Gs, int t,
+                          int s, int c0, int c1, float &a, float &m) {
   a = m = 0.0f;
   if (t >= ch.len || s > t) return;
   const float *kt = A.kh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
   const float *ks = A.kh + ((int64_t)(ch.start + s) * A.H + h) * A.K;
   const float *qt = A.qh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
-  for (int c = 0; c < A.K; c++) {
+  for (int c = c0; c < c1 && c < A.K; c++) {
     float sum = 0.0f;
-    for (int r = s + 1; r <= t; r++) sum += gate_at(A, ch.start + r, hv, c);
+    for (int r = s + 1; r <= t; r++) sum += Gs[r * KP + c]; /* the gates as given: -inf stays */
     const float w = expf(sum) * ks[c];
     a = fmaf(kt[c], w, a), m = fmaf(qt[c], w, m);
   }
 }
 
-/* The cumulative decays of channel c (one thread), from the gates staged in Gs: the factors
- * Xa = beta k e^(gamma - rho_(I-1)), Xm = q e^(gamma - rho_(I-1)) (<= 1), Y = k e^(rho_I - gamma)
- * (<= 1: off-diagonal pairs) and Yd = k e^(rho_(I-1) - gamma) (>= 1: diagonal pairs), in place
- * of the raw k (Y) and q (Xm); E, F; and Qs, Kd, gC out.  A row t whose decay since its block's
- * start exceeds SLOW_RANGE on some channel is marked slow.  What row t of A and M uses depends
- * on tokens <= t only, so outputs are bitwise causal (SPEC.md §7's causality check): the
- * diagonal blocks take their reference at the block's start, not its end. */
-__device__ void prep_decays(const cargs &A, int64_t ci, int c, const float *Gs, float *Xa,
+/* The cumulative decays of channel c over block I (one thread), from the gates staged in Gs:
+ * the factors Xa = beta k e^(gamma - rho_(I-1)), Xm = q e^(gamma - rho_(I-1)) (<= 1),
+ * Y = k e^(rho_I - gamma) (<= 1: off-diagonal pairs) and Yd = k e^(rho_(I-1) - gamma) (>= 1:
+ * diagonal pairs), in place of the raw k (Y) and q (Xm); E, F; and Qs, Kd, gC out.  A row t
+ * whose decay since its block's start exceeds SLOW_RANGE on some channel is marked slow.  What
+ * row t of A and M uses depends on tokens <= t only, so outputs are bitwise causal (SPEC.md
+ * §7's causality check): the diagonal blocks take their reference at the block's start, not
+ * its end.  Every exponent is a float64 difference rounded once; e^gamma and e^(rho_3 - gamma)
+ * are products of two such exponentials. */
+__device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const float *Gs, float *Xa,
                             float *Xm, float *Y, float *Yd, float *E, float *F, const float *bs,
                             int *slow) {
   double rho[4], g = 0.0;
 #pragma unroll
-  for (int I = 0; I < 4; I++) {
-    for (int u = 0; u < 16; u++) g += fmax((double)Gs[(I * 16 + u) * KP + c], -1e4);
-    rho[I] = g;
+  for (int J = 0; J < 4; J++) {
+    for (int u = 0; u < 16; u++) g += fmax((double)Gs[(J * 16 + u) * KP + c], -1e4);
+    rho[J] = g;
   }
-  g = 0.0;
+  double r0 = 0.0, rI = rho[0];
 #pragma unroll
-  for (int I = 0; I < 4; I++) {
-    const double r0 = I ? rho[I - 1] : 0.0;
-    for (int u = 0; u < 16; u++) {
-      const int t = I * 16 + u, at = t * KSTR + c;
-      g += fmax((double)Gs[t * KP + c], -1e4);
-      const float eds = expf((float)(g - r0)), ede = expf((float)(rho[I] - g));
-      const float edd = expf(fminf((float)(r0 - g), 80.0f)); /* no inf: such rows are slow */
-      if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
-      const float k = Y[at], q = Xm[at];
-      Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
-      A.Qs[(ci * CT + t) * KP + c] = q * expf((float)g);
-      A.Kd[(ci * CT + t) * KP + c] = k * expf((float)(rho[3] - g));
-    }
-#pragma unroll
-    for (int J = 0; J < I; J++) E[(I * (I - 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
-    F[I * KP + c] = expf((float)r0);
+  for (int J = 1; J < 4; J++)
+    if (J == I) r0 = rho[J - 1], rI = rho[J];
+  const float fI = expf((float)r0), gI = expf((float)(rho[3] - rI));
+  g = r0;
+  for (int u = 0; u < 16; u++) {
+    const int t = I * 16 + u, at = t * KSTR + c;
+    g += fmax((double)Gs[t * KP + c], -1e4);
+    const float eds = expf((float)(g - r0)), ede = expf((float)(rI - g));
+    const float edd = fminf(1.0f / eds, 5.5e34f); /* e^(r0 - g), at most e^80: no inf */
+    if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
+    const float k = Y[at], q = Xm[at];
+    Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
+    A.Qs[(ci * CT + t) * KP + c] = q * eds * fI;
+    A.Kd[(ci * CT + t) * KP + c] = k * ede * gI;
   }
-  A.gC[ci * KP + c] = expf((float)rho[3]);
+#pragma unroll
+  for (int J = 0; J < 3; J++)
+    if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
+  F[I * KP + c] = fI;
+  if (I == 0) A.gC[ci * KP + c] = expf((float)rho[3]);
 }
 
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
- * 16-token blocks; thread (ti, si) computes entry (16 I + ti, 16 J + si) of each. */
-__device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, int64_t ci,
+ * 16-token blocks; lanes 2e and 2e+1 compute entry e = (ti, si) of each, over channel halves,
+ * and add the halves with one shuffle (both lanes get the same bits: addition commutes). */
+__device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                            const float *Xa, const float *Xm, const float *Y, const float *Yd,
-                           const float *E, const float *bs, const int *slow, float *Am) {
-  const int ti = threadIdx.x / 16, si = threadIdx.x % 16;
+                           const float *Gs, const float *E, const float *bs, const int *slow,
+                           float *Am) {
+  const int half = threadIdx.x & 1, ti = threadIdx.x / 32, si = threadIdx.x / 2 % 16;
+  const int c0 = half * (KP / 2);
   for (int I = 0; I < 4; I++) {
     for (int J = 0; J < 4; J++) {
       const int t = I * 16 + ti, s = J * 16 + si;
@@ -140,33 +152,34 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
         const float *e = E + (I * (I - 1) / 2 + J) * KP;
         float a1 = 0.0f, m1 = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < KP; c += 4) {
+#pragma unroll 4
+        for (int c = c0; c < c0 + KP / 2; c += 4) {
           const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c), ee = ld4(e + c);
           const float w0 = yy.x * ee.x, w1 = yy.y * ee.y, w2 = yy.z * ee.z, w3 = yy.w * ee.w;
           a = fmaf(p.x, w0, a), a1 = fmaf(p.y, w1, a1), a = fmaf(p.z, w2, a), a1 = fmaf(p.w, w3, a1);
           m = fmaf(q.x, w0, m), m1 = fmaf(q.y, w1, m1), m = fmaf(q.z, w2, m), m1 = fmaf(q.w, w3, m1);
         }
         a += a1, m += m1;
-      } else if (J == I && !slow[t]) { /* reference rho_(I-1), the block's start */
+      } else if (J == I && s <= t && !slow[t]) { /* reference rho_(I-1), the block's start */
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Yd + s * KSTR;
         float a1 = 0.0f, m1 = 0.0f;
-#pragma unroll 8
-        for (int c = 0; c < KP; c += 4) {
+#pragma unroll 4
+        for (int c = c0; c < c0 + KP / 2; c += 4) {
           const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c);
           a = fmaf(p.x, yy.x, a), a1 = fmaf(p.y, yy.y, a1), a = fmaf(p.z, yy.z, a), a1 = fmaf(p.w, yy.w, a1);
           m = fmaf(q.x, yy.x, m), m1 = fmaf(q.y, yy.y, m1), m = fmaf(q.z, yy.z, m), m1 = fmaf(q.w, yy.w, m1);
         }
         a += a1, m += m1;
-      } else if (J == I) {
-        slow_pair(A, ch, h, hv, t, s, a, m);
+      } else if (J == I && s <= t) {
+        slow_pair(A, ch, h, Gs, t, s, c0, c0 + KP / 2, a, m);
         a *= bs[t];
       }
+      a += __shfl_xor_sync(0xffffffffu, a, 1);
+      m += __shfl_xor_sync(0xffffffffu, m, 1);
       if (J > I || (J == I && s >= t)) a = 0.0f; /* selected, not multiplied: no inf * 0 */
       if (J > I || (J == I && s > t)) m = 0.0f;
       if (!A.erases) a = 0.0f; /* no erase: Unew = beta v */
-      Am[t * ASTR + s] = a;
-      A.M[(ci * CT + t) * CT + s] = m;
+      if (!half) Am[t * ASTR + s] = a, A.M[(ci * CT + t) * CT + s] = m;
     }
   }
 }
@@ -188,7 +201,13 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
     for (int t = 1; t < CT; t++) {
       float acc = x[t];
 #pragma unroll
-      for (int r = 0; r < t; r++) acc = fmaf(-Am[t * ASTR + r], x[r], acc);
+      for (int r = 0; r < t; r += 4) { /* row t of A, 4 entries a load */
+        const float4 a4 = ld4(Am + t * ASTR + r);
+        acc = fmaf(-a4.x, x[r], acc);
+        if (r + 1 < t) acc = fmaf(-a4.y, x[r + 1], acc);
+        if (r + 2 < t) acc = fmaf(-a4.z, x[r + 2], acc);
+        if (r + 3 < t) acc = fmaf(-a4.w, x[r + 3], acc);
+      }
       x[t] = acc;
     }
   }
@@ -198,7 +217,7 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
   for (int t = 0; t < CT; t++) dst[t * stride] = x[t];
 }
 
-__global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
+__global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   extern __shared__ __align__(16) float sm[];
   float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *Yd = Y + CT * KSTR;
   float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
@@ -208,7 +227,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
   const chunk_at ch = chunk_of(A, blockIdx.x);
   const int64_t h = head_of(A, hv);
   const int tid = threadIdx.x;
-  for (int e = tid; e < CT * KP; e += NT) { /* raw k into Y, q into Xm; zeros past len and K */
+  for (int e = tid; e < CT * KP; e += NTP) { /* raw k into Y, q into Xm; zeros past len and K */
     const int t = e / KP, c = e % KP;
     const bool ok = t < ch.len && c < A.K;
     const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
@@ -219,11 +238,11 @@ __global__ void __launch_bounds__(NT) kda_chunk_prep(const cargs A) {
   if (tid < CT) bs[tid] = tid < ch.len ? A.b[(int64_t)(ch.start + tid) * A.HV + hv] : 0.0f;
   if (tid < CT) slow[tid] = 0;
   __syncthreads();
-  if (tid < KP) prep_decays(A, ci, tid, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
+  prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
   __syncthreads();
-  prep_pairs(A, ch, h, hv, ci, Xa, Xm, Y, Yd, E, bs, slow, Am);
+  prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, Am);
   __syncthreads();
-  for (int col = tid; col < KP + A.VP; col += NT)
+  for (int col = tid; col < KP + A.VP; col += NTP)
     if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, Xa, F, bs, Am);
 }
 
@@ -484,7 +503,7 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   if (e) return e;
   const cargs A = *a;
   const int ph = A.phases ? A.phases : 7;
-  if (ph & 1) kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NT, prep_bytes, st>>>(A);
+  if (ph & 1) kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
   if (ph & 2) kda_chunk_scan<<<(unsigned)(A.N * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
   if (ph & 4)
     kda_chunk_out<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);

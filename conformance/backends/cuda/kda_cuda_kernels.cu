@@ -104,8 +104,11 @@ __global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, floa
       for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
       d = l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps);
     }
+    /* x * (1/d) in double is within 2^-52 of x / d, far below float's rounding, and spares
+     * a float64 division an element (the prologue's largest cost at prefill sizes). */
+    const double inv = 1.0 / d;
     for (int64_t i = lane; i < K; i += 32) {
-      const double xi = (double)x[i] / d;
+      const double xi = (double)x[i] * inv;
       y[i] = (float)(which ? xi : scale * xi);
     }
   }
@@ -128,7 +131,7 @@ __global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const flo
       ge = lb * dev_sigmoid(has_A_log ? exp((double)A_log[hv]) * y : y);
     }
   }
-  a[e] = (float)exp(ge);
+  if (a) a[e] = (float)exp(ge); /* NULL for the chunked kernels, which use g_eff alone */
   lg[e] = (float)ge;
 }
 
@@ -589,7 +592,7 @@ static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / 
 
 /* Enqueues the prologue kernels of SPEC.md §4. */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                            cudaStream_t st) {
+                            int chunked, cudaStream_t st) {
   char *base = (char *)d->scratch;
   const int64_t GW = gate_width(p), T = p->T;
   const int64_t rows = T * p->H;
@@ -599,7 +602,7 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   if (GW > 0) {
     const int64_t n = T * p->HV * GW;
     kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
-        d->g, d->A_log, d->dt_bias, (float *)(base + m->a), (float *)(base + m->lg), n, p->HV, GW, p->gate_mode,
+        d->g, d->A_log, d->dt_bias, chunked ? NULL : (float *)(base + m->a), (float *)(base + m->lg), n, p->HV, GW, p->gate_mode,
         p->has_A_log, p->lower_bound);
   }
   kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
@@ -695,7 +698,7 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   int st = kda_cuda_why_not(p, ks, err, errlen);
   if (st) return st;
   const scratch_map m = scratch_layout(p);
-  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, stream);
+  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, d->plan && d->n_chunks > 0, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
