@@ -58,6 +58,7 @@ START_TEST(test_table) {
   ck_assert_int_eq(b->precision_class, KDA_CLASS_FP32);
   ck_assert_int_eq(b->input_dtype, KDA_BACKEND_DTYPE_F32);
   ck_assert_int_eq(b->output_dtype, KDA_BACKEND_DTYPE_F32);
+  ck_assert(KDA_BACKEND_HAS(b, caps) && (b->caps & KDA_CAP_STATE_POOL));
   ck_assert(b->describe && b->buffers_create && b->forward_buffers && b->buffers_read &&
             b->buffers_destroy && b->synchronize);
   kda_plugin_unload(pl);
@@ -140,6 +141,22 @@ START_TEST(test_hostile_calls) {
   ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
   ck_assert_msg(strstr(b->last_error(h), "checkpoints") != NULL, "%s", b->last_error(h));
   p.n_checkpoints = 0;
+  /* Pool calls (SPEC.md §7.8): the indices are refused before anything is written. */
+  float pool[3 * 64];
+  for (int i = 0; i < 3 * 64; i++) pool[i] = (float)i;
+  int64_t idx[2] = {2, 2}; /* one slot named twice */
+  t.ht = NULL, t.state_indices = idx, t.pool_slots = 3, t.pool = pool;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  ck_assert_msg(strstr(b->last_error(h), "twice") != NULL, "%s", b->last_error(h));
+  idx[1] = 3; /* outside [0, S) */
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  ck_assert_msg(strstr(b->last_error(h), "outside") != NULL, "%s", b->last_error(h));
+  idx[1] = -2;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  idx[1] = KDA_PAD_SLOT, t.ht = ht; /* ht beside a pool */
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  for (int i = 0; i < 3 * 64; i++) ck_assert(pool[i] == (float)i); /* untouched */
+  t.state_indices = NULL, t.pool_slots = 0, t.pool = NULL;
   p.HV = 3, p.H = 2; /* HV not a multiple of H */
   ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
   p.H = p.HV = 1;

@@ -46,6 +46,7 @@ typedef struct cuda_buffers {
   kda_cuda_opts o;
   void *mem;            /* one allocation holding every tensor and the scratch */
   size_t off_o, off_ht, off_hc;
+  int64_t pool_slots;   /* a pool call's S (its pool is d.ht, in place), or 0 */
 } cuda_buffers;
 
 static int32_t say(char *buf, uint32_t len, int32_t st, const char *msg) {
@@ -111,6 +112,11 @@ static int32_t check_index(const kda_problem *p, const kda_backend_tensors *t, i
   return KDA_OK;
 }
 
+/* 1 when t is a pool call (SPEC.md §7.8: the pool fields are present and state_indices set). */
+static int is_pool_call(const kda_backend_tensors *t) {
+  return KDA_TENSORS_HAS_POOL(t) && t->state_indices != NULL;
+}
+
 /* The struct, its dtypes and every pointer the problem needs (inputs; outputs when out). */
 static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t, int out,
                              char *msg, uint32_t len) {
@@ -121,12 +127,40 @@ static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t,
   const int T = p->T > 0;
   if ((T && (!t->q || !t->k || !t->v || !t->beta)) || (T && gate_width(p) && !t->g) ||
       (needs_dt_bias(p) && !t->dt_bias) || (needs_dt_bias(p) && p->has_A_log && !t->A_log) ||
-      (p->has_initial_state && !t->h0))
+      (p->has_initial_state && !t->h0 && !is_pool_call(t)))
     return say(msg, len, KDA_EINVAL, "cuda: an input the problem needs is NULL");
-  if (out && ((T && !t->o) || (p->want_final_state && !t->ht) ||
+  if (out && ((T && !t->o) || (p->want_final_state && !t->ht && !is_pool_call(t)) ||
               (p->n_checkpoints > 0 && !t->hc)))
     return say(msg, len, KDA_EINVAL, "cuda: an output the problem asks for is NULL");
   return KDA_OK;
+}
+
+/* The pool fields of a pool call against kda_backend.h's contract (restated from
+ * kda_backend_pool.h, which is C): a pool, no h0 / ht, every index a slot or KDA_PAD_SLOT and
+ * no slot named twice.  Also bounds the pool's size. */
+static int32_t check_pool(const kda_problem *p, const kda_backend_tensors *t, char *msg, uint32_t len) {
+  if (!t->pool || t->pool_slots < 1 || t->h0 || t->ht)
+    return say(msg, len, KDA_EINVAL, "cuda: pool call: pool NULL, pool_slots < 1, or h0 / ht given");
+  if (t->pool_slots > ((int64_t)1 << 40) / (p->HV * p->K * p->V))
+    return say(msg, len, KDA_ESHAPE, "cuda: pool too large");
+  unsigned char *seen = (unsigned char *)calloc((size_t)t->pool_slots, 1);
+  if (!seen) return say(msg, len, KDA_ENOMEM, "cuda: out of memory checking the pool");
+  int32_t st = KDA_OK;
+  for (int64_t n = 0; n < p->N && !st; n++) {
+    const int64_t x = t->state_indices[n];
+    if (x == KDA_PAD_SLOT) continue;
+    if (x < 0 || x >= t->pool_slots) {
+      if (len) snprintf(msg, len, "cuda: state_indices[%lld] = %lld outside [0, %lld)",
+                        (long long)n, (long long)x, (long long)t->pool_slots);
+      st = KDA_EINVAL;
+    } else if (seen[x]++) {
+      if (len) snprintf(msg, len, "cuda: state_indices[%lld] = %lld names a slot twice",
+                        (long long)n, (long long)x);
+      st = KDA_EINVAL;
+    }
+  }
+  free(seen);
+  return st;
 }
 
 /* ==== Handle ==== */
@@ -271,9 +305,15 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   int32_t st = check_problem(p, h->err, sizeof h->err);
   if (!st) st = check_tensors(p, t, 0, h->err, sizeof h->err);
   if (!st) st = check_index(p, t, &b->o.max_len, h->err, sizeof h->err);
+  if (!st && is_pool_call(t)) st = check_pool(p, t, h->err, sizeof h->err);
   if (st) return st;
   if (!h->ready) return say(h->err, sizeof h->err, KDA_EUNSUPPORTED, h->why);
   if (kda_cuda_why_not(p, h->ksplit, h->err, sizeof h->err)) return KDA_EUNSUPPORTED;
+  /* A pool call (SPEC.md §7.8): the indices are checked before anything is written; the pool
+   * goes to the device whole, the kernels read and write its slots in place, and the whole
+   * pool comes back, so slots no sequence names keep their bits. */
+  const int pooled = is_pool_call(t);
+  const size_t slot_bytes = (size_t)p->HV * (size_t)p->K * (size_t)p->V * sizeof(float);
   const layout L = layout_of(p);
   /* The chunk plan (host: it is built from cu_seqlens and checkpoints) and its scratch after
    * the rest of the allocation. */
@@ -281,7 +321,10 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks);
   const size_t plan_bytes = chunked ? kda_cuda_plan_ints(p, n_chunks) * sizeof(int32_t) : 0;
   const size_t off_plan = L.total, off_cs = off_plan + up(plan_bytes);
-  const size_t total = off_cs + (chunked ? kda_cuda_chunk_bytes(p, n_chunks) : 0);
+  const size_t off_pool = off_cs + up(chunked ? kda_cuda_chunk_bytes(p, n_chunks) : 0);
+  const size_t pool_bytes = pooled ? (size_t)t->pool_slots * slot_bytes : 0;
+  const size_t off_idx = off_pool + up(pool_bytes);
+  const size_t total = off_idx + (pooled ? (size_t)p->N * sizeof(int64_t) : 0);
   int32_t *plan = NULL;
   if (chunked && !(plan = (int32_t *)malloc(plan_bytes)))
     return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
@@ -304,7 +347,10 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
       (e = put(m, L.h0, p->has_initial_state ? t->h0 : NULL, (size_t)p->N * st_bytes, s)) ||
       (e = put(m, L.cu, t->cu_seqlens, ((size_t)p->N + 1) * 8, s)) ||
       (e = put(m, L.ck, t->checkpoints, (size_t)p->n_checkpoints * 8, s)) ||
-      (e = put(m, off_plan, plan, plan_bytes, s)) || (e = cudaStreamSynchronize(s))) {
+      (e = put(m, off_plan, plan, plan_bytes, s)) ||
+      (e = put(m, off_pool, pooled ? t->pool : NULL, pool_bytes, s)) ||
+      (e = put(m, off_idx, pooled ? t->state_indices : NULL, (size_t)p->N * sizeof(int64_t), s)) ||
+      (e = cudaStreamSynchronize(s))) {
     free(plan);
     cudaFree(b->mem);
     b->mem = NULL;
@@ -328,6 +374,12 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   d->plan = chunked ? (const int32_t *)(m + off_plan) : NULL;
   d->n_chunks = chunked ? n_chunks : 0;
   d->chunk_scratch = chunked ? m + off_cs : NULL;
+  if (pooled) { /* initial and final states are the pool's slots, read and written in place */
+    d->h0 = p->has_initial_state ? (const float *)(m + off_pool) : NULL;
+    d->ht = (float *)(m + off_pool);
+    d->slots = (const int64_t *)(m + off_idx);
+    b->pool_slots = t->pool_slots;
+  }
   b->off_o = L.o, b->off_ht = L.ht, b->off_hc = L.hc;
   return KDA_OK;
 }
@@ -339,9 +391,14 @@ static int32_t read_buffers(cuda_handle *h, const cuda_buffers *b, const kda_bac
   if (st) return st;
   const size_t f = sizeof(float), st_bytes = (size_t)p->HV * (size_t)p->K * (size_t)p->V * f;
   const size_t no = (size_t)p->T * (size_t)p->HV * (size_t)p->V * f;
+  if (b->pool_slots && (!is_pool_call(t) || t->pool_slots != b->pool_slots))
+    return say(h->err, sizeof h->err, KDA_EINVAL, "cuda: buffers hold a pool of another size");
   cudaError_t e = cudaSuccess;
   if (no) e = cudaMemcpyAsync(t->o, b->d.o, no, cudaMemcpyDeviceToHost, h->stream);
-  if (!e && p->want_final_state)
+  if (!e && p->want_final_state && b->pool_slots)
+    e = cudaMemcpyAsync(t->pool, b->d.ht, (size_t)b->pool_slots * st_bytes, cudaMemcpyDeviceToHost,
+                        h->stream);
+  else if (!e && p->want_final_state)
     e = cudaMemcpyAsync(t->ht, b->d.ht, (size_t)p->N * st_bytes, cudaMemcpyDeviceToHost, h->stream);
   if (!e && p->n_checkpoints)
     e = cudaMemcpyAsync(t->hc, b->d.hc, (size_t)p->n_checkpoints * st_bytes,
@@ -467,6 +524,8 @@ static const kda_backend cuda_table = {
     cuda_buffers_read,
     cuda_buffers_destroy,
     cuda_synchronize,
+    KDA_CAP_STATE_POOL, /* decode (and prefill) in place on a pool of states */
+    0,
 };
 
 extern "C" KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {

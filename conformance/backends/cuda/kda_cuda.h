@@ -36,6 +36,9 @@ typedef struct kda_cuda_dev {
   const int32_t *plan;
   int64_t n_chunks;
   void *chunk_scratch;
+  /* A state pool (SPEC.md §7.8): h0 and ht are the pool, sequence n's state is slot
+   * slots[n] (KDA_PAD_SLOT: from zero, final state dropped); NULL: slot n of h0 / ht. */
+  const int64_t *slots;
 } kda_cuda_dev;
 
 /* Options of a launch: ksplit is the number of threads that share one value column's key

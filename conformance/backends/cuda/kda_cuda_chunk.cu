@@ -284,12 +284,13 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
   const int32_t *seq_first = A.plan + 4 * A.n_chunks;
   const int64_t c0 = seq_first[n], c1 = seq_first[n + 1];
   const int tid = threadIdx.x, rg = tid / 8, jg = tid % 8, j = j0 + jg * 4;
-  const int64_t soff = (n * A.HV + hv) * A.K * A.V;
+  const int64_t slot = A.slots ? A.slots[n] : n; /* a pool's padding entry: -1 */
+  const int64_t soff = ((slot < 0 ? 0 : slot) * A.HV + hv) * A.K * A.V;
   float S[4][4];
   for (int r = 0; r < 4; r++)
     for (int cc = 0; cc < 4; cc++) {
       const int64_t i = rg * 4 + r, jj = j + cc;
-      S[r][cc] = A.has_h0 && i < A.K && jj < A.V ? A.h0[soff + state_idx(A, i, jj)] : 0.0f;
+      S[r][cc] = A.has_h0 && slot >= 0 && i < A.K && jj < A.V ? A.h0[soff + state_idx(A, i, jj)] : 0.0f;
     }
   if (c0 < c1) scan_issue(A, c0, hv, j0, Wb, Kb, Ub, Gb);
   __pipeline_commit();
@@ -355,7 +356,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
     if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
     __syncthreads(); /* this buffer is refilled by the next iteration's copies */
   }
-  if (A.want_ht) scan_store(A, S, A.ht + soff, rg, j);
+  if (A.want_ht && slot >= 0) scan_store(A, S, A.ht + soff, rg, j); /* in place on a pool */
 }
 
 /* ==== out ==== */

@@ -45,6 +45,7 @@ typedef struct kda_cuda_chunk_args {
   int32_t phases; /* kda_cuda_opts.phases */
   const float *qh, *kh, *lg, *b, *v, *h0; /* prologue coefficients (lg = g_eff) and inputs */
   const int32_t *plan;                    /* device copy of the plan */
+  const int64_t *slots;                   /* a state pool's slots (kda_cuda_dev.slots) or NULL */
   float *o, *ht, *hc;
   float *W, *U, *Qs, *Kd, *gC, *M, *Vn, *S0; /* scratch, per (chunk, value head) */
 } kda_cuda_chunk_args;

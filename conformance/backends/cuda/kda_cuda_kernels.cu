@@ -164,6 +164,7 @@ typedef struct recur_args {
   const float *qh, *kh, *a, *b, *v, *h0;
   const int32_t *ckpt;
   const int64_t *cu;
+  const int64_t *slots; /* a state pool's slot of each sequence (kda_cuda_dev.slots), or NULL */
   float *o, *ht, *hc;
 } recur_args;
 
@@ -335,6 +336,7 @@ __device__ void stage_issue(const recur_args &A, const stage &g, int64_t t0, int
  * col0+VT-1, tokens bos .. eos-1. */
 struct item_at {
   int64_t n, hv, h, col0, bos, eos, state_off;
+  bool pad; /* a pool's padding entry: starts from zero, its final state is dropped */
 };
 template <int KS>
 __device__ __forceinline__ item_at item_of(const recur_args &A, int64_t item) {
@@ -347,14 +349,16 @@ __device__ __forceinline__ item_at item_of(const recur_args &A, int64_t item) {
   it.h = A.head_mod ? it.hv % A.H : it.hv / A.G; /* SPEC.md §4.4 */
   it.col0 = (int64_t)(u % tiles) * VT;
   it.bos = A.cu[it.n], it.eos = A.cu[it.n + 1];
-  it.state_off = (it.n * A.HV + it.hv) * A.K * A.V;
+  const int64_t slot = A.slots ? A.slots[it.n] : it.n; /* validated on the host */
+  it.pad = slot < 0;
+  it.state_off = ((it.pad ? 0 : slot) * A.HV + it.hv) * A.K * A.V;
   return it;
 }
 
 /* Issues the copies an item starts with: its initial state tile and its first chunk. */
 template <int KS, int R>
 __device__ void item_issue(const recur_args &A, const item_at &it, const stage &g, float *tile) {
-  if (A.has_h0) tile_issue<KS, R>(A, A.h0 + it.state_off, tile, it.col0);
+  if (A.has_h0 && !it.pad) tile_issue<KS, R>(A, A.h0 + it.state_off, tile, it.col0);
   if (it.bos < it.eos)
     stage_issue<KS, R>(A, g, it.bos, (int)(it.eos - it.bos < A.TB ? it.eos - it.bos : A.TB),
                        it.h, it.hv, it.col0);
@@ -392,7 +396,7 @@ template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_rec
     __syncthreads();
     float S[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) S[r] = A.has_h0 ? tile[(s * R + r) * (VT + 1) + c] : 0.0f;
+    for (int r = 0; r < R; r++) S[r] = A.has_h0 && !it.pad ? tile[(s * R + r) * (VT + 1) + c] : 0.0f;
     bool issued = false;
     for (int64_t t0 = it.bos; t0 < it.eos; t0 += TB, cur ^= 1) {
       const int nt = (int)(it.eos - t0 < TB ? it.eos - t0 : TB);
@@ -457,7 +461,7 @@ template <int KS, int R> __global__ void __launch_bounds__(THREADS) kda_cuda_rec
         if (it.col0 + cc < A.V) A.o[((t0 + tt) * A.HV + it.hv) * A.V + it.col0 + cc] = so[e];
       }
     }
-    if (A.want_ht) state_store<KS, R>(A, S, tile, A.ht + it.state_off, it.col0);
+    if (A.want_ht && !it.pad) state_store<KS, R>(A, S, tile, A.ht + it.state_off, it.col0);
     if (!issued && next < A.items) { /* an empty sequence: nothing was overlapped */
       __syncthreads();
       item_issue<KS, R>(A, item_of<KS>(A, next), stage_at<KS, R>(smem + cur * stage_floats, TB),
@@ -491,7 +495,7 @@ template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(cons
     const int64_t off = it.state_off + (A.vk ? j * A.K + i0 : i0 * A.V + j);
     float S[R];
 #pragma unroll
-    for (int r = 0; r < R; r++) S[r] = (A.has_h0 && col && r < nr) ? A.h0[off + r * rs] : 0.0f;
+    for (int r = 0; r < R; r++) S[r] = (A.has_h0 && !it.pad && col && r < nr) ? A.h0[off + r * rs] : 0.0f;
     if (it.eos > it.bos) { /* one token t (uniform over the block) */
       const int64_t t = it.bos;
       const float *kt = A.kh + (t * A.H + it.h) * A.K + i0, *qt = A.qh + (t * A.H + it.h) * A.K + i0;
@@ -525,7 +529,7 @@ template <int R> __global__ void __launch_bounds__(THREADS) kda_cuda_decode(cons
           if (r < nr) dst[r * rs] = S[r];
       }
     }
-    if (A.want_ht && col) {
+    if (A.want_ht && col && !it.pad) { /* in place on a pool: this thread read these */
 #pragma unroll
       for (int r = 0; r < R; r++)
         if (r < nr) A.ht[off + r * rs] = S[r];
@@ -680,7 +684,7 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   C.phases = phases;
   C.qh = (const float *)(base + m->qh), C.kh = (const float *)(base + m->kh);
   C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
-  C.v = d->v, C.h0 = d->h0, C.plan = d->plan;
+  C.v = d->v, C.h0 = d->h0, C.plan = d->plan, C.slots = d->slots;
   C.o = d->o, C.ht = d->ht, C.hc = d->hc;
   kda_cuda_chunk_scratch(&C, d->chunk_scratch);
   const cudaError_t e = kda_cuda_chunk_run(&C, stream);
@@ -722,7 +726,7 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.qh = (const float *)(base + m.qh), A.kh = (const float *)(base + m.kh);
   A.a = (const float *)(base + m.a), A.b = (const float *)(base + m.b);
   A.ckpt = (const int32_t *)(base + m.ckpt);
-  A.v = d->v, A.h0 = d->h0, A.cu = d->cu_seqlens;
+  A.v = d->v, A.h0 = d->h0, A.cu = d->cu_seqlens, A.slots = d->slots;
   A.o = d->o, A.ht = d->ht, A.hc = d->hc;
   const int64_t blocks = p->N * p->HV * coltiles;
   A.items = blocks;
