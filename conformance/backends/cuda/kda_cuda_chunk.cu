@@ -85,11 +85,20 @@ __device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const f
   const float *kt = A.kh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
   const float *ks = A.kh + ((int64_t)(ch.start + s) * A.H + h) * A.K;
   const float *qt = A.qh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
-  for (int c = c0; c < c1 && c < A.K; c++) {
-    float sum = 0.0f;
-    for (int r = s + 1; r <= t; r++) sum += Gs[r * KP + c]; /* the gates as given: -inf stays */
-    const float w = expf(sum) * ks[c];
-    a = fmaf(kt[c], w, a), m = fmaf(qt[c], w, m);
+  for (int c8 = c0; c8 < c1 && c8 < A.K; c8 += 8) { /* 8 channels' loads in flight at once */
+    float x[8], y[8], z[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const bool ok = c8 + u < c1 && c8 + u < A.K;
+      x[u] = ok ? kt[c8 + u] : 0.0f, y[u] = ok ? ks[c8 + u] : 0.0f, z[u] = ok ? qt[c8 + u] : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      float sum = 0.0f;
+      for (int r = s + 1; r <= t; r++) sum += Gs[r * KP + c8 + u]; /* the gates as given: -inf stays */
+      const float w = expf(sum) * y[u];
+      a = fmaf(x[u], w, a), m = fmaf(z[u], w, m);
+    }
   }
 }
 
@@ -115,7 +124,9 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
 #pragma unroll
   for (int J = 1; J < 4; J++)
     if (J == I) r0 = rho[J - 1], rI = rho[J];
-  const float fI = expf((float)r0), gI = expf((float)(rho[3] - rI));
+  /* Per-chunk factors, correctly rounded (float64 exp): gC multiplies the state once a
+   * chunk, so a biased rounding would compound over the sequence. */
+  const float fI = (float)exp(r0), gI = (float)exp(rho[3] - rI);
   g = r0;
   for (int u = 0; u < 16; u++) {
     const int t = I * 16 + u, at = t * KSTR + c;
@@ -130,9 +141,9 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
   }
 #pragma unroll
   for (int J = 0; J < 3; J++)
-    if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = expf((float)(r0 - rho[J]));
+    if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = (float)exp(r0 - rho[J]);
   F[I * KP + c] = fI;
-  if (I == 0) A.gC[ci * KP + c] = expf((float)rho[3]);
+  if (I == 0) A.gC[ci * KP + c] = (float)exp(rho[3]);
 }
 
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
@@ -217,6 +228,34 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
   for (int t = 0; t < CT; t++) dst[t * stride] = x[t];
 }
 
+/* Raw k into Y, q into Xm and the gates into Gs, by asynchronous copies (every load of the
+ * block in flight at once; 16 bytes at a time when K allows); zeros past len and K. */
+__device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, float *Y,
+                          float *Xm, float *Gs) {
+  const bool v4 = A.K % 4 == 0, gate_rows = A.decays && !A.gate_scalar;
+  const int cw = v4 ? 4 : 1, nc = KP / cw;
+  for (int e = threadIdx.x; e < CT * nc; e += NTP) {
+    const int t = e / nc, c = e % nc * cw;
+    const bool ok = t < ch.len && c < A.K;
+    const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
+    const int64_t ag = ((int64_t)(ch.start + t) * A.HV + hv) * A.K + c;
+    if (ok && v4) {
+      __pipeline_memcpy_async(Y + t * KSTR + c, A.kh + at, 16);
+      __pipeline_memcpy_async(Xm + t * KSTR + c, A.qh + at, 16);
+      if (gate_rows) __pipeline_memcpy_async(Gs + t * KP + c, A.lg + ag, 16);
+    } else if (ok) {
+      __pipeline_memcpy_async(Y + t * KSTR + c, A.kh + at, 4);
+      __pipeline_memcpy_async(Xm + t * KSTR + c, A.qh + at, 4);
+      if (gate_rows) __pipeline_memcpy_async(Gs + t * KP + c, A.lg + ag, 4);
+    } else {
+      for (int u = 0; u < cw; u++) Y[t * KSTR + c + u] = Xm[t * KSTR + c + u] = 0.0f;
+    }
+    if (!gate_rows || !ok)
+      for (int u = 0; u < cw; u++) Gs[t * KP + c + u] = ok ? gate_at(A, ch.start + t, hv, c + u) : 0.0f;
+  }
+  __pipeline_commit();
+}
+
 __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   extern __shared__ __align__(16) float sm[];
   float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *Yd = Y + CT * KSTR;
@@ -227,16 +266,10 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   const chunk_at ch = chunk_of(A, blockIdx.x);
   const int64_t h = head_of(A, hv);
   const int tid = threadIdx.x;
-  for (int e = tid; e < CT * KP; e += NTP) { /* raw k into Y, q into Xm; zeros past len and K */
-    const int t = e / KP, c = e % KP;
-    const bool ok = t < ch.len && c < A.K;
-    const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
-    Y[t * KSTR + c] = ok ? A.kh[at] : 0.0f;
-    Xm[t * KSTR + c] = ok ? A.qh[at] : 0.0f;
-    Gs[e] = t < ch.len ? gate_at(A, ch.start + t, hv, c) : 0.0f; /* all loads in flight at once */
-  }
+  prep_load(A, ch, h, hv, Y, Xm, Gs);
   if (tid < CT) bs[tid] = tid < ch.len ? A.b[(int64_t)(ch.start + tid) * A.HV + hv] : 0.0f;
   if (tid < CT) slow[tid] = 0;
+  __pipeline_wait_prior(0);
   __syncthreads();
   prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
   __syncthreads();
@@ -368,22 +401,25 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
   const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
   const int j0 = blockIdx.z * VC, tid = threadIdx.x;
   const chunk_at ch = chunk_of(A, blockIdx.x);
+  /* Asynchronous copies: every load of the block in flight at once. */
   for (int e = tid; e < CT * KP / 4; e += NT) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    st4(Qs + t * KSTR + c4, ld4(A.Qs + (ci * CT + t) * KP + c4));
+    async16(Qs + t * KSTR + c4, A.Qs + (ci * CT + t) * KP + c4);
   }
   for (int e = tid; e < KP * VC / 4; e += NT) {
     const int i = e / (VC / 4), c4 = e % (VC / 4) * 4;
-    st4(St + i * VST + c4, ld4(A.S0 + (ci * KP + i) * A.VP + j0 + c4));
+    async16(St + i * VST + c4, A.S0 + (ci * KP + i) * A.VP + j0 + c4);
   }
   for (int e = tid; e < CT * CT / 4; e += NT) {
     const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
-    st4(Ms + t * ASTR + c4, ld4(A.M + (ci * CT + t) * CT + c4));
+    async16(Ms + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
   }
   for (int e = tid; e < CT * VC / 4; e += NT) {
     const int t = e / (VC / 4), c4 = e % (VC / 4) * 4;
-    st4(Vt + t * VST + c4, ld4(A.Vn + (ci * CT + t) * A.VP + j0 + c4));
+    async16(Vt + t * VST + c4, A.Vn + (ci * CT + t) * A.VP + j0 + c4);
   }
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
   __syncthreads();
   const int tr = tid / 16 * 4, jg = tid % 16 * 4;
   float acc[4][4] = {};
@@ -488,9 +524,10 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
   if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
     return 0;
   if (algo == 1) return 1;
-  /* auto: long sequences (the recurrent kernel is better at a few tokens a sequence), and a
-   * scratch that fits comfortably next to the problem's own buffers. */
-  return max_len >= 256 && kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
+  /* auto: wide heads (K is padded to 128: small heads gain nothing) and long sequences (the
+   * recurrent kernel is better at a few tokens a sequence), and a scratch that fits
+   * comfortably next to the problem's own buffers. */
+  return p->K > 64 && max_len >= 256 && kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
 }
 
 static const size_t prep_bytes = (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT) * sizeof(float);
