@@ -562,6 +562,114 @@ static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid,
   }
 }
 
+/* ==== The row decode kernel (kv layout) ====
+ *
+ * In the kv layout a state row (fixed key row i) is V contiguous floats.  One block of 128
+ * threads takes (sequence, value head, 128 columns): lane g of warp s holds columns 4g .. 4g+3
+ * of rows 32 s .. 32 s + 31 as float4s, so every load and store of a warp is one 512-byte run
+ * and all 32 of a thread's loads are in flight at once.  k, q and the gates of the token are
+ * staged in shared memory; the sums over i (p_j, then o_j) are a per-thread sum over its 32
+ * rows and the four warps' partials added in a fixed order (no atomics). */
+#define DROWS 32
+__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t items,
+                                                                int64_t tiles) {
+  __shared__ __align__(16) float sk[128], sq[128], sa[128], part[4][128];
+  const int g = threadIdx.x % 32, sw = threadIdx.x / 32;
+  for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
+    const int64_t n = item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
+    const int64_t slot = A.slots ? A.slots[n] : n;
+    const bool pad = slot < 0, col = j < A.V;
+    const int64_t bos = A.cu[n], eos = A.cu[n + 1], h = A.head_mod ? hv % A.H : hv / A.G;
+    const int64_t soff = ((pad ? 0 : slot) * A.HV + hv) * A.K * A.V;
+    float4 S[DROWS];
+#pragma unroll
+    for (int r = 0; r < DROWS; r++) { /* 1. the state, all loads issued before any use */
+      const int64_t i = sw * DROWS + r;
+      S[r] = A.has_h0 && !pad && col && i < A.K
+                 ? *reinterpret_cast<const float4 *>(A.h0 + soff + i * A.V + j)
+                 : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+    if (eos > bos) {
+      const int64_t t = bos;
+      __syncthreads(); /* the previous item's readers of sk, sq, sa and part are done */
+      const int i = threadIdx.x;
+      sk[i] = i < A.K ? A.kh[(t * A.H + h) * A.K + i] : 0.0f;
+      sq[i] = i < A.K ? A.qh[(t * A.H + h) * A.K + i] : 0.0f;
+      sa[i] = !A.decays || i >= A.K ? 1.0f
+              : A.a[A.gate_scalar ? t * A.HV + hv : (t * A.HV + hv) * A.K + i];
+      const float4 v = col ? *reinterpret_cast<const float4 *>(A.v + (t * A.HV + hv) * A.V + j)
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      const float beta = A.b[t * A.HV + hv];
+      __syncthreads();
+      float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int r = 0; r < DROWS; r++) { /* 1. decay (a = 1 without), 2. p = S^T k */
+        const float a = sa[sw * DROWS + r], k = sk[sw * DROWS + r];
+        if (A.decays) S[r].x *= a, S[r].y *= a, S[r].z *= a, S[r].w *= a;
+        p.x = fmaf(S[r].x, k, p.x), p.y = fmaf(S[r].y, k, p.y);
+        p.z = fmaf(S[r].z, k, p.z), p.w = fmaf(S[r].w, k, p.w);
+      }
+      *reinterpret_cast<float4 *>(&part[sw][4 * g]) = p;
+      __syncthreads();
+      float pj[4];
+#pragma unroll
+      for (int c = 0; c < 4; c++)
+        pj[c] = A.erases ? ((part[0][4 * g + c] + part[1][4 * g + c]) + part[2][4 * g + c]) + part[3][4 * g + c]
+                         : 0.0f;
+      const float w0 = beta * (v.x - pj[0]), w1 = beta * (v.y - pj[1]);
+      const float w2 = beta * (v.z - pj[2]), w3 = beta * (v.w - pj[3]);
+      float4 o = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+      for (int r = 0; r < DROWS; r++) { /* 3. write, 4. o = S^T q after the write */
+        const float k = sk[sw * DROWS + r], q = sq[sw * DROWS + r];
+        S[r].x = fmaf(k, w0, S[r].x), S[r].y = fmaf(k, w1, S[r].y);
+        S[r].z = fmaf(k, w2, S[r].z), S[r].w = fmaf(k, w3, S[r].w);
+        o.x = fmaf(S[r].x, q, o.x), o.y = fmaf(S[r].y, q, o.y);
+        o.z = fmaf(S[r].z, q, o.z), o.w = fmaf(S[r].w, q, o.w);
+      }
+      __syncthreads(); /* every p read */
+      *reinterpret_cast<float4 *>(&part[sw][4 * g]) = o;
+      __syncthreads();
+      if (sw == 0 && col) {
+        float4 out;
+        out.x = ((part[0][4 * g] + part[1][4 * g]) + part[2][4 * g]) + part[3][4 * g];
+        out.y = ((part[0][4 * g + 1] + part[1][4 * g + 1]) + part[2][4 * g + 1]) + part[3][4 * g + 1];
+        out.z = ((part[0][4 * g + 2] + part[1][4 * g + 2]) + part[2][4 * g + 2]) + part[3][4 * g + 2];
+        out.w = ((part[0][4 * g + 3] + part[1][4 * g + 3]) + part[2][4 * g + 3]) + part[3][4 * g + 3];
+        *reinterpret_cast<float4 *>(A.o + (t * A.HV + hv) * A.V + j) = out;
+      }
+      const int cp = A.has_ckpt ? A.ckpt[t] : -1;
+      if (cp >= 0 && col) {
+        float *dst = A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V;
+#pragma unroll
+        for (int r = 0; r < DROWS; r++)
+          if (sw * DROWS + r < A.K) *reinterpret_cast<float4 *>(dst + (sw * DROWS + r) * A.V + j) = S[r];
+      }
+    }
+    if (A.want_ht && col && !pad) { /* in place on a pool: this thread read these */
+#pragma unroll
+      for (int r = 0; r < DROWS; r++)
+        if (sw * DROWS + r < A.K)
+          *reinterpret_cast<float4 *>(A.ht + soff + (sw * DROWS + r) * A.V + j) = S[r];
+    }
+  }
+}
+
+/* The row decode kernel's shapes: the kv layout, K <= 128, V a multiple of 4 (float4 rows). */
+static int decode_rows_fits(const kda_problem *p) {
+  return p->state_layout == KDA_STATE_KV && p->K <= 4 * DROWS && p->V % 4 == 0;
+}
+
+static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t max_grid,
+                                      cudaStream_t st) {
+  /* One block an item (the scheduler overlaps one block's loads with another's work); tests
+   * cap the grid so that blocks take many items in turn. */
+  const int64_t tiles = (A.V + 127) / 128, items = N * A.HV * tiles;
+  const int64_t grid = max_grid > 0 && items > max_grid ? max_grid : items;
+  kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, items, tiles);
+  return cudaGetLastError();
+}
+
 /* ==== Host side ==== */
 
 static int fail(int st, char *err, size_t len, const char *msg, cudaError_t e) {
@@ -732,7 +840,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.items = blocks;
   const int R = rows_for(p->K, ks);
   if (decode) {
-    e = dispatch_decode(A, R, o->max_grid, stream);
+    e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, stream)
+                            : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
     return KDA_OK;
   }
