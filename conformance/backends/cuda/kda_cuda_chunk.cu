@@ -147,7 +147,8 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
 }
 
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
- * 16-token blocks; lanes 2e and 2e+1 compute entry e = (ti, si) of each, over channel halves,
+ * 16-token blocks; lanes 2e and 2e+1 compute entry e = (ti, si) of each, over alternate
+ * groups of 4 channels,
  * and add the halves with one shuffle (both lanes get the same bits: addition commutes). */
 __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                            const float *Xa, const float *Xm, const float *Y, const float *Yd,
@@ -164,7 +165,7 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
         const float *e = E + (I * (I - 1) / 2 + J) * KP;
         float a1 = 0.0f, m1 = 0.0f;
 #pragma unroll 4
-        for (int c = c0; c < c0 + KP / 2; c += 4) {
+        for (int c = 4 * half; c < KP; c += 8) { /* the halves interleaved: distinct banks */
           const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c), ee = ld4(e + c);
           const float w0 = yy.x * ee.x, w1 = yy.y * ee.y, w2 = yy.z * ee.z, w3 = yy.w * ee.w;
           a = fmaf(p.x, w0, a), a1 = fmaf(p.y, w1, a1), a = fmaf(p.z, w2, a), a1 = fmaf(p.w, w3, a1);
@@ -175,7 +176,7 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Yd + s * KSTR;
         float a1 = 0.0f, m1 = 0.0f;
 #pragma unroll 4
-        for (int c = c0; c < c0 + KP / 2; c += 4) {
+        for (int c = 4 * half; c < KP; c += 8) { /* the halves interleaved: distinct banks */
           const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c);
           a = fmaf(p.x, yy.x, a), a1 = fmaf(p.y, yy.y, a1), a = fmaf(p.z, yy.z, a), a1 = fmaf(p.w, yy.w, a1);
           m = fmaf(q.x, yy.x, m), m1 = fmaf(q.y, yy.y, m1), m = fmaf(q.z, yy.z, m), m1 = fmaf(q.w, yy.w, m1);
