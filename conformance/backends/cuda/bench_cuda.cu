@@ -1,8 +1,8 @@
 /* bench_cuda.cu: standalone timing harness of the CUDA backend's kernels (docs/cuda.md).
  * SPDX-License-Identifier: MIT
  *
- * Until `kda bench -b cuda` exists, this prints the figures issue #10 asks for, with CUDA
- * events around kda_cuda_launch on device-resident buffers: prefill B1 at T = 8192, 32768 and
+ * Beside `kda bench -b libkda_cuda.so` (the runner's view), this prints the figures issue #10
+ * asks for, with CUDA events around kda_cuda_launch on device-resident buffers: prefill B1 at T = 8192, 32768 and
  * 131072 and B4 at T = 8192,
  * decode (T = 1 a sequence, h0 in and ht out) at B = 64, 256, 1024; H = HV = 32, K = V = 128;
  * KDA with the softplus gate, A_log, logit beta and fla L2 (the production configuration).
@@ -12,7 +12,8 @@
  * outputs; decode: state bytes read and written).  A repeated launch must give the same
  * bits (SPEC.md §7.7 --repeat), checked on the outputs of the first and the last launch.
  * Also the card's device-to-device copy bandwidth, as the ceiling for decode.
- * Prefill runs the chunked kernels, then the recurrent kernel for each ksplit.
+ * Prefill runs the chunked kernels, then the recurrent kernel for each ksplit, and prints the
+ * largest difference of their outputs; BENCH_PHASES=1 also times each stage alone.
  * Usage: bench_cuda [ksplit ...]   (default 0, the automatic choice; "bench_cuda 0 4 8" compares);
  * BENCH_ONLY=PREFIX runs only the cases whose name starts with PREFIX (for a profiler).
  * Exit status 0, or 1 on a CUDA error or a nondeterministic result.

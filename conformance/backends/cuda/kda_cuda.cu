@@ -3,8 +3,10 @@
  *
  * The ABI table of conformance/kda_backend.h (SPEC.md §7.8), version 2: open / supports /
  * forward on host buffers, describe, and device-resident buffers (buffers_create,
- * forward_buffers, buffers_read, buffers_destroy, synchronize) for benchmarks.  The kernels
- * are in kda_cuda_kernels.cu.
+ * forward_buffers, buffers_read, buffers_destroy, synchronize) for benchmarks, with the cap
+ * KDA_CAP_STATE_POOL (pool calls run in place on a device copy of the pool).  The kernels
+ * are in kda_cuda_kernels.cu and kda_cuda_chunk.cu; algo=auto|chunk|recurrent picks between
+ * the recurrent and the chunked prefill kernels (kda_cuda_use_chunk).
  *
  * CUDA contexts do not survive fork(), and the runner loads a plugin in its parent and calls
  * it in forked children: nothing here touches CUDA before open, so the context is created in
@@ -508,7 +510,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 recurrent KDA on an NVIDIA GPU (sm_90a); params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent",
+    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

@@ -6,8 +6,9 @@
  *      with the formulas of SPEC.md §9.2 evaluated in float64 and rounded to float once:
  *      qh = scale * L2(q) and kh = L2(k) per (t, h); a = exp(g_eff) per (t, hv, gate
  *      channel); beta_eff per (t, hv); and a map token -> checkpoint index (-1 for none).
- *   2. The recurrent kernel (or, when no sequence has more than one token, the decode
- *      kernel): one block of 128 threads per work item (sequence, value head, tile of VT
+ *   2. The chunked kernels (kda_cuda_chunk.cu) when the call's chunk plan says so; else the
+ *      recurrent kernel (or, when no sequence has more than one token, a decode kernel: the
+ *      row kernel for the kv layout, the column kernel otherwise): one block of 128 threads per work item (sequence, value head, tile of VT
  *      value columns), persistent over items.  KS consecutive lanes share one value column j
  *      and hold R key rows each (i = s*R + r, s the lane's slice), so the column tile of the
  *      state lives in registers for the whole sequence.  The two sums over i of SPEC.md §3.1
