@@ -10,6 +10,8 @@
 #   make example         the main job until the runner lands: kda ref on the bundled example
 #   make check-symbols   libkda.so exports exactly the functions of the installed headers,
 #                        and each installed header compiles on its own
+#   make check-headers   each installed header (and kda_backend_pool.h) compiles alone as C11
+#                        and as C++17, with C linkage
 #   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
@@ -120,6 +122,15 @@ $(LIBSO): $(LIB_OBJ) $(LIBMAP)
 # installed header that does not compile on its own (C11, -pedantic, from one flat directory).
 check-symbols: $(LIBSO)
 	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
+
+# Each installed header, and kda_backend_pool.h (header-only, for plugins), compiles alone as
+# C11 and as C++17 (-Wall -Wextra -Werror -pedantic) with C linkage: plugins may be C++.
+PLUGIN_HEADERS := conformance/kda_backend_pool.h
+.PHONY: check-headers
+check-headers: | $(DEPS_STAMP)
+	@CC="$(CC)" CXX="$(CXX)" CPPFLAGS="-D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(PKG_CFLAGS)" \
+	  sh tools/tests/headers.sh $(PUB_HEADERS) $(PLUGIN_HEADERS)
+check: check-headers
 
 $(KDA): $(TOOL_OBJ) $(LIBA)
 	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
@@ -277,7 +288,8 @@ CUDA_BENCH  := $(BUILD)/$(CUDA_DIR)/bench_cuda
 CUDA_GENCODE := -gencode arch=compute_90a,code=sm_90a -gencode arch=compute_90,code=compute_90
 CUDA_FLAGS  := -std=c++17 -O3 $(CUDA_GENCODE) -Xcompiler -fPIC,-fvisibility=hidden,-Wall \
                -Iref -Iconformance -I$(CUDA_DIR) -cudart static
-CUDA_DEPS   := $(wildcard $(CUDA_DIR)/*.h) ref/kda_problem.h conformance/kda_backend.h
+CUDA_DEPS   := $(wildcard $(CUDA_DIR)/*.h) ref/kda_problem.h conformance/kda_backend.h \
+               conformance/kda_backend_pool.h
 .PHONY: cuda cuda-bench
 cuda:
 	@if command -v $(NVCC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(CUDA_SO); \

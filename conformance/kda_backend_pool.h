@@ -6,7 +6,9 @@
  * only kda_backend.h.  kda_pool_forward validates the indices (kda_backend.h's contract), copies
  * each named slot into a temporary h0, runs the backend's own forward on h0 / ht, and writes
  * ht back into the named slots; nothing is written before the indices are accepted, so a
- * rejected call leaves the pool untouched.  Not installed.
+ * rejected call leaves the pool untouched.  Not installed, but C and C++ alike (the CUDA
+ * plugin, a C++ file, uses kda_pool_validate; make check-headers compiles it both ways), so
+ * allocations are cast explicitly.
  */
 #ifndef KDA_BACKEND_POOL_H
 #define KDA_BACKEND_POOL_H
@@ -16,6 +18,10 @@
 #include <string.h>
 
 #include "kda_backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef int32_t (*kda_pool_fwd_fn)(void *handle, const kda_problem *p,
                                    const kda_backend_tensors *t);
@@ -34,7 +40,7 @@ static inline int32_t kda_pool_validate(const kda_problem *p, const kda_backend_
   if (t->in_dtype != t->out_dtype)
     return snprintf(err, errlen, "pool call: the gather adapter needs in_dtype == out_dtype"),
            KDA_EINVAL;
-  unsigned char *seen = calloc((size_t)t->pool_slots, 1);
+  unsigned char *seen = (unsigned char *)calloc((size_t)t->pool_slots, 1);
   if (!seen) return snprintf(err, errlen, "pool call: out of memory"), KDA_ENOMEM;
   int32_t st = KDA_OK;
   for (int64_t n = 0; n < p->N && st == KDA_OK; n++) {
@@ -59,9 +65,10 @@ static inline int32_t kda_pool_forward(void *handle, const kda_problem *p,
   if (st != KDA_OK) return st;
   const size_t es = t->out_dtype == KDA_PRECISION_FP64 ? 8 : 4;
   const size_t slot = (size_t)(p->HV * p->K * p->V) * es;
-  unsigned char *h0 = calloc((size_t)p->N * slot + 1, 1), *ht = malloc((size_t)p->N * slot + 1);
+  unsigned char *h0 = (unsigned char *)calloc((size_t)p->N * slot + 1, 1);
+  unsigned char *ht = (unsigned char *)malloc((size_t)p->N * slot + 1);
   if (!h0 || !ht) return free(h0), free(ht), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  const unsigned char *pool = t->pool;
+  const unsigned char *pool = (const unsigned char *)t->pool;
   for (int64_t n = 0; n < p->N; n++)
     if (t->state_indices[n] != KDA_PAD_SLOT)
       memcpy(h0 + (size_t)n * slot, pool + (size_t)t->state_indices[n] * slot, slot);
@@ -79,5 +86,9 @@ static inline int32_t kda_pool_forward(void *handle, const kda_problem *p,
   free(h0), free(ht);
   return st;
 }
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -23,6 +23,7 @@
 #include <string.h>
 
 #include "kda_backend.h"
+#include "kda_backend_pool.h"
 #include "kda_cuda.h"
 #include "kda_cuda_chunk.h"
 
@@ -137,31 +138,15 @@ static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t,
   return KDA_OK;
 }
 
-/* The pool fields of a pool call against kda_backend.h's contract (restated from
- * kda_backend_pool.h, which is C): a pool, no h0 / ht, every index a slot or KDA_PAD_SLOT and
- * no slot named twice.  Also bounds the pool's size. */
+/* The pool fields of a pool call against kda_backend.h's contract: a bound on the pool's size
+ * (its device copy), then kda_backend_pool.h's checks (a pool, no h0 / ht, every index a slot
+ * or KDA_PAD_SLOT and no slot named twice), the ones the gather adapter of the built-ins uses. */
 static int32_t check_pool(const kda_problem *p, const kda_backend_tensors *t, char *msg, uint32_t len) {
-  if (!t->pool || t->pool_slots < 1 || t->h0 || t->ht)
-    return say(msg, len, KDA_EINVAL, "cuda: pool call: pool NULL, pool_slots < 1, or h0 / ht given");
   if (t->pool_slots > ((int64_t)1 << 40) / (p->HV * p->K * p->V))
     return say(msg, len, KDA_ESHAPE, "cuda: pool too large");
-  unsigned char *seen = (unsigned char *)calloc((size_t)t->pool_slots, 1);
-  if (!seen) return say(msg, len, KDA_ENOMEM, "cuda: out of memory checking the pool");
-  int32_t st = KDA_OK;
-  for (int64_t n = 0; n < p->N && !st; n++) {
-    const int64_t x = t->state_indices[n];
-    if (x == KDA_PAD_SLOT) continue;
-    if (x < 0 || x >= t->pool_slots) {
-      if (len) snprintf(msg, len, "cuda: state_indices[%lld] = %lld outside [0, %lld)",
-                        (long long)n, (long long)x, (long long)t->pool_slots);
-      st = KDA_EINVAL;
-    } else if (seen[x]++) {
-      if (len) snprintf(msg, len, "cuda: state_indices[%lld] = %lld names a slot twice",
-                        (long long)n, (long long)x);
-      st = KDA_EINVAL;
-    }
-  }
-  free(seen);
+  char why[200];
+  const int32_t st = kda_pool_validate(p, t, why, sizeof why);
+  if (st && len) snprintf(msg, len, "cuda: %s", why);
   return st;
 }
 
