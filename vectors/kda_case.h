@@ -159,6 +159,24 @@ void kda_gen_desc_free(kda_gen_desc *d);
  * KDA_EINVAL, KDA_ESHAPE, KDA_ENOMEM. */
 int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
 
+/* Inputs of tokens [t0, t1) of description d, all heads, the same bits as kda_gen_case's
+ * rows t0 .. t1-1 (q, k [t1-t0, H, K]; v [t1-t0, HV, V]; g [t1-t0, HV, gate width];
+ * beta [t1-t0, HV]; NULL where the problem has no such input).  Arrays are malloc'ed
+ * float64, owned by w (kda_gen_window_free); an empty range still allocates (one element).
+ * Token-independent inputs (A_log, dt_bias, h0, cu_seqlens, checkpoints) come from
+ * kda_gen_case_static.  Returns KDA_OK, or as kda_gen_case, with KDA_EINVAL also for a range
+ * outside 0 <= t0 <= t1 <= T; on failure w is empty. */
+typedef struct kda_gen_window {
+  int64_t t0, t1;
+  double *q, *k, *v, *g, *beta;
+} kda_gen_window;
+int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window *w,
+                  char *err, size_t errlen);
+void kda_gen_window_free(kda_gen_window *w);
+/* The case with only its token-independent inputs (q, k, v, g, beta NULL), and its manifest
+ * as kda_gen_case makes it.  Returns as kda_gen_case. */
+int kda_gen_case_static(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
