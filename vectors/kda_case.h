@@ -129,7 +129,7 @@ int kda_output_members_read(struct kda_npz *z, const char *path, const kda_probl
  * Keys: seed, T, H, HV, K, V, seqlens (comma list; N and T from it), family, gate, beta, l2,
  * head_map, layout, scale, lb, eps, alog (0/1), h0 (0/1), final (0/1), checkpoints (comma
  * list of token indices, or "log" for log-spaced), regime, prec, id.  Regimes (SPEC.md §11.2):
- * randn, positive, unit, decay-small, lowrank, expansive. */
+ * randn, positive, unit, decay-small, lowrank, expansive, mixed, lowrank-slow. */
 typedef struct kda_gen_desc {
   uint64_t seed;           /* 0 .. 2^63 - 1 (it is a JSON integer in the manifest) */
   kda_problem p;
@@ -147,6 +147,9 @@ typedef struct kda_gen_desc {
                                     lower_bound gates: g = -9.25 / -11, A_log = dt_bias = 0 */
 #define KDA_REGIME_LOWRANK 4     /* keys in a 2-dimensional subspace, full-rank queries */
 #define KDA_REGIME_EXPANSIVE 5   /* beta * ||k||^2 up to 3 (outside the non-expansive set) */
+#define KDA_REGIME_MIXED 6       /* every 4th gate channel decays slowly (log-decay near -1e-4),
+                                    the others as randn; A_log = dt_bias = 0 */
+#define KDA_REGIME_LOWRANK_SLOW 7 /* lowrank keys, every channel slow as in mixed */
 
 const char *kda_regime_name(int32_t regime);
 int kda_regime_parse(const char *name, int32_t *regime);

@@ -15,11 +15,15 @@
  *   k     positive: U(2,i)        randn, decay-small: Z(2,i)
  *         unit: r = Z(2, row*K + c) for the row (t,h); k[c] = r[c] / sqrt(sum_c r[c]*r[c])
  *         expansive: the unit row times sqrt(2.0)      (||k||^2 ~ 2)
- *         lowrank: row = t*H + h, a = Z(2, 2*row), b = Z(2, 2*row + 1),
+ *         lowrank, lowrank-slow: row = t*H + h, a = Z(2, 2*row), b = Z(2, 2*row + 1),
  *                  k[c] = (a * Z(9, h*K + c) + b * Z(10, h*K + c)) * sqrt(0.5)
  *   v     positive: U(3,i)                     others: Z(3,i)
  *   g     gate log: -U(4,i); softplus, lower_bound: Z(4,i)
  *         decay-small: log -1e-4, softplus -9.25, lower_bound -11.0 (A_log, dt_bias = 0)
+ *         mixed: channel c = i mod GW; c mod 4 = 0 (every head for gdn, GW = 1) is slow:
+ *                log -1e-4 * (1 + U(4,i)), softplus -9.25 - U(4,i), lower_bound -11 - U(4,i);
+ *                the other channels as randn; A_log, dt_bias = 0
+ *         lowrank-slow: every channel slow as in mixed (A_log, dt_bias = 0); k as lowrank
  *   beta  prob: U(5,i) (expansive: 1.5 * U(5,i)); logit, logit_neg: Z(5,i)
  *   A_log 2 * U(6,i) - 1                       (in [-1, 1))
  *   dt_bias Z(7,i)
@@ -54,9 +58,9 @@ enum {
 #define KDA_GEN_V 8
 
 /* ---- Regimes. */
-static const char *const regime_names[] = {"randn", "positive", "unit",
-                                           "decay-small", "lowrank", "expansive"};
-#define KDA_REGIME_COUNT 6
+static const char *const regime_names[] = {"randn",     "positive",  "unit",  "decay-small",
+                                           "lowrank",   "expansive", "mixed", "lowrank-slow"};
+#define KDA_REGIME_COUNT 8
 
 const char *kda_regime_name(int32_t regime) {
   return regime >= 0 && regime < KDA_REGIME_COUNT ? regime_names[regime] : NULL;
@@ -349,7 +353,7 @@ static void gen_q(const gen *g, double *q, uint64_t i0, uint64_t n, int32_t prec
 static void gen_k_row(const gen *g, int64_t t, int64_t h, double *r) {
   const int64_t K = g->p->K;
   const uint64_t row = (uint64_t)(t * g->p->H + h);
-  if (g->regime == KDA_REGIME_LOWRANK) {
+  if (g->regime == KDA_REGIME_LOWRANK || g->regime == KDA_REGIME_LOWRANK_SLOW) {
     const double a = Z(g, KDA_S_K, 2 * row), b = Z(g, KDA_S_K, 2 * row + 1), s = sqrt(0.5);
     for (int64_t c = 0; c < K; c++) {
       const uint64_t j = (uint64_t)(h * K + c);
@@ -372,7 +376,8 @@ static void gen_k_row(const gen *g, int64_t t, int64_t h, double *r) {
 static void gen_k(const gen *g, double *k, int64_t t0, int64_t t1, int32_t prec) {
   const int r = g->regime;
   const int64_t K = g->p->K, H = g->p->H;
-  if (r == KDA_REGIME_UNIT || r == KDA_REGIME_EXPANSIVE || r == KDA_REGIME_LOWRANK) {
+  if (r == KDA_REGIME_UNIT || r == KDA_REGIME_EXPANSIVE || r == KDA_REGIME_LOWRANK ||
+      r == KDA_REGIME_LOWRANK_SLOW) {
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = 0; h < H; h++) {
         double *row = k + ((t - t0) * H + h) * K;
@@ -392,10 +397,28 @@ static void gen_v(const gen *g, double *v, uint64_t i0, uint64_t n, int32_t prec
                                                                  : Z(g, KDA_S_V, i));
 }
 
+/* The regimes whose gate parameters are A_log = dt_bias = 0 (the stored g sets the decay). */
+static int zero_gate_params(int32_t regime) {
+  return regime == KDA_REGIME_DECAY_SMALL || regime == KDA_REGIME_MIXED ||
+         regime == KDA_REGIME_LOWRANK_SLOW;
+}
+
+/* A slow channel of mixed and lowrank-slow: log-decays in [-2e-4, -1e-4) (memories of 5000
+ * tokens and more, where exp's rounding is a systematic error at every step; SPEC.md §7.3). */
+static double g_slow(const gen *g, uint64_t i) {
+  const int32_t gate = g->p->gate_mode;
+  const double u = U(g, KDA_S_G, i);
+  return gate == KDA_GATE_LOG ? -1e-4 * (1.0 + u) : gate == KDA_GATE_SOFTPLUS ? -9.25 - u
+                                                                              : -11.0 - u;
+}
+
 static double g_value(const gen *g, uint64_t i) {
   const int32_t gate = g->p->gate_mode;
   if (g->regime == KDA_REGIME_DECAY_SMALL)
     return gate == KDA_GATE_LOG ? -1e-4 : gate == KDA_GATE_SOFTPLUS ? -9.25 : -11.0;
+  const uint64_t GW = (uint64_t)kda_problem_gate_width(g->p);
+  if (g->regime == KDA_REGIME_LOWRANK_SLOW || (g->regime == KDA_REGIME_MIXED && GW > 0 && (i % GW) % 4 == 0))
+    return g_slow(g, i);
   return gate == KDA_GATE_LOG ? -U(g, KDA_S_G, i) : Z(g, KDA_S_G, i);
 }
 
@@ -413,7 +436,7 @@ static void gen_beta(const gen *g, double *b, uint64_t i0, uint64_t n, int32_t p
 }
 
 static void gen_gate_params(const gen *g, kda_case *c, const kda_case_sizes *s) {
-  const int small = g->regime == KDA_REGIME_DECAY_SMALL;
+  const int small = zero_gate_params(g->regime);
   const int32_t pa = kda_case_member_prec(KDA_M_A_LOG, c->input_precision);
   const int32_t pb = kda_case_member_prec(KDA_M_DT_BIAS, c->input_precision);
   for (uint64_t i = 0; i < s->A_log; i++)

@@ -150,7 +150,7 @@ END_TEST
 static Suite *gen_range_suite(void) {
   Suite *s = suite_create("gen_range");
   TCase *tc = tcase_create("range");
-  tcase_add_loop_test(tc, test_range_all, 0, 6);
+  tcase_add_loop_test(tc, test_range_all, 0, 8);
   tcase_add_test(tc, test_range_errors);
   suite_add_tcase(s, tc);
   return s;
