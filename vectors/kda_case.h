@@ -180,6 +180,30 @@ void kda_gen_window_free(kda_gen_window *w);
  * as kda_gen_case makes it.  Returns as kda_gen_case. */
 int kda_gen_case_static(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
 
+struct kda_npz;
+/* ---- Generated inputs and sampled truth (SPEC.md §10.2; kda_case_gen.c).
+ * A golden case file whose manifest's golden object says "inputs": "generated" stores no input
+ * member; kda_case_load regenerates every input from generator_info.description and checks the
+ * SHA-256 of each member's .npy bytes (as kda_case_save would store them) against
+ * golden.generated_sha256 ("<member>.npy": hex), which kda_gen_inputs_sha256 computes window
+ * by window in bounded memory.  One with "o_sampled": true stores o only at the tokens of
+ * member o_index. */
+#define KDA_CASE_MEMBERS 10 /* input members, in file order (SPEC.md §10.2) */
+/* hex[m]: the SHA-256 of member m (file order: q k v g beta A_log dt_bias cu_seqlens h0
+ * checkpoints), "" where the problem does not use it.  Returns as kda_gen_case. */
+int kda_gen_inputs_sha256(const kda_gen_desc *d, char hex[KDA_CASE_MEMBERS][65], char *err,
+                          size_t errlen);
+/* *generated, *sampled from c->manifest_json (0 when it has no golden object).  Returns
+ * KDA_OK, or KDA_EFORMAT when the manifest text is not JSON. */
+int kda_case_golden_form(const kda_case *c, int *generated, int *sampled);
+/* Reads the sampled truth of an open golden case file: o_index (<i8 or <i4 [P], strictly
+ * increasing tokens in [0, T)) into *index (malloc'ed), P into *n, and, when o is not NULL,
+ * o (<f8 [P, HV, V]) into *o (malloc'ed).  Returns KDA_OK, KDA_ENOTFOUND (no o_index or o),
+ * KDA_EFORMAT (the index or o's shape is wrong; the message names the file and member),
+ * KDA_EDTYPE, KDA_ENOMEM, KDA_EIO. */
+int kda_output_sampled_read(struct kda_npz *z, const char *path, const kda_problem *p,
+                            int64_t **index, int64_t *n, double **o, char *err, size_t errlen);
+
 #ifdef __cplusplus
 }
 #endif
