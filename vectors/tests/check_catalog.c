@@ -101,6 +101,17 @@ static int has_flag(const kda_catalog_entry *e, const kda_case *c, int flagno) {
   return (kda_catalog_flags(e, c) >> flagno) & 1;
 }
 
+/* A production entry's case without its token-major inputs (kda_gen_case_static): the flags
+ * are read off the problem. */
+static void build_static(const kda_catalog_entry *e, kda_case *c) {
+  char text[1024], err[KDA_ERRLEN] = "";
+  snprintf(text, sizeof text, "%s id=%s", e->desc, e->id);
+  kda_gen_desc d;
+  ck_assert_msg(kda_gen_parse(text, &d, err, sizeof err) == KDA_OK, "%s: %s", e->id, err);
+  ck_assert_msg(kda_gen_case_static(&d, c, err, sizeof err) == KDA_OK, "%s: %s", e->id, err);
+  kda_gen_desc_free(&d);
+}
+
 /* ==== 1. Catalog sanity ==== */
 
 START_TEST(test_catalog_sanity) {
@@ -121,7 +132,8 @@ START_TEST(test_catalog_sanity) {
     if (e->design) ck_assert_msg(kda_catalog_design_find(e->design), "%s: design", e->id);
     ck_assert_msg(i == 0 || kda_catalog_get(i - 1)->level <= e->level, "%s: order", e->id);
     kda_case c;
-    build(e, &c);
+    if (e->prod) build_static(e, &c); /* production size: the problem, not gigabytes */
+    else build(e, &c);
     for (int f = 0; f < KDA_FLAG_COUNT; f++) used[f] += has_flag(e, &c, f);
     if (e->level == KDA_LEVEL_L0) {
       ck_assert_msg(c.p.K <= 4 && c.p.V <= 4 && c.p.T <= 8, "%s: L0 limits", e->id);
@@ -155,7 +167,7 @@ END_TEST
 /* Builds are deterministic and a design that does not fit its description is an error. */
 START_TEST(test_catalog_build_errors) {
   kda_catalog_entry bad = {"bad", KDA_LEVEL_L1, 0, "seed=1 T=4 gate=softplus", "gate_values",
-                           "a gate design on a softplus case"};
+                           "a gate design on a softplus case", 0};
   kda_case c;
   char err[KDA_ERRLEN] = "";
   ck_assert_int_eq(kda_catalog_build(&bad, &c, err, sizeof err), KDA_EINVAL);
@@ -672,6 +684,13 @@ START_TEST(test_pins) {
     const kda_catalog_entry *e = kda_catalog_get(i);
     ck_assert_int_eq(kda_level_committed(e->level), e->level != KDA_LEVEL_L2);
     if (e->level != KDA_LEVEL_L2) continue;
+    /* the production set: generated inputs need generator regimes (no design), K = V = 128 */
+    kda_gen_desc d;
+    ck_assert_msg(e->prod && !e->design, "%s: L2 is the production set", e->id);
+    ck_assert_int_eq(kda_gen_parse(e->desc, &d, msg, sizeof msg), KDA_OK);
+    ck_assert_msg(d.p.K == 128 && d.p.V == 128 && d.p.T >= 4096, "%s: not production size",
+                  e->id);
+    kda_gen_desc_free(&d);
     char want[256];
     snprintf(want, sizeof want, "L2/%s.npz", e->id);
     ck_assert_msg(ln && strlen(ln) > 66 && !strcmp(ln + 66, want), "pin of %s", e->id);
@@ -683,7 +702,7 @@ START_TEST(test_pins) {
   free(text);
   /* a directory without the files: the first pin fails, naming the file */
   ck_assert_int_eq(kda_golden_check_pins(path, tmp_dir, KDA_LEVEL_L2, msg, sizeof msg), KDA_EIO);
-  ck_assert_msg(strstr(msg, "l2-"), "%s", msg);
+  ck_assert_msg(strstr(msg, "prod-"), "%s", msg);
 }
 END_TEST
 
