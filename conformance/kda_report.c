@@ -88,6 +88,24 @@ static json_t *jmetric(const kda_qmetric *m, double cap) {
                    (json_int_t)m->n_fail);
 }
 
+/* The per-window series of a long case (SPEC.md §7.9), for plots: only the windows with a
+ * scored token (every window, or a sampled truth's stored ones), each with its index. */
+static json_t *window_series(const kda_score *s) {
+  json_t *idx = json_array(), *mean = json_array(), *worst = json_array();
+  json_t *env = json_array(), *allow = json_array();
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    if (isnan(s->win_each[w])) continue;
+    json_array_append_new(idx, json_integer((json_int_t)w));
+    json_array_append_new(mean, jnum(s->win_each[w]));
+    json_array_append_new(worst, jnum(s->win_max_each[w]));
+    json_array_append_new(env, jnum(s->win_env_each[w]));
+    json_array_append_new(allow, jnum(s->win_allow_each[w]));
+  }
+  return json_pack("{s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "size", (json_int_t)s->window, "tokens",
+                   (json_int_t)s->win_tokens, "cap", jnum(s->caps.o), "index", idx, "mean", mean,
+                   "worst", worst, "envelope", env, "allowance", allow);
+}
+
 static json_t *report_json(const kda_case_report *r) {
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o}", "case", r->case_id, "backend", r->backend,
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
@@ -126,6 +144,8 @@ static json_t *report_json(const kda_case_report *r) {
                                 "beyond_emulation",
                                 s->growth_beyond < 0 ? json_null()
                                                      : json_boolean(s->growth_beyond > 0)));
+  if (s->n_win_each > 0 && s->win_tokens >= KDA_STEP_ALLOWANCE_N0)
+    json_object_set_new(j, "window_series", window_series(s));
   if (r->prefix_done)
     json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b,s:b}", "P", (json_int_t)r->prefix_P,
                                                "worst", jnum(r->prefix_worst), "causal",

@@ -11,6 +11,7 @@
 
 #include "kda_conform.h"
 #include "kda_npz.h"
+#include "kda_sampled.h"
 #include "kda_serving.h"
 
 const char *kda_verdict_name(int32_t v) {
@@ -375,14 +376,23 @@ static int causal_within_caps(prefix_ctx *x, const int64_t *at, const kda_output
                               const char *inputs, char *err, size_t errlen) {
   const kda_case *c = x->c;
   kda_outputs mixed = {0};
-  mixed.o = malloc((size_t)(x->t->out.n_o + 1) * sizeof(double));
-  mixed.n_o = x->t->out.n_o;
-  if (!mixed.o) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  kda_serving_mix(c, at, o2->o, x->t->out.o, mixed.o);
+  double *truth_o;
+  int owned;
+  int st = kda_truth_full_o(&c->p, x->t, &truth_o, &owned, err, errlen);
+  if (st != KDA_OK) return st;
+  mixed.n_o = (uint64_t)(c->p.T * c->p.HV * c->p.V);
+  mixed.o = malloc((size_t)(mixed.n_o + 1) * sizeof(double));
+  if (!mixed.o) {
+    if (owned) free(truth_o);
+    return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  }
+  /* a sampled truth's missing rows are NaN here; only its stored rows are scored */
+  kda_serving_mix(c, at, o2->o, truth_o, mixed.o);
+  if (owned) free(truth_o);
   kda_truth t = *x->t;
   t.out.ht = NULL, t.out.hc = NULL;
   double worst;
-  int st = serving_score(x, c, &t, &mixed, NULL, &worst, err, errlen);
+  st = serving_score(x, c, &t, &mixed, NULL, &worst, err, errlen);
   free(mixed.o);
   if (st != KDA_OK) return st;
   char msg[KDA_ERRLEN];

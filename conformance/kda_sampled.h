@@ -1,0 +1,44 @@
+/* kda_sampled.h: sampled truth (SPEC.md §10.2, golden.o_sampled) and streaming scoring
+ * (SPEC.md §7.10): what the runner's files share (not installed).
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef KDA_SAMPLED_H
+#define KDA_SAMPLED_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kda_conform.h"
+#include "kda_npz.h"
+
+/* 1 when the manifest's golden object says "o_sampled": true, else 0 (also for a manifest that
+ * is not JSON: kda_case_load has rejected those). */
+int kda_sampled_declared(const char *manifest_json);
+/* Reads member o_index of an open archive for problem p: <i8 (or <i4) [P], strictly
+ * increasing global tokens in [0, T), in whole aligned windows of KDA_ENVELOPE_WINDOW tokens
+ * (every token of [64w, min(64w + 64, T)) of each window it touches), P >= 1.  *idx is freed
+ * with free().  Returns KDA_OK, or KDA_ENOTFOUND / KDA_EFORMAT / KDA_EDTYPE / KDA_ESHAPE /
+ * KDA_ENOMEM with a message naming path. */
+int kda_sampled_read_index(kda_npz *z, const char *path, const kda_problem *p, int64_t **idx,
+                           int64_t *n, char *err, size_t errlen);
+/* Reads the sampled o, <f8 or <f4 of shape exactly [P, HV, V], into o (P * HV * V). */
+int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64_t P, double *o,
+                       char *err, size_t errlen);
+/* The row of token tt in a sampled truth (binary search), or -1 when it is not stored. */
+int64_t kda_sampled_row(const int64_t *idx, int64_t n, int64_t tt);
+/* The truth's o as a full [T, HV, V] array: t->out.o itself when not sampled (*owned 0), else a
+ * new array (*owned 1, free()) holding the stored rows and NaN elsewhere. */
+int kda_truth_full_o(const kda_problem *p, const kda_truth *t, double **o, int *owned, char *err,
+                     size_t errlen);
+
+/* M[t, hv] of SPEC.md §7.3 by the float64 recurrence of problem p on ts (cu_seqlens and
+ * checkpoints included): into mag[t * HV + hv] for every token, or with rows, only at the
+ * stored tokens: the token t of p (global position rows->t0 + t) that is index[r] goes to
+ * mag[(r - rows->first) * HV + hv]. */
+typedef struct kda_mag_rows {
+  const int64_t *index;
+  int64_t n, t0, first;
+} kda_mag_rows;
+int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
+                  double *mag, char *err, size_t errlen);
+
+#endif
