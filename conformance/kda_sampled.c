@@ -85,13 +85,18 @@ int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64
   return kda_npz_read(z, "o", KDA_DTYPE_F64, o, info.count, err, errlen);
 }
 
-int64_t kda_sampled_row(const int64_t *idx, int64_t n, int64_t tt) {
+int64_t kda_sampled_lower(const int64_t *idx, int64_t n, int64_t tt) {
   int64_t lo = 0, hi = n;
   while (lo < hi) {
     int64_t mid = lo + (hi - lo) / 2;
     if (idx[mid] < tt) lo = mid + 1;
     else hi = mid;
   }
+  return lo;
+}
+
+int64_t kda_sampled_row(const int64_t *idx, int64_t n, int64_t tt) {
+  int64_t lo = kda_sampled_lower(idx, n, tt);
   return lo < n && idx[lo] == tt ? lo : -1;
 }
 

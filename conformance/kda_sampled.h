@@ -25,6 +25,8 @@ int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64
                        char *err, size_t errlen);
 /* The row of token tt in a sampled truth (binary search), or -1 when it is not stored. */
 int64_t kda_sampled_row(const int64_t *idx, int64_t n, int64_t tt);
+/* The first row of a sampled truth at token tt or later (n when none). */
+int64_t kda_sampled_lower(const int64_t *idx, int64_t n, int64_t tt);
 /* The truth's o as a full [T, HV, V] array: t->out.o itself when not sampled (*owned 0), else a
  * new array (*owned 1, free()) holding the stored rows and NaN elsewhere. */
 int kda_truth_full_o(const kda_problem *p, const kda_truth *t, double **o, int *owned, char *err,
@@ -40,5 +42,27 @@ typedef struct kda_mag_rows {
 } kda_mag_rows;
 int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
                   double *mag, char *err, size_t errlen);
+
+/* ---- Scoring in pieces (SPEC.md §7.10): kda_score_outputs is begin, the o rows of each
+ * sequence, end; a streamed case calls kda_score_o_rows once per chunk, in token order, so
+ * that both give the same bits. */
+typedef struct kda_score_acc {
+  kda_score *s;
+  const kda_truth *t; /* envelope, sampled index, states and their magnitudes */
+  double *tok, *tmp;  /* [T] per-token error without allowance (NaN: not scored); work */
+  double sd, se;      /* o's sums for the RMS ratio */
+} kda_score_acc;
+/* Tokens [t0, t1) of sequence n: truth and mag hold the truth's rows of these tokens starting
+ * at row r0 of the truth (t0's row, or a sampled truth's first stored row >= t0), obs the
+ * observed rows of every token [t1 - t0, HV, V]. */
+typedef struct kda_o_rows {
+  int64_t n, t0, t1, r0;
+  const double *truth, *mag, *obs;
+} kda_o_rows;
+int kda_score_begin(const kda_case *c, const kda_truth *t, int32_t cls, kda_score *s,
+                    kda_score_acc *a, char *err, size_t errlen);
+void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x);
+/* The states (whole arrays, ht / hc NULL when the truth has none), windows and growth. */
+void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc);
 
 #endif

@@ -377,42 +377,44 @@ static double allow_o(const kda_score *s, const kda_truth *t, int64_t tt, int64_
   return kda_envelope_allow_o(class_env(s, t), tt, s->caps.o, n);
 }
 
-/* Tokens are scored where the truth has a row: every token, or the stored ones of a sampled
- * truth (SPEC.md §10.2); tok[t] stays NaN at the others. */
-static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *obs, kda_score *s,
-                    double *tok) {
+/* Tokens [t0, t1) of sequence n against the truth's rows of them (SPEC.md §7.3): every token,
+ * or the stored ones of a sampled truth (§10.2); tok[t] stays NaN at the others. */
+void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x) {
   const kda_problem *p = &c->p;
-  rms_acc acc = {0, 0};
-  s->first_fail_token = -1;
-  int64_t row = 0;
-  for (int64_t n = 0; n < p->N; n++)
-    for (int64_t tt = c->cu_seqlens[n]; tt < c->cu_seqlens[n + 1]; tt++) {
-      tok[tt] = NAN;
-      if (t->o_index) {
-        while (row < t->n_rows && t->o_index[row] < tt) row++;
-        if (row >= t->n_rows || t->o_index[row] != tt) continue;
-      } else {
-        row = tt;
-      }
-      tok[tt] = 0.0;
-      double L = allow_o(s, t, tt, tt - c->cu_seqlens[n] + 1);
-      double raw_max = 0.0;
-      for (int64_t hv = 0; hv < p->HV; hv++) {
-        double sc = error_scale(s, t->mag_o[row * p->HV + hv]);
-        for (int64_t j = 0; j < p->V; j++) {
-          uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
-          double e = t->out.o[(row * p->HV + hv) * p->V + j], o = obs->o[idx];
-          double raw = elem_err(e, o, sc, &s->o), err = raw / L;
-          kda_where at = {tt, n, hv, j};
-          record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
-          if (raw > tok[tt]) tok[tt] = raw;
-          if (!(raw_max >= raw)) raw_max = raw;
-          if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
-        }
-      }
-      window_note(s, class_env(s, t), tt, raw_max, L);
+  const kda_truth *t = a->t;
+  kda_score *s = a->s;
+  rms_acc acc = {a->sd, a->se};
+  const int64_t bos = c->cu_seqlens[x->n];
+  int64_t row = x->r0;
+  for (int64_t tt = x->t0; tt < x->t1; tt++) {
+    a->tok[tt] = NAN;
+    if (t->o_index) {
+      while (row < t->n_rows && t->o_index[row] < tt) row++;
+      if (row >= t->n_rows || t->o_index[row] != tt) continue;
+    } else {
+      row = x->r0 + (tt - x->t0);
     }
-  finish_rms(&s->o, &acc);
+    const int64_t lr = row - x->r0;
+    a->tok[tt] = 0.0;
+    double L = allow_o(s, t, tt, tt - bos + 1);
+    double raw_max = 0.0;
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      double sc = error_scale(s, x->mag[lr * p->HV + hv]);
+      for (int64_t j = 0; j < p->V; j++) {
+        uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
+        double e = x->truth[(lr * p->HV + hv) * p->V + j];
+        double o = x->obs[((tt - x->t0) * p->HV + hv) * p->V + j];
+        double raw = elem_err(e, o, sc, &s->o), err = raw / L;
+        kda_where at = {tt, x->n, hv, j};
+        record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
+        if (raw > a->tok[tt]) a->tok[tt] = raw;
+        if (!(raw_max >= raw)) raw_max = raw;
+        if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
+      }
+    }
+    window_note(s, class_env(s, t), tt, raw_max, L);
+  }
+  a->sd = acc.sd, a->se = acc.se;
 }
 
 /* Steps behind state slot sl: the sequence's length for ht, the checkpoint's position in its
@@ -447,39 +449,69 @@ static void score_state(const kda_case *c, int is_hc, const double *e_all, const
   finish_rms(m, &acc);
 }
 
-int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
-                      int32_t cls, kda_score *s, char *err, size_t errlen) {
+int kda_score_begin(const kda_case *c, const kda_truth *t, int32_t cls, kda_score *s,
+                    kda_score_acc *a, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
+  memset(a, 0, sizeof *a);
   const kda_problem *p = &c->p;
   if (kda_class_caps(cls, &s->caps) != KDA_OK)
     return snprintf(err, errlen, "unknown precision class %d", (int)cls), KDA_EINVAL;
   s->cls = cls;
   s->unit = kda_class_unit(cls);
   s->tiny = kda_class_tiny(cls);
-  if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
-    return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
-  double *tok = calloc((size_t)p->T + 1, sizeof *tok);
-  double *tmp = calloc((size_t)p->T + 1, sizeof *tmp);
+  s->first_fail_token = -1;
+  a->s = s, a->t = t;
+  a->tok = malloc(((size_t)p->T + 1) * sizeof *a->tok);
+  a->tmp = calloc((size_t)p->T + 1, sizeof *a->tmp);
   if (p->n_checkpoints > 0) s->hc_each = calloc((size_t)p->n_checkpoints, sizeof(double));
-  if (!tok || !tmp || (p->n_checkpoints > 0 && !s->hc_each)) {
-    free(tok), free(tmp), kda_score_free(s);
+  if (!a->tok || !a->tmp || (p->n_checkpoints > 0 && !s->hc_each)) {
+    free(a->tok), free(a->tmp), kda_score_free(s);
     return snprintf(err, errlen, "out of memory scoring"), KDA_ENOMEM;
   }
+  for (int64_t i = 0; i < p->T; i++) a->tok[i] = NAN;
   s->n_hc_each = p->n_checkpoints;
   window_alloc(s, p->T);
-  score_o(c, t, obs, s, tok);
+  return KDA_OK;
+}
+
+void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc) {
+  const kda_problem *p = &c->p;
+  const kda_truth *t = a->t;
+  kda_score *s = a->s;
+  const rms_acc acc = {a->sd, a->se};
+  finish_rms(&s->o, &acc);
   const kda_envelope *env = class_env(s, t);
   if (t->out.ht)
-    score_state(c, 0, t->out.ht, obs->ht, t->mag_ht, env ? env->ht : NULL, p->N, "ht",
+    score_state(c, 0, t->out.ht, ht, t->mag_ht, env ? env->ht : NULL, p->N, "ht",
                 s->caps.ht, &s->ht, s, NULL);
   if (t->out.hc)
-    score_state(c, 1, t->out.hc, obs->hc, t->mag_hc, env ? env->hc : NULL, p->n_checkpoints,
+    score_state(c, 1, t->out.hc, hc, t->mag_hc, env ? env->hc : NULL, p->n_checkpoints,
                 "hc", s->caps.hc, &s->hc, s, s->hc_each);
-  windows(s, tok, p->T);
-  growth(s, tok, c, tmp);
+  windows(s, a->tok, p->T);
+  growth(s, a->tok, c, a->tmp);
   s->growth_beyond = growth_beyond(s, env);
-  free(tok);
-  free(tmp);
+  free(a->tok), free(a->tmp);
+  a->tok = a->tmp = NULL;
+}
+
+int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
+                      int32_t cls, kda_score *s, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  memset(s, 0, sizeof *s);
+  if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
+    return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
+  kda_score_acc a;
+  int st = kda_score_begin(c, t, cls, s, &a, err, errlen);
+  if (st != KDA_OK) return st;
+  for (int64_t n = 0; n < p->N; n++) {
+    const int64_t bos = c->cu_seqlens[n];
+    const int64_t r0 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, bos) : bos;
+    const kda_o_rows x = {n, bos, c->cu_seqlens[n + 1], r0,
+                          t->out.o + (size_t)(r0 * p->HV * p->V), t->mag_o + (size_t)(r0 * p->HV),
+                          obs->o + (size_t)(bos * p->HV * p->V)};
+    kda_score_o_rows(&a, c, &x);
+  }
+  kda_score_end(&a, c, obs->ht, obs->hc);
   return KDA_OK;
 }
 
