@@ -46,6 +46,8 @@ static const char *const regime_notes[] = {
     "g = -1e-4 everywhere (rounded to the precision)",
     "keys in a 2-dimensional subspace, full-rank queries",
     "beta * ||k||^2 up to 3 (outside the non-expansive set)",
+    "every 4th gate channel decays slowly (log-decay in [-2e-4, -1e-4)), the others as randn",
+    "keys in a 2-dimensional subspace and every gate channel slow as in mixed",
 };
 
 static int list_regimes(void) {

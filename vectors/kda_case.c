@@ -222,6 +222,20 @@ static void member_specs(const kda_problem *p, member_spec m[KDA_M_COUNT]) {
            "n_checkpoints = %lld", (long long)p->n_checkpoints);
 }
 
+void kda_case_member_layout(const kda_problem *p, int m, int32_t prec, int *used,
+                            kda_array_info *info) {
+  member_spec s[KDA_M_COUNT];
+  member_specs(p, s);
+  const int is_index = m == KDA_M_CU_SEQLENS || m == KDA_M_CHECKPOINTS;
+  memset(info, 0, sizeof *info);
+  *used = s[m].used;
+  info->dtype = is_index ? KDA_DTYPE_I64 : prec_dtype(kda_case_member_prec(m, prec));
+  info->ndim = s[m].ndim;
+  for (int d = 0; d < s[m].ndim; d++) info->shape[d] = s[m].shape[d];
+  info->count = s[m].count;
+  info->nbytes = s[m].count * kda_dtype_size(info->dtype);
+}
+
 /* "[8,2,4]" */
 static void format_shape(char *buf, size_t cap, int ndim, const int64_t *shape) {
   size_t n = (size_t)snprintf(buf, cap, "[");
@@ -652,6 +666,11 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only,
     if (st) prefix_err(st, err, errlen, path, "manifest problem");
   }
   if (!st) st = check_members_map(path, root, c, err, errlen);
+  if (!st && kda_case_inputs_generated(root)) { /* SPEC.md §10.2: inputs from the description */
+    st = kda_case_load_generated(z, path, root, c, err, errlen);
+    json_decref(root);
+    return st;
+  }
   json_decref(root);
   kda_case_sizes sz;
   if (!st) {
@@ -800,6 +819,14 @@ int kda_case_save(const char *path, const kda_case *c, const char *extra_json, c
 }
 
 /* ---- Results. */
+static void encode_values(int32_t dtype, const double *x, const int64_t *ix, size_t n,
+                          unsigned char *out);
+
+void kda_case_encode(int32_t dtype, const double *x, const int64_t *ix, size_t n,
+                     unsigned char *out) {
+  encode_values(dtype, x, ix, n, out);
+}
+
 /* Little-endian bytes of n values as member m of the case stores them (kda_case_save). */
 static void encode_values(int32_t dtype, const double *x, const int64_t *ix, size_t n,
                           unsigned char *out) {

@@ -134,7 +134,7 @@ int kda_output_members_read(struct kda_npz *z, const char *path, const kda_probl
  * Keys: seed, T, H, HV, K, V, seqlens (comma list; N and T from it), family, gate, beta, l2,
  * head_map, layout, scale, lb, eps, alog (0/1), h0 (0/1), final (0/1), checkpoints (comma
  * list of token indices, or "log" for log-spaced), regime, prec, id.  Regimes (SPEC.md §11.2):
- * randn, positive, unit, decay-small, lowrank, expansive. */
+ * randn, positive, unit, decay-small, lowrank, expansive, mixed, lowrank-slow. */
 typedef struct kda_gen_desc {
   uint64_t seed;           /* 0 .. 2^63 - 1 (it is a JSON integer in the manifest) */
   kda_problem p;
@@ -152,6 +152,9 @@ typedef struct kda_gen_desc {
                                     lower_bound gates: g = -9.25 / -11, A_log = dt_bias = 0 */
 #define KDA_REGIME_LOWRANK 4     /* keys in a 2-dimensional subspace, full-rank queries */
 #define KDA_REGIME_EXPANSIVE 5   /* beta * ||k||^2 up to 3 (outside the non-expansive set) */
+#define KDA_REGIME_MIXED 6       /* every 4th gate channel decays slowly (log-decay near -1e-4),
+                                    the others as randn; A_log = dt_bias = 0 */
+#define KDA_REGIME_LOWRANK_SLOW 7 /* lowrank keys, every channel slow as in mixed */
 
 const char *kda_regime_name(int32_t regime);
 int kda_regime_parse(const char *name, int32_t *regime);
@@ -163,6 +166,48 @@ void kda_gen_desc_free(kda_gen_desc *d);
 /* Generates the case of a description, deterministic bit for bit.  Returns KDA_OK,
  * KDA_EINVAL, KDA_ESHAPE, KDA_ENOMEM. */
 int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
+
+/* Inputs of tokens [t0, t1) of description d, all heads, the same bits as kda_gen_case's
+ * rows t0 .. t1-1 (q, k [t1-t0, H, K]; v [t1-t0, HV, V]; g [t1-t0, HV, gate width];
+ * beta [t1-t0, HV]; NULL where the problem has no such input).  Arrays are malloc'ed
+ * float64, owned by w (kda_gen_window_free); an empty range still allocates (one element).
+ * Token-independent inputs (A_log, dt_bias, h0, cu_seqlens, checkpoints) come from
+ * kda_gen_case_static.  Returns KDA_OK, or as kda_gen_case, with KDA_EINVAL also for a range
+ * outside 0 <= t0 <= t1 <= T; on failure w is empty. */
+typedef struct kda_gen_window {
+  int64_t t0, t1;
+  double *q, *k, *v, *g, *beta;
+} kda_gen_window;
+int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window *w,
+                  char *err, size_t errlen);
+void kda_gen_window_free(kda_gen_window *w);
+/* The case with only its token-independent inputs (q, k, v, g, beta NULL), and its manifest
+ * as kda_gen_case makes it.  Returns as kda_gen_case. */
+int kda_gen_case_static(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen);
+
+struct kda_npz;
+/* ---- Generated inputs and sampled truth (SPEC.md §10.2; kda_case_gen.c).
+ * A golden case file whose manifest's golden object says "inputs": "generated" stores no input
+ * member; kda_case_load regenerates every input from generator_info.description and checks the
+ * SHA-256 of each member's .npy bytes (as kda_case_save would store them) against
+ * golden.generated_sha256 ("<member>.npy": hex), which kda_gen_inputs_sha256 computes window
+ * by window in bounded memory.  One with "o_sampled": true stores o only at the tokens of
+ * member o_index. */
+#define KDA_CASE_MEMBERS 10 /* input members, in file order (SPEC.md §10.2) */
+/* hex[m]: the SHA-256 of member m (file order: q k v g beta A_log dt_bias cu_seqlens h0
+ * checkpoints), "" where the problem does not use it.  Returns as kda_gen_case. */
+int kda_gen_inputs_sha256(const kda_gen_desc *d, char hex[KDA_CASE_MEMBERS][65], char *err,
+                          size_t errlen);
+/* *generated, *sampled from c->manifest_json (0 when it has no golden object).  Returns
+ * KDA_OK, or KDA_EFORMAT when the manifest text is not JSON. */
+int kda_case_golden_form(const kda_case *c, int *generated, int *sampled);
+/* Reads the sampled truth of an open golden case file: o_index (<i8 or <i4 [P], strictly
+ * increasing tokens in [0, T)) into *index (malloc'ed), P into *n, and, when o is not NULL,
+ * o (<f8 [P, HV, V]) into *o (malloc'ed).  Returns KDA_OK, KDA_ENOTFOUND (no o_index or o),
+ * KDA_EFORMAT (the index or o's shape is wrong; the message names the file and member),
+ * KDA_EDTYPE, KDA_ENOMEM, KDA_EIO. */
+int kda_output_sampled_read(struct kda_npz *z, const char *path, const kda_problem *p,
+                            int64_t **index, int64_t *n, double **o, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

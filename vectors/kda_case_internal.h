@@ -64,4 +64,26 @@ struct json_t;
 struct json_t *kda_json_load_exact(const char *path, const char *text, size_t len, char *err,
                                    size_t errlen);
 
+/* The stored form of input member m (KDA_M_*) of problem p with input precision prec, as
+ * kda_case_save writes it: *used, and info's dtype, ndim, shape, count, nbytes.  p must have
+ * passed kda_case_sizes_get. */
+struct kda_array_info;
+void kda_case_member_layout(const kda_problem *p, int m, int32_t prec, int *used,
+                            struct kda_array_info *info);
+/* Little-endian bytes of n values in dtype as a case file stores them (x for float dtypes,
+ * ix for KDA_DTYPE_I64). */
+void kda_case_encode(int32_t dtype, const double *x, const int64_t *ix, size_t n,
+                     unsigned char *out);
+
+/* Generated inputs (kda_case_gen.c, SPEC.md §10.2).  1 when the manifest root's golden object
+ * says "inputs": "generated".  kda_case_load_generated loads such a file into c (whose problem,
+ * input precision, id and manifest text are already parsed): no input member may be stored;
+ * the description of generator_info (no design) must give c's problem and precision and
+ * reproduce every SHA-256 of golden.generated_sha256; then every input is generated.  Returns
+ * KDA_OK, KDA_EFORMAT (naming the file and the member or key), KDA_ENOMEM. */
+int kda_case_inputs_generated(struct json_t *root);
+struct kda_npz;
+int kda_case_load_generated(struct kda_npz *z, const char *path, struct json_t *root,
+                            kda_case *c, char *err, size_t errlen);
+
 #endif

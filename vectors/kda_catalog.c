@@ -56,9 +56,11 @@ int kda_level_parse(const char *name, int32_t *out) {
 
 /* ---- The table. */
 #define F(name) KDA_F(name)
-#define L0(id, flags, desc, design, comment) {id, KDA_LEVEL_L0, flags, desc, design, comment}
-#define L1(id, flags, desc, design, comment) {id, KDA_LEVEL_L1, flags, desc, design, comment}
-#define L2(id, flags, desc, design, comment) {id, KDA_LEVEL_L2, flags, desc, design, comment}
+#define L0(id, flags, desc, design, comment) {id, KDA_LEVEL_L0, flags, desc, design, comment, 0}
+#define L1(id, flags, desc, design, comment) {id, KDA_LEVEL_L1, flags, desc, design, comment, 0}
+#define L2(id, flags, desc, design, comment) {id, KDA_LEVEL_L2, flags, desc, design, comment, 0}
+/* A production-size L2 case: generated inputs, sampled truth, no design (SPEC.md §10.2). */
+#define PROD(id, flags, desc, comment) {id, KDA_LEVEL_L2, flags, desc, NULL, comment, 1}
 
 static const kda_catalog_entry catalog[] = {
     /* ==== L0: hand-checkable, every intermediate exact (kda_catalog_l0.c). */
@@ -293,36 +295,63 @@ static const kda_catalog_entry catalog[] = {
        "seed=1511 T=16 H=1 K=8 V=8 gate=softplus beta=logit l2=fla prec=f32", NULL,
        "Random softplus gates of order one."),
 
-    /* ==== L2: made on demand (kda golden --write --level L2), SHA-256 pinned in
-     * golden/L2.sha256; about two minutes on two cores, about 120 MB. */
-    L2("l2-t512-k128-gqa", F(HEAD_DIM_128),
-       "seed=2001 T=512 H=2 HV=4 K=128 V=128 gate=softplus beta=logit l2=fla checkpoints=log "
-       "prec=bf16",
-       NULL, "512 tokens of the production configuration with grouped heads."),
-    L2("l2-t4096-k64", F(LONG),
-       "seed=2002 T=4096 H=1 K=64 V=64 gate=log beta=prob l2=fla checkpoints=log prec=f32", NULL,
-       "4096 tokens at K = V = 64."),
-    L2("l2-varlen-long", 0,
-       "seed=2003 seqlens=1000,0,3000,1,4096,0 H=1 HV=2 K=32 V=32 gate=lower_bound beta=logit "
-       "l2=ggml h0=1 prec=f16",
-       NULL, "Long ragged sequences with initial states."),
-    L2("l2-drift-decay-small-256k", F(DRIFT) | F(LONG),
-       "seed=2004 T=262144 H=1 K=4 V=4 regime=decay-small gate=log beta=logit l2=fla "
-       "checkpoints=log prec=f32",
-       NULL, "The constant near-zero decay over 2^18 tokens."),
-    L2("l2-drift-lowrank-256k", F(DRIFT) | F(LONG),
-       "seed=2005 T=262144 H=1 K=4 V=4 regime=lowrank family=deltanet beta=logit l2=fla "
-       "checkpoints=log prec=f32",
-       NULL, "Low-rank keys over 2^18 tokens."),
-    L2("l2-drift-linear-1m", F(DRIFT) | F(LONG),
-       "seed=2006 T=1048576 H=1 K=2 V=2 family=linear beta=prob l2=fla checkpoints=log "
-       "prec=f32",
-       NULL, "The plain accumulator over 2^20 tokens."),
+    /* ==== L2: the production-size set (issue #11), made on demand (kda golden --write --level
+     * L2), SHA-256 pinned in golden/L2.sha256.  K = V = 128, 4096 to 2^20 tokens, generated
+     * inputs and sampled truth (SPEC.md §10.2), certified by the double-double phase alone
+     * (SPEC.md §8.12).  Gated cases store their gates in bf16 or as one constant, so the
+     * certifier's decay factors repeat (docs/golden.md, "Performance"). */
+    PROD("prod-softplus-256k", F(LONG) | F(CHECKPOINTS),
+         "seed=2101 T=262144 H=1 K=128 V=128 gate=softplus beta=logit l2=fla "
+         "checkpoints=16383,262143 prec=bf16",
+         "Contractive control: random softplus gates, every error forgotten within a few "
+         "tokens."),
+    PROD("prod-decay-small-1m", F(DRIFT) | F(LONG),
+         "seed=2102 T=1048576 H=1 K=128 V=128 regime=decay-small gate=log beta=logit l2=fla "
+         "h0=1 checkpoints=65535,1048575 prec=f32",
+         "Constant g = -1e-4 over 2^20 tokens: exp's rounding is the same systematic error "
+         "at every step."),
+    PROD("prod-lowrank-slow-1m", F(DRIFT) | F(LONG),
+         "seed=2103 T=1048576 H=1 K=128 V=128 regime=lowrank-slow gate=log beta=logit l2=fla "
+         "h0=1 checkpoints=65535,1048575 prec=bf16",
+         "KDA family, keys in 2 of 128 dimensions, every channel decaying slowly: errors "
+         "outside the key span persist over 2^20 tokens."),
+    PROD("prod-mixed-256k", F(DRIFT) | F(LONG),
+         "seed=2104 T=262144 H=1 K=128 V=128 regime=mixed gate=softplus beta=logit l2=fla h0=1 "
+         "checkpoints=16383,262143 prec=bf16",
+         "A realistic mixed gate: every fourth channel with a log-decay near -1e-4, the "
+         "others forgetting fast."),
+    PROD("prod-deltanet-lowrank-256k", F(DRIFT) | F(LONG),
+         "seed=2105 T=262144 H=1 K=128 V=128 regime=lowrank family=deltanet beta=logit l2=fla "
+         "checkpoints=16383,262143 prec=f32",
+         "DeltaNet with keys in 2 of 128 dimensions: nothing outside the key span is ever "
+         "erased."),
+    PROD("prod-linear-256k", F(DRIFT) | F(LONG),
+         "seed=2106 T=262144 H=1 K=128 V=128 family=linear beta=prob l2=fla "
+         "checkpoints=16383,262143 prec=f32",
+         "The plain accumulator over 2^18 tokens: no erase, no decay; errors only add up."),
+    PROD("prod-varlen-h0", F(LONG),
+         "seed=2107 seqlens=16384,0,40000,9152 H=1 K=128 V=128 regime=mixed gate=log "
+         "beta=logit l2=fla h0=1 prec=bf16",
+         "Ragged sequences (one empty) with per-sequence initial states and the mixed gate."),
+    PROD("prod-gva-div", 0,
+         "seed=2108 T=4096 H=2 HV=4 K=128 V=128 head_map=div gate=softplus beta=logit l2=fla "
+         "checkpoints=2047 prec=bf16",
+         "Grouped value heads (two per q/k head) under head map div."),
+    PROD("prod-gva-mod", 0,
+         "seed=2109 T=4096 H=2 HV=4 K=128 V=128 head_map=mod gate=softplus beta=logit l2=fla "
+         "checkpoints=2047 prec=bf16",
+         "Grouped value heads (two per q/k head) under head map mod."),
+    PROD("prod-expansive-gdn", F(EXPANSIVE) | F(LONG),
+         "seed=2110 T=65536 H=1 K=128 V=128 regime=expansive family=gdn gate=log beta=prob "
+         "l2=off checkpoints=4095,65535 prec=f32",
+         "Characterisation: b ||k||^2 up to 3 (locally expansive steps) under a GDN decay that "
+         "keeps the whole contractive."),
 };
 
 #undef L0
 #undef L1
 #undef L2
+#undef PROD
 #undef F
 
 int64_t kda_catalog_count(void) { return (int64_t)(sizeof catalog / sizeof catalog[0]); }

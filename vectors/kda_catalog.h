@@ -165,6 +165,8 @@ typedef struct kda_catalog_entry {
   const char *desc;    /* kda_gen description of the base case (without id=) */
   const char *design;  /* builder name (kda_catalog_design_*), or NULL for a random case */
   const char *comment; /* one sentence: what the case is */
+  int32_t prod;        /* 1: a production-size case (L2): generated inputs, sampled truth,
+                          certified by the double-double phase alone (SPEC.md §8.12, §10.2) */
 } kda_catalog_entry;
 
 /* The whole catalog, in file order: L0 first, then L1, then L2. */

@@ -15,11 +15,15 @@
  *   k     positive: U(2,i)        randn, decay-small: Z(2,i)
  *         unit: r = Z(2, row*K + c) for the row (t,h); k[c] = r[c] / sqrt(sum_c r[c]*r[c])
  *         expansive: the unit row times sqrt(2.0)      (||k||^2 ~ 2)
- *         lowrank: row = t*H + h, a = Z(2, 2*row), b = Z(2, 2*row + 1),
+ *         lowrank, lowrank-slow: row = t*H + h, a = Z(2, 2*row), b = Z(2, 2*row + 1),
  *                  k[c] = (a * Z(9, h*K + c) + b * Z(10, h*K + c)) * sqrt(0.5)
  *   v     positive: U(3,i)                     others: Z(3,i)
  *   g     gate log: -U(4,i); softplus, lower_bound: Z(4,i)
  *         decay-small: log -1e-4, softplus -9.25, lower_bound -11.0 (A_log, dt_bias = 0)
+ *         mixed: channel c = i mod GW; c mod 4 = 0 (every head for gdn, GW = 1) is slow:
+ *                log -1e-4 * (1 + U(4,i)), softplus -9.25 - U(4,i), lower_bound -11 - U(4,i);
+ *                the other channels as randn; A_log, dt_bias = 0
+ *         lowrank-slow: every channel slow as in mixed (A_log, dt_bias = 0); k as lowrank
  *   beta  prob: U(5,i) (expansive: 1.5 * U(5,i)); logit, logit_neg: Z(5,i)
  *   A_log 2 * U(6,i) - 1                       (in [-1, 1))
  *   dt_bias Z(7,i)
@@ -54,9 +58,9 @@ enum {
 #define KDA_GEN_V 8
 
 /* ---- Regimes. */
-static const char *const regime_names[] = {"randn", "positive", "unit",
-                                           "decay-small", "lowrank", "expansive"};
-#define KDA_REGIME_COUNT 6
+static const char *const regime_names[] = {"randn",     "positive",  "unit",  "decay-small",
+                                           "lowrank",   "expansive", "mixed", "lowrank-slow"};
+#define KDA_REGIME_COUNT 8
 
 const char *kda_regime_name(int32_t regime) {
   return regime >= 0 && regime < KDA_REGIME_COUNT ? regime_names[regime] : NULL;
@@ -336,9 +340,12 @@ typedef struct gen {
 static double U(const gen *g, uint32_t s, uint64_t i) { return kda_prng_uniform(g->seed, s, i); }
 static double Z(const gen *g, uint32_t s, uint64_t i) { return kda_prng_normal(g->seed, s, i); }
 
-static void gen_q(const gen *g, double *q, uint64_t n, int32_t prec) {
-  for (uint64_t i = 0; i < n; i++)
-    q[i] = kda_case_round(prec, g->regime == KDA_REGIME_POSITIVE ? U(g, KDA_S_Q, i)
+/* The token-major members are filled for a range of flat indices [i0, i0 + n) (or of tokens
+ * [t0, t1) for k) into x[0 ..], so that kda_gen_range and kda_gen_case share one code path
+ * and element i is the same value whichever range it is generated in. */
+static void gen_q(const gen *g, double *q, uint64_t i0, uint64_t n, int32_t prec) {
+  for (uint64_t j = 0, i = i0; j < n; j++, i++)
+    q[j] = kda_case_round(prec, g->regime == KDA_REGIME_POSITIVE ? U(g, KDA_S_Q, i)
                                                                  : Z(g, KDA_S_Q, i));
 }
 
@@ -346,7 +353,7 @@ static void gen_q(const gen *g, double *q, uint64_t n, int32_t prec) {
 static void gen_k_row(const gen *g, int64_t t, int64_t h, double *r) {
   const int64_t K = g->p->K;
   const uint64_t row = (uint64_t)(t * g->p->H + h);
-  if (g->regime == KDA_REGIME_LOWRANK) {
+  if (g->regime == KDA_REGIME_LOWRANK || g->regime == KDA_REGIME_LOWRANK_SLOW) {
     const double a = Z(g, KDA_S_K, 2 * row), b = Z(g, KDA_S_K, 2 * row + 1), s = sqrt(0.5);
     for (int64_t c = 0; c < K; c++) {
       const uint64_t j = (uint64_t)(h * K + c);
@@ -365,50 +372,71 @@ static void gen_k_row(const gen *g, int64_t t, int64_t h, double *r) {
     r[c] = g->regime == KDA_REGIME_EXPANSIVE ? (r[c] / nr) * m : r[c] / nr;
 }
 
-static void gen_k(const gen *g, double *k, uint64_t n, int32_t prec) {
+/* Keys of tokens [t0, t1) into k[0 ..]. */
+static void gen_k(const gen *g, double *k, int64_t t0, int64_t t1, int32_t prec) {
   const int r = g->regime;
-  if (r == KDA_REGIME_UNIT || r == KDA_REGIME_EXPANSIVE || r == KDA_REGIME_LOWRANK) {
-    const int64_t K = g->p->K;
-    for (int64_t t = 0; t < g->p->T; t++)
-      for (int64_t h = 0; h < g->p->H; h++) {
-        double *row = k + (t * g->p->H + h) * K;
+  const int64_t K = g->p->K, H = g->p->H;
+  if (r == KDA_REGIME_UNIT || r == KDA_REGIME_EXPANSIVE || r == KDA_REGIME_LOWRANK ||
+      r == KDA_REGIME_LOWRANK_SLOW) {
+    for (int64_t t = t0; t < t1; t++)
+      for (int64_t h = 0; h < H; h++) {
+        double *row = k + ((t - t0) * H + h) * K;
         gen_k_row(g, t, h, row);
         for (int64_t c = 0; c < K; c++) row[c] = kda_case_round(prec, row[c]);
       }
     return;
   }
-  for (uint64_t i = 0; i < n; i++)
-    k[i] = kda_case_round(prec, r == KDA_REGIME_POSITIVE ? U(g, KDA_S_K, i) : Z(g, KDA_S_K, i));
+  const uint64_t i0 = (uint64_t)(t0 * H * K), n = (uint64_t)((t1 - t0) * H * K);
+  for (uint64_t j = 0, i = i0; j < n; j++, i++)
+    k[j] = kda_case_round(prec, r == KDA_REGIME_POSITIVE ? U(g, KDA_S_K, i) : Z(g, KDA_S_K, i));
 }
 
-static void gen_v(const gen *g, double *v, uint64_t n, int32_t prec) {
-  for (uint64_t i = 0; i < n; i++)
-    v[i] = kda_case_round(prec, g->regime == KDA_REGIME_POSITIVE ? U(g, KDA_S_V, i)
+static void gen_v(const gen *g, double *v, uint64_t i0, uint64_t n, int32_t prec) {
+  for (uint64_t j = 0, i = i0; j < n; j++, i++)
+    v[j] = kda_case_round(prec, g->regime == KDA_REGIME_POSITIVE ? U(g, KDA_S_V, i)
                                                                  : Z(g, KDA_S_V, i));
+}
+
+/* The regimes whose gate parameters are A_log = dt_bias = 0 (the stored g sets the decay). */
+static int zero_gate_params(int32_t regime) {
+  return regime == KDA_REGIME_DECAY_SMALL || regime == KDA_REGIME_MIXED ||
+         regime == KDA_REGIME_LOWRANK_SLOW;
+}
+
+/* A slow channel of mixed and lowrank-slow: log-decays in [-2e-4, -1e-4) (memories of 5000
+ * tokens and more, where exp's rounding is a systematic error at every step; SPEC.md §7.3). */
+static double g_slow(const gen *g, uint64_t i) {
+  const int32_t gate = g->p->gate_mode;
+  const double u = U(g, KDA_S_G, i);
+  return gate == KDA_GATE_LOG ? -1e-4 * (1.0 + u) : gate == KDA_GATE_SOFTPLUS ? -9.25 - u
+                                                                              : -11.0 - u;
 }
 
 static double g_value(const gen *g, uint64_t i) {
   const int32_t gate = g->p->gate_mode;
   if (g->regime == KDA_REGIME_DECAY_SMALL)
     return gate == KDA_GATE_LOG ? -1e-4 : gate == KDA_GATE_SOFTPLUS ? -9.25 : -11.0;
+  const uint64_t GW = (uint64_t)kda_problem_gate_width(g->p);
+  if (g->regime == KDA_REGIME_LOWRANK_SLOW || (g->regime == KDA_REGIME_MIXED && GW > 0 && (i % GW) % 4 == 0))
+    return g_slow(g, i);
   return gate == KDA_GATE_LOG ? -U(g, KDA_S_G, i) : Z(g, KDA_S_G, i);
 }
 
-static void gen_g(const gen *g, double *x, uint64_t n, int32_t prec) {
-  for (uint64_t i = 0; i < n; i++) x[i] = kda_case_round(prec, g_value(g, i));
+static void gen_g(const gen *g, double *x, uint64_t i0, uint64_t n, int32_t prec) {
+  for (uint64_t j = 0, i = i0; j < n; j++, i++) x[j] = kda_case_round(prec, g_value(g, i));
 }
 
-static void gen_beta(const gen *g, double *b, uint64_t n, int32_t prec) {
-  for (uint64_t i = 0; i < n; i++) {
+static void gen_beta(const gen *g, double *b, uint64_t i0, uint64_t n, int32_t prec) {
+  for (uint64_t j = 0, i = i0; j < n; j++, i++) {
     double x = Z(g, KDA_S_BETA, i);
     if (g->p->beta_mode == KDA_BETA_PROB)
       x = g->regime == KDA_REGIME_EXPANSIVE ? 1.5 * U(g, KDA_S_BETA, i) : U(g, KDA_S_BETA, i);
-    b[i] = kda_case_round(prec, x);
+    b[j] = kda_case_round(prec, x);
   }
 }
 
 static void gen_gate_params(const gen *g, kda_case *c, const kda_case_sizes *s) {
-  const int small = g->regime == KDA_REGIME_DECAY_SMALL;
+  const int small = zero_gate_params(g->regime);
   const int32_t pa = kda_case_member_prec(KDA_M_A_LOG, c->input_precision);
   const int32_t pb = kda_case_member_prec(KDA_M_DT_BIAS, c->input_precision);
   for (uint64_t i = 0; i < s->A_log; i++)
@@ -436,11 +464,19 @@ static int alloc_f64(double **x, uint64_t n) {
   return *x != NULL;
 }
 
-static int gen_alloc(kda_case *c, const kda_case_sizes *s) {
+/* The token-major inputs q, k, v, g, beta of s (g only when p uses it). */
+static int alloc_tokens(const kda_problem *p, const kda_case_sizes *s, double **q, double **k,
+                        double **v, double **g, double **beta) {
+  int ok = alloc_f64(q, s->q) && alloc_f64(k, s->k) && alloc_f64(v, s->v) &&
+           alloc_f64(beta, s->beta);
+  if (ok && kda_case_uses_g(p)) ok = alloc_f64(g, s->g);
+  return ok;
+}
+
+/* The case's arrays; the token-major ones only when tokens (kda_gen_case_static has none). */
+static int gen_alloc(kda_case *c, const kda_case_sizes *s, int tokens) {
   const kda_problem *p = &c->p;
-  int ok = alloc_f64(&c->q, s->q) && alloc_f64(&c->k, s->k) && alloc_f64(&c->v, s->v) &&
-           alloc_f64(&c->beta, s->beta);
-  if (ok && kda_case_uses_g(p)) ok = alloc_f64(&c->g, s->g);
+  int ok = !tokens || alloc_tokens(p, s, &c->q, &c->k, &c->v, &c->g, &c->beta);
   if (ok && kda_case_uses_dt_bias(p)) ok = alloc_f64(&c->dt_bias, s->dt_bias);
   if (ok && kda_case_uses_A_log(p)) ok = alloc_f64(&c->A_log, s->A_log);
   if (ok && p->has_initial_state) ok = alloc_f64(&c->h0, s->h0);
@@ -450,13 +486,21 @@ static int gen_alloc(kda_case *c, const kda_case_sizes *s) {
   return ok;
 }
 
+/* Tokens [t0, t1) of every token-major member into the arrays (s: the sizes of that range). */
+static void gen_tokens(const gen *g, int64_t t0, int64_t t1, const kda_case_sizes *s,
+                       int32_t prec, double *q, double *k, double *v, double *x, double *beta) {
+  const kda_problem *p = g->p;
+  const uint64_t t = (uint64_t)t0, HV = (uint64_t)p->HV;
+  gen_q(g, q, t * (uint64_t)(p->H * p->K), s->q, prec);
+  gen_k(g, k, t0, t1, prec);
+  gen_v(g, v, t * HV * (uint64_t)p->V, s->v, prec);
+  if (x) gen_g(g, x, t * HV * (uint64_t)kda_problem_gate_width(p), s->g, prec);
+  gen_beta(g, beta, t * HV, s->beta, prec);
+}
+
 static void gen_fill(const gen *g, kda_case *c, const kda_case_sizes *s) {
   const int32_t prec = c->input_precision;
-  gen_q(g, c->q, s->q, prec);
-  gen_k(g, c->k, s->k, prec);
-  gen_v(g, c->v, s->v, prec);
-  if (c->g) gen_g(g, c->g, s->g, prec);
-  gen_beta(g, c->beta, s->beta, prec);
+  if (c->q) gen_tokens(g, 0, c->p.T, s, prec, c->q, c->k, c->v, c->g, c->beta);
   gen_gate_params(g, c, s);
   if (c->h0) gen_h0(g, c->h0, prec);
 }
@@ -520,18 +564,24 @@ static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
   return KDA_OK;
 }
 
-int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
-  memset(c, 0, sizeof *c);
+/* The description is valid and its sizes do not overflow. */
+static int gen_valid(const kda_gen_desc *d, kda_case_sizes *s, char *err, size_t errlen) {
   if (!d) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   int st = gen_checks(d, err, errlen);
   if (!st) st = kda_problem_check(&d->p, err, errlen);
-  if (st) return st;
+  if (!st) st = kda_case_sizes_get(&d->p, s, err, errlen);
+  return st;
+}
+
+/* kda_gen_case (tokens 1) and kda_gen_case_static (tokens 0). */
+static int gen_case(const kda_gen_desc *d, kda_case *c, int tokens, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
   kda_case_sizes s;
-  st = kda_case_sizes_get(&d->p, &s, err, errlen);
+  int st = gen_valid(d, &s, err, errlen);
   if (st) return st;
   c->p = d->p;
   c->input_precision = d->precision;
-  if (!gen_alloc(c, &s)) {
+  if (!gen_alloc(c, &s, tokens)) {
     kda_case_free(c);
     return kda_fail(KDA_ENOMEM, err, errlen, "out of memory generating a case");
   }
@@ -548,4 +598,51 @@ int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
   }
   if (st) kda_case_free(c);
   return st;
+}
+
+int kda_gen_case(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
+  return gen_case(d, c, 1, err, errlen);
+}
+
+int kda_gen_case_static(const kda_gen_desc *d, kda_case *c, char *err, size_t errlen) {
+  return gen_case(d, c, 0, err, errlen);
+}
+
+void kda_gen_window_free(kda_gen_window *w) {
+  if (!w) return;
+  free(w->q);
+  free(w->k);
+  free(w->v);
+  free(w->g);
+  free(w->beta);
+  memset(w, 0, sizeof *w);
+}
+
+/* Tokens [t0, t1) of the description: the same functions of (seed, stream, flat index) as
+ * kda_gen_case, started at the range's first flat index (SPEC.md §11.2), so that a streaming
+ * reader of a generated-inputs case (SPEC.md §10.2) sees the bits kda_case_load would. */
+int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window *w, char *err,
+                  size_t errlen) {
+  if (!w) return kda_fail(KDA_EINVAL, err, errlen, "kda_gen_range: window is NULL");
+  memset(w, 0, sizeof *w);
+  kda_case_sizes s;
+  int st = gen_valid(d, &s, err, errlen);
+  if (st) return st;
+  if (t0 < 0 || t1 < t0 || t1 > d->p.T)
+    return kda_fail(KDA_EINVAL, err, errlen, "kda_gen_range: tokens [%lld, %lld) not in [0, %lld]",
+                    (long long)t0, (long long)t1, (long long)d->p.T);
+  kda_problem pw = d->p;
+  pw.T = t1 - t0;
+  st = kda_case_sizes_get(&pw, &s, err, errlen);
+  if (st) return st;
+  if (!alloc_tokens(&pw, &s, &w->q, &w->k, &w->v, &w->g, &w->beta)) {
+    kda_gen_window_free(w);
+    return kda_fail(KDA_ENOMEM, err, errlen, "out of memory generating tokens [%lld, %lld)",
+                    (long long)t0, (long long)t1);
+  }
+  const gen g = {d, &d->p, d->seed, d->regime};
+  gen_tokens(&g, t0, t1, &s, d->precision, w->q, w->k, w->v, w->g, w->beta);
+  w->t0 = t0;
+  w->t1 = t1;
+  return KDA_OK;
 }

@@ -193,7 +193,7 @@ static const char *method_name(int32_t method) {
   return method == KDA_CERT_PROVEN ? "PROVEN" : method == KDA_CERT_AGREED ? "AGREED" : "NONE";
 }
 
-static json_t *flags_json(uint64_t flags) {
+json_t *kda_golden_flags_json(uint64_t flags) {
   json_t *a = json_array();
   for (int i = 0; a && i < KDA_FLAG_COUNT; i++)
     if (flags & (UINT64_C(1) << i)) json_array_append_new(a, json_string(kda_catalog_flag_get(i)->name));
@@ -201,7 +201,8 @@ static json_t *flags_json(uint64_t flags) {
 }
 
 /* A JSON number, or null for a value JSON cannot hold (an infinite bound). */
-static json_t *jreal(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+json_t *kda_golden_jreal(double x) { return isfinite(x) ? json_real(x) : json_null(); }
+#define jreal kda_golden_jreal
 
 static json_t *cert_json(const kda_mpfr_report *r) {
   json_t *o = json_pack("{s:s,s:s,s:s,s:I,s:I,s:I,s:I,s:I,s:b}", "method",
@@ -237,7 +238,7 @@ static json_t *golden_json(const kda_catalog_entry *e, const kda_case *c,
   }
   return json_pack("{s:s,s:s,s:s,s:o,s:I,s:s?,s:s,s:o,s:o,s:o}", "schema", KDA_GOLDEN_SCHEMA,
                    "level", kda_level_name(e->level), "comment", e->comment, "flags",
-                   flags_json(kda_catalog_flags(e, c)), "seed",
+                   kda_golden_flags_json(kda_catalog_flags(e, c)), "seed",
                    (json_int_t)kda_catalog_seed(e), "design", e->design, "input_precision",
                    kda_precision_file_name(c->input_precision), "outputs", outs, "certification",
                    cert_json(r), "members_sha256", sums);
@@ -252,8 +253,8 @@ static double ulp_of(double x) {
   return e - 53 < -1074 ? 0x1p-1074 : ldexp(1.0, e - 53);
 }
 
-static void score_ref(const double *gold, const double *ref, const uint64_t part[3],
-                      kda_golden_info *info) {
+void kda_golden_score_ref(const double *gold, const double *ref, const uint64_t part[3],
+                          kda_golden_info *info) {
   uint64_t at = 0;
   info->ref_worst_index = -1;
   for (int q = 0; q < 3; q++) {
@@ -362,7 +363,7 @@ static int job_certify(job *j, kda_golden_info *info, char *err, size_t errlen) 
   st = kda_ref_forward_f64(&j->c.p, &t, err, errlen);
   info->seconds_ref = kda_golden_now() - t0;
   if (st) return st;
-  score_ref(j->gold, j->ref, j->part, info);
+  kda_golden_score_ref(j->gold, j->ref, j->part, info);
   return KDA_OK;
 }
 
@@ -405,7 +406,22 @@ static int job_write_trace(const job *j, const char *path, char *err, size_t err
   return st;
 }
 
+/* A production case (SPEC.md §10.2: generated inputs, sampled truth) is made apart. */
+static int prod_run(const kda_catalog_entry *e, const char *dir, kda_golden_info *info,
+                    char *err, size_t errlen) {
+  const char *lv = kda_level_name(e->level);
+  if (kda_id_check(e->id, "golden case id", err, errlen) != KDA_OK) return KDA_EINVAL;
+  size_t len = strlen(dir) + strlen(lv) + strlen(e->id) + 16;
+  char *path = malloc(len);
+  if (!path) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  snprintf(path, len, "%s/%s/%s.npz", dir, lv, e->id);
+  int st = kda_golden_prod_make(e, path, info, err, errlen);
+  free(path);
+  return st;
+}
+
 static int job_run(job *j, const char *dir, kda_golden_info *info, char *err, size_t errlen) {
+  if (j->e->prod) return prod_run(j->e, dir, info, err, errlen);
   int st = kda_catalog_build(j->e, &j->c, err, errlen);
   if (st) return st;
   info->n_values = (int64_t)(j->c.p.T * j->c.p.HV * j->c.p.V);

@@ -35,4 +35,19 @@ void kda_golden_sha256_hex(const void *data, size_t len, char hex[65]);
 int kda_golden_trace(const kda_case *c, const char *comment, const char *method,
                      const double *gold, char **text, char *err, size_t errlen);
 
+/* Shared with kda_golden_prod.c: the flag names of a mask, a JSON real (null when not
+ * finite), and the float64 reference scored against golden values (part: o, ht, hc counts). */
+struct json_t;
+struct json_t *kda_golden_flags_json(uint64_t flags);
+struct json_t *kda_golden_jreal(double x);
+void kda_golden_score_ref(const double *gold, const double *ref, const uint64_t part[3],
+                          kda_golden_info *info);
+
+/* Makes production catalog entry e (e->prod) into path: generated inputs, sampled truth,
+ * certified by the double-double phase alone (kda_golden_prod.c, SPEC.md §8.12, §10.2).
+ * Returns KDA_OK, KDA_ENOTCERT (a state value undecided, or no decided run left), KDA_EINVAL,
+ * KDA_EIO, KDA_ENOMEM. */
+int kda_golden_prod_make(const kda_catalog_entry *e, const char *path, kda_golden_info *info,
+                         char *err, size_t errlen);
+
 #endif

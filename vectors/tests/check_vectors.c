@@ -257,12 +257,13 @@ START_TEST(test_names) {
   ck_assert_ptr_null(kda_precision_file_name(-1));
   ck_assert_int_eq(kda_precision_parse("f8", &x), KDA_EINVAL);
   ck_assert_int_eq(kda_precision_parse(NULL, &x), KDA_EINVAL);
-  for (int32_t r = 0; r < 6; r++) {
+  for (int32_t r = 0; r < 8; r++) {
     ck_assert_int_eq(kda_regime_parse(kda_regime_name(r), &x), KDA_OK);
     ck_assert_int_eq(x, r);
   }
   ck_assert_str_eq(kda_regime_name(KDA_REGIME_DECAY_SMALL), "decay-small");
-  ck_assert_ptr_null(kda_regime_name(6));
+  ck_assert_str_eq(kda_regime_name(KDA_REGIME_LOWRANK_SLOW), "lowrank-slow");
+  ck_assert_ptr_null(kda_regime_name(8));
   ck_assert_int_eq(kda_regime_parse("gauss", &x), KDA_EINVAL);
 }
 END_TEST
@@ -484,7 +485,21 @@ static void assert_regime(const kda_case *c, int32_t regime, const char *desc) {
   }
   if (c->g && p->gate_mode == KDA_GATE_LOG)
     for (uint64_t i = 0; i < s.g; i++) ck_assert(c->g[i] <= 0.0 && c->g[i] >= -1.0);
-  if (regime == KDA_REGIME_LOWRANK && c->input_precision == KDA_PRECISION_FP64 && p->T >= 3) {
+  if ((regime == KDA_REGIME_MIXED || regime == KDA_REGIME_LOWRANK_SLOW) && c->g &&
+      p->gate_mode == KDA_GATE_LOG) { /* slow channels: log-decays in [-2e-4, -1e-4] */
+    const uint64_t GW = (uint64_t)(p->family == KDA_FAMILY_GDN ? 1 : p->K);
+    int64_t n_slow = 0;
+    for (uint64_t i = 0; i < s.g; i++) {
+      const int slow = regime == KDA_REGIME_LOWRANK_SLOW || (i % GW) % 4 == 0;
+      n_slow += slow;
+      if (slow) ck_assert_msg(c->g[i] >= -2.01e-4 && c->g[i] <= -0.99e-4, "g[%llu] = %g (%s)",
+                              (unsigned long long)i, c->g[i], desc);
+    }
+    ck_assert(n_slow > 0 && (regime == KDA_REGIME_LOWRANK_SLOW || (uint64_t)n_slow < s.g ||
+                             GW == 1));
+  }
+  if ((regime == KDA_REGIME_LOWRANK || regime == KDA_REGIME_LOWRANK_SLOW) &&
+      c->input_precision == KDA_PRECISION_FP64 && p->T >= 3) {
     /* three key rows of head 0 span at most two dimensions: Gram determinant ~ 0 */
     const double *r0 = c->k, *r1 = c->k + p->H * p->K, *r2 = c->k + 2 * p->H * p->K;
     const double *rows[3] = {r0, r1, r2};
@@ -1150,7 +1165,7 @@ static Suite *vectors_suite(void) {
   tcase_add_test(gen, test_gen_errors);
   tcase_add_test(gen, test_gen_determinism);
   tcase_add_test(gen, test_gen_pinned);
-  tcase_add_loop_test(gen, test_gen_roundtrip_all, 0, 6);
+  tcase_add_loop_test(gen, test_gen_roundtrip_all, 0, 8);
   tcase_add_test(gen, test_gen_empty);
   tcase_add_test(gen, test_manifest_text);
   tcase_add_unchecked_fixture(gen, tmp_setup, tmp_teardown);
