@@ -7,20 +7,15 @@
  * and made of whole aligned windows, because the envelope rule of §7.3 reads ref-f32's error
  * per window and a half-stored window would make that error a different quantity.
  */
-#include <jansson.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "kda_sampled.h"
 
-int kda_sampled_declared(const char *manifest_json) {
-  if (!manifest_json) return 0;
-  json_t *root = json_loads(manifest_json, JSON_REJECT_DUPLICATES, NULL);
-  json_t *g = root ? json_object_get(root, "golden") : NULL;
-  int yes = json_is_true(json_object_get(g, "o_sampled"));
-  json_decref(root);
-  return yes;
+int kda_sampled_declared(const kda_case *c) {
+  int generated = 0, sampled = 0;
+  return kda_case_golden_form(c, &generated, &sampled) == KDA_OK && sampled;
 }
 
 /* Every token of each window the index touches is there (SPEC.md §10.2). */
@@ -37,37 +32,15 @@ static int whole_windows(const int64_t *x, int64_t n, int64_t T) {
 
 int kda_sampled_read_index(kda_npz *z, const char *path, const kda_problem *p, int64_t **idx,
                            int64_t *n, char *err, size_t errlen) {
-  *idx = NULL, *n = 0;
-  if (!kda_npz_has(z, "o_index"))
-    return snprintf(err, errlen, "%s: golden.o_sampled but no member 'o_index'", path),
-           KDA_ENOTFOUND;
-  kda_array_info info;
-  int st = kda_npz_info(z, "o_index", &info, err, errlen);
-  if (st != KDA_OK) return st;
-  if (info.dtype != KDA_DTYPE_I64 && info.dtype != KDA_DTYPE_I32)
-    return snprintf(err, errlen, "%s: member 'o_index' has dtype %s, expected <i8", path,
-                    kda_dtype_descr(info.dtype) ? kda_dtype_descr(info.dtype) : "?"), KDA_EDTYPE;
-  if (info.ndim != 1 || info.shape[0] < 1 || info.shape[0] > p->T)
-    return snprintf(err, errlen, "%s: member 'o_index' must have shape [P] with 1 <= P <= T = "
-                    "%lld", path, (long long)p->T), KDA_ESHAPE;
-  st = kda_npz_load_i64(z, "o_index", NULL, idx, err, errlen);
-  if (st != KDA_OK) return st;
-  const int64_t P = info.shape[0], *x = *idx;
-  for (int64_t i = 0; i < P; i++)
-    if (x[i] < 0 || x[i] >= p->T || (i > 0 && x[i] <= x[i - 1])) {
-      free(*idx), *idx = NULL;
-      return snprintf(err, errlen, "%s: member 'o_index' element %lld = %lld is %s", path,
-                      (long long)i, (long long)x[i],
-                      x[i] < 0 || x[i] >= p->T ? "outside [0, T)" : "not above the one before"),
-             KDA_EFORMAT;
-    }
-  if (!whole_windows(x, P, p->T)) {
-    free(*idx), *idx = NULL;
+  int st = kda_output_sampled_read(z, path, p, idx, n, NULL, err, errlen);
+  if (st == KDA_ENOTFOUND)
+    snprintf(err, errlen, "%s: golden.o_sampled but no member 'o_index' or 'o'", path);
+  if (st == KDA_OK && !(*n >= 1 && whole_windows(*idx, *n, p->T))) {
+    free(*idx), *idx = NULL, *n = 0;
     return snprintf(err, errlen, "%s: member 'o_index' does not hold whole aligned windows of "
                     "%d tokens (SPEC.md 10.2)", path, KDA_ENVELOPE_WINDOW), KDA_EFORMAT;
   }
-  *n = P;
-  return KDA_OK;
+  return st;
 }
 
 int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64_t P, double *o,

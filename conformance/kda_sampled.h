@@ -10,17 +10,16 @@
 #include "kda_conform.h"
 #include "kda_npz.h"
 
-/* 1 when the manifest's golden object says "o_sampled": true, else 0 (also for a manifest that
- * is not JSON: kda_case_load has rejected those). */
-int kda_sampled_declared(const char *manifest_json);
-/* Reads member o_index of an open archive for problem p: <i8 (or <i4) [P], strictly
- * increasing global tokens in [0, T), in whole aligned windows of KDA_ENVELOPE_WINDOW tokens
- * (every token of [64w, min(64w + 64, T)) of each window it touches), P >= 1.  *idx is freed
- * with free().  Returns KDA_OK, or KDA_ENOTFOUND / KDA_EFORMAT / KDA_EDTYPE / KDA_ESHAPE /
- * KDA_ENOMEM with a message naming path. */
+/* 1 when the case's manifest says golden.o_sampled (kda_case_golden_form), else 0. */
+int kda_sampled_declared(const kda_case *c);
+/* Reads member o_index of an open archive for problem p (kda_output_sampled_read: <i8 or <i4
+ * [P], strictly increasing tokens in [0, T), o of shape [P, HV, V]) and requires whole aligned
+ * windows of KDA_ENVELOPE_WINDOW tokens (every token of [64w, min(64w + 64, T)) of each window
+ * it touches) and P >= 1.  *idx is freed with free().  Returns KDA_OK, or KDA_ENOTFOUND /
+ * KDA_EFORMAT / KDA_EDTYPE / KDA_ENOMEM with a message naming path. */
 int kda_sampled_read_index(kda_npz *z, const char *path, const kda_problem *p, int64_t **idx,
                            int64_t *n, char *err, size_t errlen);
-/* Reads the sampled o, <f8 or <f4 of shape exactly [P, HV, V], into o (P * HV * V). */
+/* Reads the sampled o, <f8 of shape exactly [P, HV, V], into o (P * HV * V). */
 int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64_t P, double *o,
                        char *err, size_t errlen);
 /* The row of token tt in a sampled truth (binary search), or -1 when it is not stored. */

@@ -130,7 +130,7 @@ static int load_golden(const char *path, const kda_problem *p, kda_truth *t, int
 static int sampled_rows(const kda_case *c, const char *path, kda_truth *t, char *err,
                         size_t errlen) {
   t->n_rows = c->p.T;
-  if (!path || !kda_sampled_declared(c->manifest_json)) return KDA_OK;
+  if (!path || !kda_sampled_declared(c)) return KDA_OK;
   kda_npz *z;
   int st = kda_npz_open(path, &z, err, errlen);
   if (st != KDA_OK) return st;

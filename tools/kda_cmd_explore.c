@@ -165,7 +165,7 @@ static int result_errors(const explore_args *a, kda_study *st, kda_sbuf *b) {
   char err[KDA_ERRLEN];
   kda_truth tr;
   /* a sampled golden o (SPEC.md §10.2) has rows at some tokens only: use ref-f64 instead */
-  const char *golden = kda_sampled_declared(st->c.manifest_json) ? NULL : a->path;
+  const char *golden = kda_sampled_declared(&st->c) ? NULL : a->path;
   if (kda_truth_compute(&st->c, golden, &tr, err, sizeof err) != KDA_OK)
     return kda_tool_fail(SUB, "%s", err);
   const uint64_t n = (uint64_t)(p->T * p->HV * p->V);

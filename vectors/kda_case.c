@@ -667,7 +667,7 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only,
   }
   if (!st) st = check_members_map(path, root, c, err, errlen);
   if (!st && kda_case_inputs_generated(root)) { /* SPEC.md §10.2: inputs from the description */
-    st = kda_case_load_generated(z, path, root, c, err, errlen);
+    st = kda_case_load_generated(z, path, root, c, static_only, err, errlen);
     json_decref(root);
     return st;
   }
