@@ -152,12 +152,31 @@ typedef struct kda_truth {
    * hold every token.  n_rows is the number of rows (T when not sampled). */
   int64_t *o_index;
   int64_t n_rows;
+  /* A streamed case (SPEC.md §7.10, kda_truth_stream): out.o and mag_o are NULL; the inputs
+   * and truth rows are read chunk by chunk from here when a backend is scored. */
+  struct kda_stream *stream;
 } kda_truth;
 /* Golden members o / ht / hc are used when the case file at path (may be NULL) has them.
  * Returns KDA_OK or the status of the reference or the file. */
 int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,
                       size_t errlen);
 void kda_truth_free(kda_truth *t);
+
+/* ---- Streaming scoring in bounded memory (SPEC.md §7.10).  A case whose T * HV * max(K, V)
+ * exceeds KDA_STREAM_AUTO (or any case, on request) is scored from its file chunk by chunk:
+ * inputs read by range (or generated, golden.inputs "generated"), backends called on chunks
+ * of `chunk` tokens chained through h0 -> ht, only per-window summaries and states kept. */
+#define KDA_STREAM_AUTO (INT64_C(1) << 24)
+#define KDA_STREAM_CHUNK 16384 /* default tokens per chained call, a multiple of 64 */
+/* 1 when the problem is long enough to be streamed by default. */
+int kda_stream_auto(const kda_problem *p);
+/* The truth of case c (only its token-independent inputs loaded: kda_case_load_static) from
+ * the file at path, in one chunked pass of ref-f64 (magnitudes, and the truth without golden
+ * outputs) and ref-f32 (the envelope of §7.3).  chunk <= 0: KDA_STREAM_CHUNK.  c must outlive
+ * t.  kda_conform_case_worker then scores a backend the same way.  Returns KDA_OK or the
+ * status of the file or the reference (KDA_EINVAL for a chunk that is not a multiple of 64). */
+int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
+                     char *err, size_t errlen);
 
 /* ---- Isolated calls (SPEC.md §7.8). */
 #define KDA_CALL_OK 0
@@ -404,6 +423,8 @@ typedef struct kda_case_report {
   char waiver_link[512];    /* link of the waiver that applied, or "" */
   int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
   int32_t pool_done;        /* 1: the state-pool decode ran to its verdict (§7.7) */
+  int64_t stream_chunk;     /* tokens per chained call of a streamed case (§7.10); 0: one
+                               call on the whole case */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;

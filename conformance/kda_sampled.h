@@ -34,7 +34,9 @@ int kda_truth_full_o(const kda_problem *p, const kda_truth *t, double **o, int *
 /* M[t, hv] of SPEC.md §7.3 by the float64 recurrence of problem p on ts (cu_seqlens and
  * checkpoints included): into mag[t * HV + hv] for every token, or with rows, only at the
  * stored tokens: the token t of p (global position rows->t0 + t) that is index[r] goes to
- * mag[(r - rows->first) * HV + hv]. */
+ * mag[(r - rows->first) * HV + hv].  Where ts->o, ts->ht, ts->hc are not NULL they receive
+ * ref-f64's outputs, bit for bit (the same calls in the same order as kda_ref_forward_f64):
+ * a streamed case runs the float64 recurrence once per chunk. */
 typedef struct kda_mag_rows {
   const int64_t *index;
   int64_t n, t0, first;
@@ -63,5 +65,25 @@ int kda_score_begin(const kda_case *c, const kda_truth *t, int32_t cls, kda_scor
 void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x);
 /* The states (whole arrays, ht / hc NULL when the truth has none), windows and growth. */
 void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc);
+
+/* ---- A streamed case's backend pass (kda_stream.c, SPEC.md §7.10). */
+typedef struct kda_stream_result {
+  kda_call_result call;   /* KDA_CALL_OK, or the first chunk call's other outcome */
+  int64_t chunks;         /* chained calls that ran */
+  int64_t fail_t0, fail_t1; /* the tokens of the chunk whose call did not succeed */
+  double seconds;         /* their wall time, summed */
+  int32_t repeat_done, repeat_identical; /* with repeat: each chunk called twice */
+} kda_stream_result;
+/* Scores the backend of w on streamed case c (t from kda_truth_stream) in class cls: every
+ * chunk of every sequence is one call from the state the backend returned for the chunk
+ * before (the case's h0 for the first), scored as it comes.  res->call is the outcome; a
+ * first chunk answered KDA_CALL_UNSUPPORTED (res->chunks 0) means the backend does not take
+ * the chained call.  Returns KDA_OK or a runner failure. */
+int kda_stream_score(kda_worker *w, const kda_case *c, const kda_truth *t, int32_t cls,
+                     int32_t repeat, kda_score *s, kda_stream_result *res, char *err,
+                     size_t errlen);
+int64_t kda_stream_chunk(const struct kda_stream *s);
+const char *kda_stream_path(const struct kda_stream *s);
+void kda_stream_free(struct kda_stream *s);
 
 #endif

@@ -52,6 +52,8 @@ static void mag_step(void *ctx, int64_t t, int64_t hv) {
   else
     for (int64_t j = 0; j < V; j++) r->pr[j] = 0.0;
   kda_ref_write(K, V, r->S, r->kk, r->ts->v + kda_ref_off_v(p, t, hv), r->pr, beta);
+  /* the same calls in the same order as ref-f64's step: its o, bit for bit */
+  if (r->ts->o) kda_ref_readout(K, V, r->S, r->qq, r->ts->o + kda_ref_off_v(p, t, hv));
   int64_t row = t;
   if (r->rows && (row = kda_sampled_row(r->rows, r->n_rows, r->t0 + t) - r->first) < 0) return;
   double m = 0.0;
@@ -63,7 +65,24 @@ static void mag_step(void *ctx, int64_t t, int64_t hv) {
   r->mag[row * p->HV + hv] = m;
 }
 
-static void mag_nop(void *ctx, int64_t a, int64_t b) {}
+/* The state into slot sl of a stored state array (ht or hc), when one is asked for. */
+static void mag_store(const mag_run *r, double *dst, int64_t sl, int64_t hv) {
+  const kda_problem *p = r->p;
+  if (!dst) return;
+  for (int64_t i = 0; i < p->K; i++)
+    for (int64_t j = 0; j < p->V; j++)
+      dst[kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j)] = r->S[i * p->V + j];
+}
+
+static void mag_checkpoint(void *ctx, int64_t c, int64_t hv) {
+  mag_run *r = ctx;
+  mag_store(r, r->ts->hc, c, hv);
+}
+
+static void mag_final(void *ctx, int64_t n, int64_t hv) {
+  mag_run *r = ctx;
+  mag_store(r, r->ts->ht, n, hv);
+}
 
 int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
                   double *mag, char *err, size_t errlen) {
@@ -74,7 +93,7 @@ int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag
                work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag,
                rows ? rows->index : NULL, rows ? rows->n : 0, rows ? rows->t0 : 0,
                rows ? rows->first : 0};
-  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_nop, mag_nop};
+  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_checkpoint, mag_final};
   kda_ref_drive(p, ts->cu_seqlens, ts->checkpoints, &vis);
   free(work);
   return KDA_OK;
@@ -83,7 +102,7 @@ int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag
 static int mag_trace(const kda_case *c, const kda_truth *t, double *mag, char *err,
                      size_t errlen) {
   kda_tensors_f64 ts;
-  kda_case_tensors(c, &ts);
+  kda_case_tensors(c, &ts); /* no outputs: magnitudes only */
   const kda_mag_rows rows = {t->o_index, t->n_rows, 0, 0};
   return kda_mag_trace(&c->p, &ts, t->o_index ? &rows : NULL, mag, err, errlen);
 }
@@ -186,6 +205,7 @@ void kda_truth_free(kda_truth *t) {
   free(t->mag_hc);
   kda_envelope_free(&t->env);
   free(t->o_index);
+  kda_stream_free(t->stream);
   memset(t, 0, sizeof *t);
 }
 
