@@ -43,6 +43,7 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
       fprintf(f, "  growth %s (%.2f)", kda_growth_name(s->growth_kind), s->alpha);
     if (r->prefix_done) fprintf(f, "  prefix %.3g%s", r->prefix_worst, r->causal_ok ? "" : " NONCAUSAL");
     if (r->repeat_done) fprintf(f, "  repeat %s", r->repeat_identical ? "same" : "DIFFERS");
+    if (r->stream_chunk) fprintf(f, "  streamed %lld", (long long)r->stream_chunk);
   }
   if (r->reason[0]) fprintf(f, "  -- %s", r->reason);
   if (r->waiver[0]) fprintf(f, " [waiver: %s%s%s]", r->waiver, r->waiver_link[0] ? " " : "",
@@ -144,6 +145,9 @@ static json_t *report_json(const kda_case_report *r) {
                                 "beyond_emulation",
                                 s->growth_beyond < 0 ? json_null()
                                                      : json_boolean(s->growth_beyond > 0)));
+  /* SPEC.md §7.10: tokens per chained call of a streamed case, null when it ran whole */
+  json_object_set_new(j, "stream_chunk", r->stream_chunk ? json_integer((json_int_t)r->stream_chunk)
+                                                          : json_null());
   if (s->n_win_each > 0 && s->win_tokens >= KDA_STEP_ALLOWANCE_N0)
     json_object_set_new(j, "window_series", window_series(s));
   if (r->prefix_done)

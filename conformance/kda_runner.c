@@ -544,7 +544,7 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
   if (st != KDA_OK) return st;
   r->seconds = res.seconds;
   r->score.cls = cls;
-  if (res.call.outcome == KDA_CALL_UNSUPPORTED && res.chunks == 0)
+  if (res.call.outcome == KDA_CALL_UNSUPPORTED) /* e.g. no h0 for a chained chunk */
     return stream_whole(w, c, t, o, r, res.call.msg, err, errlen);
   r->stream_chunk = kda_stream_chunk(t->stream);
   if (res.call.outcome != KDA_CALL_OK) {

@@ -76,9 +76,9 @@ typedef struct kda_stream_result {
 } kda_stream_result;
 /* Scores the backend of w on streamed case c (t from kda_truth_stream) in class cls: every
  * chunk of every sequence is one call from the state the backend returned for the chunk
- * before (the case's h0 for the first), scored as it comes.  res->call is the outcome; a
- * first chunk answered KDA_CALL_UNSUPPORTED (res->chunks 0) means the backend does not take
- * the chained call.  Returns KDA_OK or a runner failure. */
+ * before (the case's h0 for the first), scored as it comes.  res->call is the outcome
+ * (KDA_CALL_UNSUPPORTED: the backend does not take a chunk's problem, typically a chained one
+ * with h0).  Returns KDA_OK or a runner failure. */
 int kda_stream_score(kda_worker *w, const kda_case *c, const kda_truth *t, int32_t cls,
                      int32_t repeat, kda_score *s, kda_stream_result *res, char *err,
                      size_t errlen);

@@ -7,6 +7,10 @@
  * otherwise runs of 3 windows around log-spaced windows (1, 2, 4, ...) and 7 regular ones
  * (i * n_win / 8), as the L2 files store them.  Every other member is copied value for value
  * in its dtype; golden.members_sha256 is recomputed so that the runner's member check passes.
+ * fixture_generated(DESC, OUT, how): a case file with generated inputs (golden.inputs
+ * "generated", golden.generated_sha256; SPEC.md §10.2) of generator description DESC; how 0:
+ * no outputs (the runner's truth is ref-f64), 1 or 2: ref-f64's o, ht, hc stored as if golden
+ * (every window, or runs as above; a fixture, not certified).
  * Test code: a failure prints and exits 2.
  */
 #ifndef SAMPLED_FIXTURE_H
@@ -17,8 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kda_case.h"
 #include "kda_golden_internal.h"
 #include "kda_npz.h"
+#include "kda_ref.h"
 
 #define FIX_W 64
 
@@ -121,6 +127,69 @@ static void fixture_sampled(const char *in_path, const char *out_path, int all) 
   kda_npz_close(z);
   free(m1), free(m2), free(text), free(idx);
   json_decref(man);
+}
+
+static const char *const fixture_members[KDA_CASE_MEMBERS] = {
+    "q", "k", "v", "g", "beta", "A_log", "dt_bias", "cu_seqlens", "h0", "checkpoints"};
+
+/* The manifest of the generated case, its golden object saying how the file is made. */
+static json_t *generated_manifest(const kda_gen_desc *d, const kda_case *c) {
+  char err[512], hex[KDA_CASE_MEMBERS][65];
+  if (kda_gen_inputs_sha256(d, hex, err, sizeof err)) fixture_die("hashes", err);
+  json_t *root = json_loads(c->manifest_json, 0, NULL), *sums = json_object();
+  for (int m = 0; m < KDA_CASE_MEMBERS; m++) {
+    char key[32];
+    snprintf(key, sizeof key, "%s.npy", fixture_members[m]);
+    if (hex[m][0]) json_object_set_new(sums, key, json_string(hex[m]));
+  }
+  json_t *gold = json_pack("{s:s,s:s,s:o}", "schema", "kda-golden/1", "inputs", "generated",
+                           "generated_sha256", sums);
+  json_object_set_new(root, "golden", gold);
+  return root;
+}
+
+static void fixture_generated(const char *text, const char *out_path, int how) {
+  char err[512];
+  kda_gen_desc d;
+  kda_case c;
+  if (kda_gen_parse(text, &d, err, sizeof err)) fixture_die("description", err);
+  if (how == 0 ? kda_gen_case_static(&d, &c, err, sizeof err) : kda_gen_case(&d, &c, err, sizeof err))
+    fixture_die("generate", err);
+  json_t *root = generated_manifest(&d, &c);
+  kda_npz_writer *w;
+  if (how == 0) {
+    char *m = json_dumps(root, JSON_SORT_KEYS);
+    if (kda_npz_writer_open(out_path, &w, err, sizeof err) ||
+        kda_npz_writer_set_manifest(w, m, err, sizeof err) || kda_npz_writer_commit(w, err, sizeof err))
+      fixture_die(out_path, err);
+    free(m);
+  } else { /* ref-f64's outputs, written as a whole file first, then sampled by fixture_sampled */
+    kda_case_sizes z;
+    if (kda_case_sizes_get(&c.p, &z, err, sizeof err)) fixture_die("sizes", err);
+    double *o = malloc((z.o + 1) * 8), *ht = malloc((z.ht + 1) * 8), *hc = malloc((z.hc + 1) * 8);
+    kda_tensors_f64 ts;
+    kda_case_tensors(&c, &ts);
+    ts.o = o, ts.ht = c.p.want_final_state ? ht : NULL, ts.hc = c.p.n_checkpoints ? hc : NULL;
+    if (kda_ref_forward_f64(&c.p, &ts, err, sizeof err)) fixture_die("ref-f64", err);
+    json_object_set_new(json_object_get(root, "golden"), "members_sha256", json_object());
+    char *m = json_dumps(root, JSON_SORT_KEYS);
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.whole.npz", out_path);
+    const int64_t so[3] = {c.p.T, c.p.HV, c.p.V};
+    const int64_t ss[4] = {c.p.N, c.p.HV, c.p.K, c.p.V}, sc[4] = {c.p.n_checkpoints, c.p.HV, c.p.K, c.p.V};
+    if (kda_npz_writer_open(tmp, &w, err, sizeof err) || kda_npz_writer_set_manifest(w, m, err, sizeof err) ||
+        kda_npz_writer_add_f64(w, "o", KDA_DTYPE_F64, 3, so, o, err, sizeof err) ||
+        (ts.ht && kda_npz_writer_add_f64(w, "ht", KDA_DTYPE_F64, 4, ss, ht, err, sizeof err)) ||
+        (ts.hc && kda_npz_writer_add_f64(w, "hc", KDA_DTYPE_F64, 4, sc, hc, err, sizeof err)) ||
+        kda_npz_writer_commit(w, err, sizeof err))
+      fixture_die(tmp, err);
+    fixture_sampled(tmp, out_path, how == 1);
+    remove(tmp);
+    free(m), free(o), free(ht), free(hc);
+  }
+  json_decref(root);
+  kda_case_free(&c);
+  kda_gen_desc_free(&d);
 }
 
 #endif
