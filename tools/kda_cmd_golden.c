@@ -21,7 +21,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kda_case.h"
 #include "kda_catalog.h"
+#include "kda_files.h"
 #include "kda_golden.h"
 #include "kda_cert.h"
 #include "kda_mpfr.h"
@@ -38,6 +40,7 @@ static const char help_text[] =
     "       kda golden --list\n"
     "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
     "       kda golden --bench-certify [--K N] [--V N] [--T N]\n"
+    "       kda golden --expand FILE -o OUT.npz\n"
     "\n"
     "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
     "outputs certified by the MPFR reference, under DIR (default: golden; for --verify\n"
@@ -58,12 +61,20 @@ static const char help_text[] =
     "                and against the fast certifier's double-double phase\n"
     "  --bench-certify  time the fast certifier's double-double phase alone (no MPFR) on\n"
     "                one head, with the values it decides, and project a 2^20-token head\n"
+    "  --expand FILE  write the ordinary case file of golden case FILE to OUT.npz: its\n"
+    "                inputs (regenerated and checked against the recorded hashes when FILE\n"
+    "                has generated inputs, SPEC.md §10.2) and its case manifest with\n"
+    "                generator_info; not the golden object or outputs (a sampled o is not\n"
+    "                an ordinary o).  For numpy, the Python adapters and candidate files\n"
     "\n"
     "Options:\n"
     "  -l, --level L   L0, L1, L2 or all: the cases to write or regenerate (default: the\n"
     "                  committed levels L0 and L1).  L2 is made on demand: --write puts its\n"
     "                  files in DIR/L2 (not committed) and pins their SHA-256 in\n"
-    "                  DIR/L2.sha256; --verify regenerates it and checks the pins\n"
+    "                  DIR/L2.sha256; --verify regenerates it and checks the pins.  L2 is\n"
+    "                  the production set (K = V = 128, up to 2^20 tokens): generated\n"
+    "                  inputs, sampled truth, certified by the double-double phase alone\n"
+    "                  whatever --certifier says (SPEC.md §8.12, §10.2)\n"
     "  -j, --jobs N    worker processes (default 2)\n"
     "  -c, --certifier C  fast (default) or mpfr.  fast: the double-double phase of the fast\n"
     "                  certifier (SPEC.md §8.12), then MPFR, and every value the first phase\n"
@@ -72,6 +83,7 @@ static const char help_text[] =
     "                  record the MPFR evaluation\n"
     "      --K N, --V N  the bench problem's head dimensions (default 128, 128; 1 to 4096)\n"
     "      --T N      the bench problem's tokens (default 8; 1 to 2^20)\n"
+    "  -o, --output OUT.npz  the case file --expand writes (atomic)\n"
     "  -h, --help      print this help and exit\n"
     "\n"
     "Exit status:\n"
@@ -79,7 +91,7 @@ static const char help_text[] =
     "  1  --verify found a difference (the file and its first differing member are named)\n"
     "  2  usage error, I/O error, or a case could not be made\n";
 
-enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT };
+enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT, MODE_EXPAND };
 
 typedef struct gargs {
   int mode;
@@ -88,13 +100,14 @@ typedef struct gargs {
   const char *dir;
   int64_t bK, bV, bT;
   int32_t certifier;
+  const char *expand, *output; /* --expand FILE -o OUT */
 } gargs;
 
 /* ---- Arguments. */
 static int set_mode(gargs *a, int mode) {
   if (a->mode != MODE_NONE && a->mode != mode)
     return kda_tool_usage(SUB, "give only one of --write, --verify, --list, --bench-step, "
-                          "--bench-certify");
+                          "--bench-certify, --expand");
   a->mode = mode;
   return -1;
 }
@@ -132,6 +145,8 @@ static int parse_option(gargs *a, int c) {
     if (kda_tool_parse_count(optarg, &a->bT) != 0 || a->bT < 1 || a->bT > ((int64_t)1 << 20))
       return kda_tool_usage(SUB, "bad value '%s' for --T (1 to 2^20)", optarg);
     return -1;
+  case 'e': a->expand = optarg; return set_mode(a, MODE_EXPAND);
+  case 'o': a->output = optarg; return -1;
   case 'h': fputs(help_text, stdout); return KDA_EXIT_OK;
   default: return -2;
   }
@@ -159,21 +174,26 @@ static int parse_args(int argc, char **argv, gargs *a) {
       {"level", required_argument, NULL, 'l'}, {"jobs", required_argument, NULL, 'j'},
       {"K", required_argument, NULL, 'K'},    {"V", required_argument, NULL, 'V'},
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
+      {"expand", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
       {NULL, 0, NULL, 0}};
-  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST};
+  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST, NULL, NULL};
   opterr = 0;
   optind = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":l:j:c:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":l:j:c:o:h", longopts, NULL)) != -1) {
     int st = parse_option(a, c);
     if (st == -2) return kda_tool_bad_option(SUB, c, argv);
     if (st >= 0) return st;
   }
   if (a->mode == MODE_NONE) return kda_tool_usage(SUB, "missing --write, --verify, --list, "
-                                                  "--bench-step or --bench-certify");
+                                                  "--bench-step, --bench-certify or --expand");
+  if (a->mode == MODE_EXPAND && !a->output) return kda_tool_usage(SUB, "missing -o OUT.npz");
+  if (a->mode != MODE_EXPAND && a->output) return kda_tool_usage(SUB, "-o goes with --expand");
   if (optind < argc) {
-    if (a->mode == MODE_LIST || a->mode == MODE_BENCH || a->mode == MODE_BENCH_CERT)
-      return kda_tool_usage(SUB, "--list, --bench-step and --bench-certify take no DIR");
+    if (a->mode == MODE_LIST || a->mode == MODE_BENCH || a->mode == MODE_BENCH_CERT ||
+        a->mode == MODE_EXPAND)
+      return kda_tool_usage(SUB, "--list, --bench-step, --bench-certify and --expand take no "
+                            "DIR");
     a->dir = argv[optind++];
   }
   if (optind < argc) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind]);
@@ -876,6 +896,23 @@ static int cmd_bench(const gargs *a) {
   return KDA_EXIT_OK;
 }
 
+/* ---- --expand: the ordinary case file of a golden case (SPEC.md §10.2). */
+static int cmd_expand(const gargs *a) {
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  const char *const in[1] = {a->expand};
+  int st = kda_output_check(a->output, in, 1, err, sizeof err);
+  if (st) return kda_tool_fail(SUB, "%s: %s", a->output, err);
+  st = kda_case_load(a->expand, &c, err, sizeof err);
+  if (st) return kda_tool_fail(SUB, "%s", err);
+  /* extra_json NULL keeps generator_info; the golden object is not a case manifest key */
+  st = kda_case_save(a->output, &c, NULL, err, sizeof err);
+  kda_case_free(&c);
+  if (st == KDA_EIO && !strstr(err, a->output)) return kda_tool_fail(SUB, "%s: %s", a->output, err);
+  if (st) return kda_tool_fail(SUB, "%s", err);
+  return KDA_EXIT_OK;
+}
+
 int kda_cmd_golden(int argc, char **argv) {
   gargs a;
   int st = parse_args(argc, argv, &a);
@@ -885,6 +922,7 @@ int kda_cmd_golden(int argc, char **argv) {
   case MODE_VERIFY: return cmd_verify(&a);
   case MODE_LIST: return cmd_list();
   case MODE_BENCH_CERT: return cmd_bench(&a);
+  case MODE_EXPAND: return cmd_expand(&a);
   default: return cmd_bench(&a);
   }
 }

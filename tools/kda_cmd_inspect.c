@@ -26,13 +26,15 @@ static const char help_text[] =
     "would load it (shapes, index arrays, finite values).  When the manifest records\n"
     "golden.members_sha256, a last line says whether every member's SHA-256 matches it\n"
     "(\"golden hashes: verified\" or \"golden hashes: MISMATCH: ...\"; golden outputs are\n"
-    "used as truth only when they verify; a mismatch is exit 1).  Nothing is printed when\n"
-    "the file is bad.\n"
+    "used as truth only when they verify; a mismatch is exit 1).  A golden case with\n"
+    "generated inputs (SPEC.md §10.2) is regenerated and every recorded input hash\n"
+    "checked, and a sampled o has its o_index checked; a line says so.  Nothing is printed\n"
+    "when the file is bad.\n"
     "\n"
     "Options:\n"
     "  -j, --json           print one JSON object instead of text: {\"file\", \"verified\",\n"
     "                       \"members\": [{\"name\", \"dtype\", \"shape\", \"count\", \"bytes\",\n"
-    "                       \"values\"}], \"manifest\", \"summary\", \"golden_hashes\"}\n"
+    "                       \"values\"}], \"manifest\", \"summary\", \"forms\", \"golden_hashes\"}\n"
     "  -n, --values N       also print the first N values of each member (C order; NaN and\n"
     "                       infinities are written as the strings \"nan\", \"inf\", \"-inf\"\n"
     "                       in JSON)\n"
@@ -69,6 +71,7 @@ typedef struct inspection {
   char summary[1024]; /* the problem in one line; empty unless a case or result file */
   char hashes[KDA_ERRLEN + 64]; /* golden.members_sha256 checked; empty when not recorded */
   int hashes_ok;
+  char forms[256]; /* generated inputs and sampled truth (SPEC.md §10.2); empty when neither */
 } inspection;
 
 static void inspection_free(inspection *s) {
@@ -194,6 +197,29 @@ static void summarize(json_t *m, const char *schema, char *buf, size_t cap) {
   if (json_is_object(problem)) append_problem(problem, buf, cap);
 }
 
+/* Says whether the inputs were generated (kda_case_load regenerated them and reproduced every
+ * recorded SHA-256) and whether o is sampled (o_index checked). */
+static int describe_forms(kda_npz *z, const kda_case *c, inspection *s, char *err,
+                          size_t errlen) {
+  int generated = 0, sampled = 0;
+  kda_case_golden_form(c, &generated, &sampled);
+  int64_t *ix = NULL, n = 0;
+  if (sampled || kda_npz_has(z, "o_index")) {
+    int st = kda_output_sampled_read(z, kda_npz_path(z), &c->p, &ix, &n, NULL, err, errlen);
+    free(ix);
+    if (st != KDA_OK) return st;
+  }
+  size_t len = 0;
+  if (generated)
+    len = (size_t)snprintf(s->forms, sizeof s->forms, "inputs: generated from generator_info."
+                           "description (every golden.generated_sha256 reproduced)%s",
+                           sampled || n ? "\n" : "");
+  if ((sampled || n) && len < sizeof s->forms)
+    snprintf(s->forms + len, sizeof s->forms - len,
+             "o: sampled at %lld of %lld tokens (o_index)", (long long)n, (long long)c->p.T);
+  return KDA_OK;
+}
+
 /* A case file (schema kda-case/1) is also loaded whole, which validates it (SPEC.md §6). */
 static int gather_case(kda_npz *z, inspection *s, char *err, size_t errlen) {
   const char *schema = json_string_value(json_object_get(s->manifest, "schema"));
@@ -203,6 +229,7 @@ static int gather_case(kda_npz *z, inspection *s, char *err, size_t errlen) {
     kda_case c;
     memset(&c, 0, sizeof c);
     int st = kda_case_load(kda_npz_path(z), &c, err, errlen);
+    if (st == KDA_OK) st = describe_forms(z, &c, s, err, errlen);
     kda_case_free(&c);
     if (st != KDA_OK) return st;
   }
@@ -275,6 +302,7 @@ static void print_text(const inspect_args *a, const inspection *s) {
     printf("manifest: none\n");
   }
   if (s->summary[0]) printf("%s\n", s->summary);
+  if (s->forms[0]) printf("%s\n", s->forms);
   if (s->hashes[0]) printf("%s\n", s->hashes);
 }
 
@@ -314,6 +342,7 @@ static int print_json(const inspect_args *a, const inspection *s) {
   json_object_set_new(root, "members", members);
   json_object_set(root, "manifest", s->manifest ? s->manifest : json_null());
   if (s->summary[0]) json_object_set_new(root, "summary", json_string(s->summary));
+  if (s->forms[0]) json_object_set_new(root, "forms", json_string(s->forms));
   if (s->hashes[0])
     json_object_set_new(root, "golden_hashes", json_string(s->hashes_ok ? "verified" : s->hashes));
   char *text = json_dumps(root, JSON_INDENT(2) | JSON_PRESERVE_ORDER);

@@ -354,6 +354,7 @@ int kda_golden_prod_make(const kda_catalog_entry *e, const char *path, kda_golde
     info->prec_bits = KDA_CERT_DD_BITS;
     info->n_evals = 1;
     info->n_values = x.P * x.c.p.HV * x.c.p.V + (int64_t)(x.s.ht + x.s.hc);
+    info->n_decided_fast = info->n_values; /* every stored value (the record has the rest) */
     st = write_file(&x, e, path, err, errlen);
   }
   prod_free(&x);

@@ -155,7 +155,7 @@ END_TEST
 /* Builds are deterministic and a design that does not fit its description is an error. */
 START_TEST(test_catalog_build_errors) {
   kda_catalog_entry bad = {"bad", KDA_LEVEL_L1, 0, "seed=1 T=4 gate=softplus", "gate_values",
-                           "a gate design on a softplus case"};
+                           "a gate design on a softplus case", 0};
   kda_case c;
   char err[KDA_ERRLEN] = "";
   ck_assert_int_eq(kda_catalog_build(&bad, &c, err, sizeof err), KDA_EINVAL);
@@ -672,6 +672,13 @@ START_TEST(test_pins) {
     const kda_catalog_entry *e = kda_catalog_get(i);
     ck_assert_int_eq(kda_level_committed(e->level), e->level != KDA_LEVEL_L2);
     if (e->level != KDA_LEVEL_L2) continue;
+    /* the production set: generated inputs need generator regimes (no design), K = V = 128 */
+    kda_gen_desc d;
+    ck_assert_msg(e->prod && !e->design, "%s: L2 is the production set", e->id);
+    ck_assert_int_eq(kda_gen_parse(e->desc, &d, msg, sizeof msg), KDA_OK);
+    ck_assert_msg(d.p.K == 128 && d.p.V == 128 && d.p.T >= 4096, "%s: not production size",
+                  e->id);
+    kda_gen_desc_free(&d);
     char want[256];
     snprintf(want, sizeof want, "L2/%s.npz", e->id);
     ck_assert_msg(ln && strlen(ln) > 66 && !strcmp(ln + 66, want), "pin of %s", e->id);
@@ -683,7 +690,7 @@ START_TEST(test_pins) {
   free(text);
   /* a directory without the files: the first pin fails, naming the file */
   ck_assert_int_eq(kda_golden_check_pins(path, tmp_dir, KDA_LEVEL_L2, msg, sizeof msg), KDA_EIO);
-  ck_assert_msg(strstr(msg, "l2-"), "%s", msg);
+  ck_assert_msg(strstr(msg, "prod-"), "%s", msg);
 }
 END_TEST
 

@@ -4,7 +4,11 @@
  * SPDX-License-Identifier: MIT
  *
  * `make fuzz FUZZ_SECONDS=300` builds it with clang under ASan + UBSan and runs it on a seed
- * corpus (golden/example, golden/L0, the numpy fixtures and a result file written by kda ref).
+ * corpus (golden/example, golden/L0, the numpy fixtures, a result file written by kda ref, and
+ * vectors/tests/fixtures/generated.npz: a golden case in the production form of SPEC.md §10.2,
+ * generated inputs and sampled truth, written by kda_golden_prod_make from the description
+ * "seed=41 T=256 H=1 K=4 V=4 gate=softplus beta=logit l2=fla h0=1 checkpoints=127 prec=bf16",
+ * so that the mutations reach golden.inputs, golden.generated_sha256, o_index and o).
  * vectors/tests/check_fuzz_files.c compiles this file with the normal compiler and runs the
  * seeds and mutations of them through the same entry point as a unit test.
  *
@@ -71,6 +75,25 @@ static void fuzz_members(kda_npz *z) {
   check_msg(kda_npz_verify(z, err, sizeof err), err);
 }
 
+/* Sampled truth (o_index, o) against the problem of the file's own case. */
+static void fuzz_sampled(const char *path, const kda_case *c) {
+  char err[KDA_ERRLEN];
+  kda_npz *z = NULL;
+  if (kda_npz_open(path, &z, err, sizeof err) != KDA_OK) return;
+  int64_t *ix = NULL, n = 0;
+  double *o = NULL;
+  const int st = kda_output_sampled_read(z, path, &c->p, &ix, &n, &o, err, sizeof err);
+  check_msg(st, err);
+  if (st == KDA_OK)
+    for (int64_t i = 0; i < n; i++)
+      FUZZ_REQUIRE(ix[i] >= 0 && ix[i] < c->p.T && (!i || ix[i] > ix[i - 1]));
+  else
+    FUZZ_REQUIRE(ix == NULL && o == NULL);
+  free(ix);
+  free(o);
+  kda_npz_close(z);
+}
+
 /* The result loader against case c (the file's own case, or the fixed one). */
 static void fuzz_result(const char *path, const kda_case *c) {
   char err[KDA_ERRLEN];
@@ -117,6 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   check_msg(st, err);
   if (st == KDA_OK) {
     fuzz_result(g_path, &c);
+    fuzz_sampled(g_path, &c);
     kda_case_free(&c);
   }
   if (g_fixed.q) fuzz_result(g_path, &g_fixed);
