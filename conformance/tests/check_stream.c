@@ -189,6 +189,21 @@ START_TEST(test_bad_window) {
   ck_assert(kda_npz_writer_commit(w, err, sizeof err) == KDA_OK);
   kda_npz_close(z);
   free(man);
+  /* the command: exit 2, one line naming the file, no report written */
+  kda_test_result r = {0};
+  const char *jl = kda_test_path("r.jsonl");
+  kda_test_run(&r, "conform", "--stream", "--chunk", "1024", "-b", "ref-f32", "--jsonl", jl, bad,
+               NULL);
+  kda_test_expect_error(&r, "NaN in a chunk", "kda conform: ", "nan.npz", "'q'", NULL);
+  ck_assert(!kda_test_exists(jl));
+  kda_test_run(&r, "conform", "--chunk", "100", bad, NULL);
+  kda_test_expect_error(&r, "--chunk 100", "kda conform: ", "--chunk", "64", NULL);
+  kda_test_run(&r, "conform", "--stream", "--chunk", "1024", "-b", "ref-f32", "--no-prefix", ok,
+               NULL);
+  ck_assert_msg(r.status == 0 && strstr(r.out, "streamed 1024"), "%d %s %s", r.status, r.out, r.err);
+  kda_test_run(&r, "conform", "-b", "ref-f32", "--no-prefix", ok, NULL); /* short: whole */
+  ck_assert_msg(r.status == 0 && !strstr(r.out, "streamed"), "%s", r.out);
+  kda_test_result_free(&r);
   kda_case s;
   kda_truth t;
   ck_assert_msg(kda_case_load_static(bad, &s, err, sizeof err) == KDA_OK, "%s", err);
