@@ -7,7 +7,7 @@
  * windows ("runs": on each stored window the errors without allowance are the full file's;
  * where both neighbours are stored, so are the envelope and the allowance; a window that
  * fails under the full truth fails the sampled one).  Scored backends: ref-f32, simd and
- * the long-sequence defects of plugin_long.c.
+ * the long-sequence defects of plugin_long.c; each truth is computed once.
  */
 #include <check.h>
 #include <libgen.h>
@@ -24,8 +24,6 @@
 
 static const char *const cases[] = {"t5000-long", "prod-lowrank-mixed", "drift-decay-small",
                                     "drift-lowrank"};
-static const char *const defects[] = {"none",     "cumsum_f32", "ulp_bias",         "state_bf16",
-                                      "exp_fp16", "beta_bf16",  "chunk_first_gate", "chunk_ulp_bias"};
 static char plugin_dir[4096];
 
 static void setup(void) {
@@ -111,57 +109,72 @@ static void expect_runs(const kda_case_report *f, const kda_case_report *s, cons
                 "%s: state errors differ", what);
 }
 
-static void score(kda_worker *w, const char *path, kda_case_report *r) {
-  char err[KDA_ERRLEN];
+/* A case file and its truth, loaded once for every backend. */
+typedef struct loaded {
   kda_case c;
   kda_truth t;
-  ck_assert_msg(kda_case_load(path, &c, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_truth_compute(&c, path, &t, err, sizeof err) == KDA_OK, "%s", err);
+} loaded;
+
+static void load(const char *path, loaded *l) {
+  char err[KDA_ERRLEN];
+  ck_assert_msg(kda_case_load(path, &l->c, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_truth_compute(&l->c, path, &l->t, err, sizeof err) == KDA_OK, "%s", err);
+}
+
+static void unload(loaded *l) {
+  kda_truth_free(&l->t);
+  kda_case_free(&l->c);
+}
+
+static void score(kda_worker *w, const loaded *l, kda_case_report *r) {
+  char err[KDA_ERRLEN];
   kda_conform_opts o;
   kda_conform_opts_init(&o);
-  ck_assert_msg(kda_conform_case_worker(w, &c, &t, &o, r, err, sizeof err) == KDA_OK, "%s", err);
-  kda_truth_free(&t);
-  kda_case_free(&c);
+  o.prefix = 0;
+  ck_assert_msg(kda_conform_case_worker(w, &l->c, &l->t, &o, r, err, sizeof err) == KDA_OK, "%s",
+                err);
 }
 
-static void check_backend(const char *spec, int conforming) {
-  kda_worker *w = start(spec);
+/* Every backend on the full file and both fixtures of each case; the first n_ok conform. */
+static void check_backends(const char *const *specs, int n, int n_ok) {
+  kda_worker *w[16];
+  for (int i = 0; i < n; i++) w[i] = start(specs[i]);
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-    char full[256], all[256], runs[256], what[512];
+    char full[256], what[512];
     snprintf(full, sizeof full, "golden/L1/%s.npz", cases[i]);
-    snprintf(all, sizeof all, "%s", kda_test_path("all.npz"));
-    snprintf(runs, sizeof runs, "%s", kda_test_path("runs.npz"));
-    fixture_sampled(full, all, 1);
-    fixture_sampled(full, runs, 0);
-    kda_case_report rf, ra, rr;
-    score(w, full, &rf);
-    score(w, all, &ra);
-    score(w, runs, &rr);
-    snprintf(what, sizeof what, "%s on %s", spec, cases[i]);
-    ck_assert_msg(rf.has_score && ra.has_score && rr.has_score, "%s: not scored: %s", what,
-                  rf.reason);
-    expect_same_score(&rf, &ra, what);
-    expect_runs(&rf, &rr, what);
-    if (conforming)
-      ck_assert_msg(rr.verdict == KDA_VERDICT_PASS, "%s: sampled %s: %s", what,
-                    kda_verdict_name(rr.verdict), rr.reason);
-    kda_case_report_free(&rf), kda_case_report_free(&ra), kda_case_report_free(&rr);
+    fixture_sampled(full, kda_test_path("all.npz"), 1);
+    fixture_sampled(full, kda_test_path("runs.npz"), 0);
+    loaded lf, la, lr;
+    load(full, &lf), load(kda_test_path("all.npz"), &la), load(kda_test_path("runs.npz"), &lr);
+    for (int b = 0; b < n; b++) {
+      kda_case_report rf, ra, rr;
+      score(w[b], &lf, &rf), score(w[b], &la, &ra), score(w[b], &lr, &rr);
+      snprintf(what, sizeof what, "%s on %s", specs[b], cases[i]);
+      ck_assert_msg(rf.has_score && ra.has_score && rr.has_score, "%s: not scored: %s", what,
+                    rf.reason);
+      expect_same_score(&rf, &ra, what);
+      expect_runs(&rf, &rr, what);
+      if (b < n_ok)
+        ck_assert_msg(rr.verdict == KDA_VERDICT_PASS, "%s: sampled %s: %s", what,
+                      kda_verdict_name(rr.verdict), rr.reason);
+      kda_case_report_free(&rf), kda_case_report_free(&ra), kda_case_report_free(&rr);
+    }
+    unload(&lf), unload(&la), unload(&lr);
   }
-  kda_worker_stop(w);
+  for (int i = 0; i < n; i++) kda_worker_stop(w[i]);
 }
 
-START_TEST(test_conforming) {
-  check_backend("ref-f32", 1);
-  check_backend("simd", 1);
-}
-END_TEST
-
-START_TEST(test_defects) {
-  for (size_t d = 0; d < sizeof defects / sizeof defects[0]; d++) {
-    char spec[4200];
-    snprintf(spec, sizeof spec, "%s/kda_plugin_long.so:defect=%s", plugin_dir, defects[d]);
-    check_backend(spec, d == 0);
+START_TEST(test_backends) {
+  static const char *const defects[] = {"none", "cumsum_f32", "ulp_bias", "state_bf16",
+                                        "exp_fp16", "beta_bf16", "chunk_first_gate",
+                                        "chunk_ulp_bias"};
+  char specs[10][4200];
+  const char *p[10] = {"ref-f32", "simd"};
+  for (int d = 0; d < 8; d++) {
+    snprintf(specs[d], sizeof specs[d], "%s/kda_plugin_long.so:defect=%s", plugin_dir, defects[d]);
+    p[2 + d] = specs[d];
   }
+  check_backends(p, 10, 3); /* ref-f32, simd, defect=none conform */
 }
 END_TEST
 
@@ -193,8 +206,7 @@ static Suite *sampled_suite(void) {
   tcase_add_unchecked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_bad_index);
-  tcase_add_test(tc, test_conforming);
-  tcase_add_test(tc, test_defects);
+  tcase_add_test(tc, test_backends);
   suite_add_tcase(s, tc);
   return s;
 }

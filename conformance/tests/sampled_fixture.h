@@ -107,7 +107,7 @@ static json_t *member_sums(const char *path) {
 }
 
 /* Writes OUT from IN (see above). */
-static void fixture_sampled(const char *in_path, const char *out_path, int all) {
+static inline void fixture_sampled(const char *in_path, const char *out_path, int all) {
   char err[512];
   kda_npz *z;
   if (kda_npz_open(in_path, &z, err, sizeof err)) fixture_die(in_path, err);
@@ -148,7 +148,7 @@ static json_t *generated_manifest(const kda_gen_desc *d, const kda_case *c) {
   return root;
 }
 
-static void fixture_generated(const char *text, const char *out_path, int how) {
+static inline void fixture_generated(const char *text, const char *out_path, int how) {
   char err[512];
   kda_gen_desc d;
   kda_case c;
