@@ -11,7 +11,7 @@
 
 #include "kda_conform.h"
 #include "kda_npz.h"
-#include "kda_sampled.h"
+#include "kda_score_internal.h"
 #include "kda_serving.h"
 
 const char *kda_verdict_name(int32_t v) {

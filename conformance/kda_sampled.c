@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kda_sampled.h"
+#include "kda_score_internal.h"
 
 int kda_sampled_declared(const kda_case *c) {
   int generated = 0, sampled = 0;

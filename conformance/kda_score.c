@@ -18,7 +18,7 @@
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
-#include "kda_sampled.h"
+#include "kda_score_internal.h"
 
 /* ---- Magnitude trace: the float64 recurrence again, keeping M[t,hv]. */
 typedef struct mag_run {

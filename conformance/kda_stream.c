@@ -21,7 +21,7 @@
 #include "kda_golden.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
-#include "kda_sampled.h"
+#include "kda_score_internal.h"
 
 typedef struct kda_stream kda_stream;
 struct kda_stream {

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
-#include "kda_sampled.h"
+#include "kda_score_internal.h"
 #include "kda_golden_internal.h"
 #include "kda_npz.h"
 #include "kda_sbuf.h"

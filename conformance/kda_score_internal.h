@@ -1,9 +1,10 @@
-/* kda_sampled.h: sampled truth (SPEC.md §10.2, golden.o_sampled) and streaming scoring
- * (SPEC.md §7.10): what the runner's files share (not installed).
+/* kda_score_internal.h: what the scorer (kda_score.c) shares with sampled truth (SPEC.md
+ * §10.2, golden.o_sampled; kda_sampled.c) and streaming scoring (§7.10; kda_stream.c).  Not
+ * installed.
  * SPDX-License-Identifier: MIT
  */
-#ifndef KDA_SAMPLED_H
-#define KDA_SAMPLED_H
+#ifndef KDA_SCORE_INTERNAL_H
+#define KDA_SCORE_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
