@@ -11,7 +11,8 @@
  * 3. a non-finite input inside a chunk is bad input naming the file and the member;
  * 4. a backend that declines the chained call (plugin_long's no_h0) is scored whole and the
  *    report says so; the defect cumsum_f32 restarts its prefix sum at each chained call, which
- *    is why streaming is a choice (--no-stream, --chunk).
+ *    is why streaming is a choice (--no-stream, --chunk);
+ * 5. crashes, input writes and nondeterminism of chained calls get their verdicts.
  */
 #include <check.h>
 #include <libgen.h>
@@ -252,6 +253,27 @@ START_TEST(test_fallback_and_cumsum) {
 }
 END_TEST
 
+/* The verdicts of SPEC.md §7.6/§7.8 hold for chained calls: a crash names the chunk,
+ * --repeat compares every chunk, an input write is a Fail. */
+START_TEST(test_faults) {
+  static const char *const rows[][3] = {
+      {"nondet", "WARN ", "repeat DIFFERS"},
+      {"segv_forward", "CRASH ", "chained call on tokens [0, 1024)"},
+      {"write_q", "FAIL ", "modified input 'q'"}};
+  kda_test_result r = {0};
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    char spec[4200];
+    snprintf(spec, sizeof spec, "%s:fault=%s", kda_test_plugin_path("kda_plugin_faults.so"),
+             rows[i][0]);
+    kda_test_run(&r, "conform", "--stream", "--chunk", "1024", "--repeat", "--no-prefix",
+                 "--max-lines", "0", "-p", spec, "golden/L1/t5000-long.npz", NULL);
+    ck_assert_msg(strncmp(r.out, rows[i][1], strlen(rows[i][1])) == 0 && strstr(r.out, rows[i][2]),
+                  "fault %s: %s", rows[i][0], r.out);
+  }
+  kda_test_result_free(&r);
+}
+END_TEST
+
 static Suite *stream_suite(void) {
   Suite *s = suite_create("stream");
   TCase *tc = tcase_create("stream");
@@ -259,6 +281,7 @@ static Suite *stream_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_bad_window);
   tcase_add_test(tc, test_fallback_and_cumsum);
+  tcase_add_test(tc, test_faults);
   tcase_add_test(tc, test_varlen);
   tcase_add_test(tc, test_sampled_and_generated);
   tcase_add_test(tc, test_l1_cases);
