@@ -346,6 +346,8 @@ static int stream_open(const kda_case *c, const char *path, int64_t chunk, kda_s
     return snprintf(err, errlen, "streaming chunk %lld is not a multiple of %d tokens",
                     (long long)s->chunk, KDA_ENVELOPE_WINDOW), KDA_EINVAL;
   int st = kda_npz_open(path, &s->z, err, errlen);
+  /* chunks are read by range, which checks no CRC: check every member's once, streaming */
+  if (st == KDA_OK) st = kda_npz_verify(s->z, err, errlen);
   int generated = 0, sampled = 0;
   if (st == KDA_OK) st = kda_case_golden_form(c, &generated, &sampled);
   if (st != KDA_OK) return st;

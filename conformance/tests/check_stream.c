@@ -211,6 +211,16 @@ START_TEST(test_bad_window) {
   ck_assert_int_eq(kda_truth_stream(&s, bad, 1024, &t, err, sizeof err), KDA_ENONFINITE);
   ck_assert_msg(strstr(err, "nan.npz") && strstr(err, "'q'") && strstr(err, "12002"), "%s", err);
   ck_assert_int_eq(kda_truth_stream(&s, bad, 1000, &t, err, sizeof err), KDA_EINVAL); /* not 64k */
+  /* a flipped bit in a stored member: ranges check no CRC, the stream's open does */
+  size_t len;
+  unsigned char *bytes = kda_test_slurp(ok, &len);
+  ck_assert(len > 20000);
+  bytes[10000] ^= 0x10;
+  const char *flip = kda_test_path("flip.npz");
+  kda_test_write_all(flip, bytes, len);
+  free(bytes);
+  ck_assert_int_eq(kda_truth_stream(&s, flip, 1024, &t, err, sizeof err), KDA_EFORMAT);
+  ck_assert_msg(strstr(err, "flip.npz"), "%s", err);
   kda_case_free(&s);
   kda_case_free(&c);
   kda_gen_desc_free(&d);
