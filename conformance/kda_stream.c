@@ -424,7 +424,7 @@ static int truth_finish(const kda_case *c, kda_truth *t, ref_pass *x, char *err,
   env->o = malloc(((size_t)env->n_win + 1) * sizeof *env->o);
   if (!env->o || x->plain.n_win_each != env->n_win)
     return snprintf(err, errlen, "out of memory for the fp32 envelope"), KDA_ENOMEM;
-  memcpy(env->o, x->plain.win_max_each, (size_t)env->n_win * sizeof *env->o);
+  if (env->n_win) memcpy(env->o, x->plain.win_max_each, (size_t)env->n_win * sizeof *env->o);
   return KDA_OK;
 }
 

@@ -22,8 +22,7 @@
 #include "kda_test.h"
 #include "sampled_fixture.h"
 
-static const char *const cases[] = {"t5000-long", "prod-lowrank-mixed", "drift-decay-small",
-                                    "drift-lowrank"};
+static const char *const cases[] = {"t5000-long", "prod-lowrank-mixed", "drift-decay-small"};
 static char plugin_dir[4096];
 
 static void setup(void) {
