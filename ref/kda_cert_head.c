@@ -389,6 +389,26 @@ static void load_state(head *hd, int64_t n) {
   w->D = 0.0;
 }
 
+/* M_t <- min(M_t, ||S^_t||+ + D_t) (SPEC.md §8.12, "a tighter M"): the norm of the computed
+ * state plus its error bound is also an upper bound on ||S*_t||, and far below the
+ * recurrence's sum of write norms when the state is a random walk (slow decay, no decay),
+ * which is what lets long drift heads be decided.  ||S^||+ sums (|Sh| + |Sl|)^2 upward; a
+ * square that underflows loses less than 2^-1022 each, covered by adding 2^-500 to the root
+ * (K V <= 2^22); the flags it raises are not the step's and are restored. */
+static void tighten_M(kda_cert_ws *w) {
+  fexcept_t saved;
+  fegetexceptflag(&saved, FLAGS);
+  const kda_cert_step *s = &w->st;
+  double m = 0.0;
+  for (int64_t i = 0; i < s->K * s->V; i++) {
+    const double a = au(fabs(s->Sh[i]), fabs(s->Sl[i]));
+    m = au(m, mu(a, a));
+  }
+  const double n = au(au(up(sqrt(m)), 0x1p-500), w->D);
+  fesetexceptflag(&saved, FLAGS);
+  if (n < w->M) w->M = n;
+}
+
 /* One token of the head: coefficients, bound, dd step, outputs.  -1: out of dd range. */
 static int token(head *hd, int64_t t) {
   const kda_problem *p = hd->job->p;
@@ -406,6 +426,7 @@ static int token(head *hd, int64_t t) {
   if (rho > hd->res->max_growth) hd->res->max_growth = rho;
   bound_step(w, &nm, s->erase, rho);
   hd->job->step(s);
+  tighten_M(w);
   /* q̂ = 0 (a zero q row): every output is exactly 0 */
   const double eo = nm.qn == 0.0 ? 0.0
                                  : au(au(mu(w->D, nm.qn), mu(w->M, nm.eq)),

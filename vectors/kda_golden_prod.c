@@ -37,7 +37,7 @@
 #define KDA_PROD_RUN 3      /* consecutive windows of a run (a window and both neighbours) */
 #define KDA_PROD_REGULAR 4  /* regular runs at k T / 4 */
 #define KDA_PROD_LOG_MIN 8  /* log-spaced runs at 2^j from 2^8 */
-#define KDA_PROD_MAX_RUNS 80
+#define KDA_PROD_MAX_RUNS KDA_GOLDEN_PROD_MAX_RUNS
 
 typedef struct prod {
   kda_case c;
@@ -93,13 +93,12 @@ static int certify(prod *x, kda_golden_info *info, char *err, size_t errlen) {
   return st;
 }
 
-/* 1 when every output of windows [w, w + KDA_PROD_RUN) is decided. */
-static int run_decided(const prod *x, int64_t w) {
-  const uint64_t row = (uint64_t)(x->c.p.HV * x->c.p.V);
-  const uint64_t a = (uint64_t)(w * KDA_PROD_WINDOW) * row;
-  const uint64_t b = (uint64_t)((w + KDA_PROD_RUN) * KDA_PROD_WINDOW) * row;
+/* 1 when every output of windows [w, w + KDA_PROD_RUN) is decided (row values a token). */
+static int run_decided(const unsigned char *decided, int64_t row, int64_t w) {
+  const uint64_t a = (uint64_t)(w * KDA_PROD_WINDOW) * (uint64_t)row;
+  const uint64_t b = (uint64_t)((w + KDA_PROD_RUN) * KDA_PROD_WINDOW) * (uint64_t)row;
   for (uint64_t i = a; i < b; i++)
-    if (!x->decided[i]) return 0;
+    if (!decided[i]) return 0;
   return 1;
 }
 
@@ -124,25 +123,34 @@ static int64_t wanted_windows(int64_t T, int64_t *w) {
   return u;
 }
 
+int64_t kda_golden_prod_runs(int64_t T, int64_t row, const unsigned char *decided,
+                             int64_t want[KDA_GOLDEN_PROD_MAX_RUNS],
+                             int64_t at[KDA_GOLDEN_PROD_MAX_RUNS], char *err, size_t errlen) {
+  const int64_t nW = T / KDA_PROD_WINDOW;
+  int64_t w[KDA_PROD_MAX_RUNS], end = 0, runs = 0;
+  const int64_t n = wanted_windows(T, w);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t a = w[i] > end ? w[i] : end;
+    while (a + KDA_PROD_RUN <= nW && !run_decided(decided, row, a)) a++;
+    if (a + KDA_PROD_RUN > nW) {
+      if (w[i] < end) continue; /* an earlier run moved over this one's place */
+      kda_fail(KDA_ENOTCERT, err, errlen,
+               "no fully decided run of %d windows at or after token %lld", KDA_PROD_RUN,
+               (long long)(w[i] * KDA_PROD_WINDOW));
+      return -1;
+    }
+    want[runs] = w[i] * KDA_PROD_WINDOW;
+    at[runs++] = a * KDA_PROD_WINDOW;
+    end = a + KDA_PROD_RUN;
+  }
+  return runs;
+}
+
 /* Places the runs (moving any that holds an undecided value) and collects the stored rows. */
 static int sample(prod *x, char *err, size_t errlen) {
   const kda_problem *p = &x->c.p;
-  const int64_t nW = p->T / KDA_PROD_WINDOW;
-  int64_t w[KDA_PROD_MAX_RUNS], end = 0;
-  const int64_t n = wanted_windows(p->T, w);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t at = w[i] > end ? w[i] : end;
-    while (at + KDA_PROD_RUN <= nW && !run_decided(x, at)) at++;
-    if (at + KDA_PROD_RUN > nW) {
-      if (w[i] < end) continue; /* an earlier run moved over this one's place */
-      return kda_fail(KDA_ENOTCERT, err, errlen,
-                      "no fully decided run of %d windows at or after token %lld",
-                      KDA_PROD_RUN, (long long)(w[i] * KDA_PROD_WINDOW));
-    }
-    x->want[x->n_runs] = w[i] * KDA_PROD_WINDOW;
-    x->at[x->n_runs++] = at * KDA_PROD_WINDOW;
-    end = at + KDA_PROD_RUN;
-  }
+  x->n_runs = kda_golden_prod_runs(p->T, p->HV * p->V, x->decided, x->want, x->at, err, errlen);
+  if (x->n_runs < 0) return KDA_ENOTCERT;
   const int64_t per = KDA_PROD_RUN * KDA_PROD_WINDOW, row = p->HV * p->V;
   x->P = x->n_runs * per;
   x->o_index = malloc((size_t)(x->P + 1) * sizeof(int64_t));

@@ -190,6 +190,9 @@ START_TEST(test_help) {
   expect_help("ref", ref);
   expect_help("gen", gen);
   expect_help("inspect", inspect);
+  static const char *const golden[] = {"--expand", "--output", "-o", "--write", "--verify",
+                                       "--level", "L2", NULL};
+  expect_help("golden", golden);
   static const char *const conform[] = {"--backend", "-b", "--plugin", "-p", "--params",
                                         "deprecated", "-k GLOB", "flag:", "--list-cases",
                                         "--list-backends", "--json", "KDA_PLUGIN_PATH", "mpfr",

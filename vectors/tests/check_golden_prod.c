@@ -183,6 +183,35 @@ START_TEST(test_expand_cli) {
 }
 END_TEST
 
+/* The placement rule (SPEC.md §8.12): wanted runs, moves past undecided values, no overlap,
+ * dropped at the end when covered, a failure when nothing decided is left. */
+START_TEST(test_runs) {
+  char err[KDA_ERRLEN] = "";
+  const int64_t T = 4096, row = 2;
+  unsigned char *dec = malloc((size_t)(T * row));
+  int64_t want[KDA_GOLDEN_PROD_MAX_RUNS], at[KDA_GOLDEN_PROD_MAX_RUNS];
+  memset(dec, 1, (size_t)(T * row));
+  int64_t n = kda_golden_prod_runs(T, row, dec, want, at, err, sizeof err);
+  static const int64_t all[] = {0, 256, 512, 1024, 2048, 3072, 3904};
+  ck_assert_int_eq(n, 7);
+  for (int64_t r = 0; r < n; r++) ck_assert(want[r] == all[r] && at[r] == all[r]);
+  dec[(600 * row) + 1] = 0; /* token 600 (run at 512) and 1100 (run at 1024) undecided */
+  dec[1100 * row] = 0;
+  n = kda_golden_prod_runs(T, row, dec, want, at, err, sizeof err);
+  ck_assert_int_eq(n, 7);
+  ck_assert(want[2] == 512 && at[2] == 640);   /* first window after token 600 */
+  ck_assert(want[3] == 1024 && at[3] == 1152); /* after 1100, and after the moved run's end */
+  for (int64_t r = 1; r < n; r++) ck_assert(at[r] >= at[r - 1] + 192 && at[r] % 64 == 0);
+  for (int64_t r = 0; r < n; r++)
+    for (int64_t t = at[r]; t < at[r] + 192; t++) ck_assert(dec[t * row] && dec[t * row + 1]);
+  memset(dec + 3000 * row, 0, (size_t)((T - 3000) * row)); /* nothing decided from 3000 on */
+  ck_assert_int_eq(kda_golden_prod_runs(T, row, dec, want, at, err, sizeof err), -1);
+  ck_assert_msg(strstr(err, "no fully decided run of 3 windows at or after token 3072"), "%s",
+                err);
+  free(dec);
+}
+END_TEST
+
 static void tmp_setup(void) { kda_test_tmpdir_make("check-golden-prod"); }
 static void tmp_teardown(void) { kda_test_tmpdir_remove(); }
 
@@ -192,6 +221,7 @@ static Suite *prod_suite(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_loop_test(tc, test_prod_files, 0, (int)(sizeof entries / sizeof entries[0]));
   tcase_add_test(tc, test_expand_cli);
+  tcase_add_test(tc, test_runs);
   tcase_add_unchecked_fixture(tc, tmp_setup, tmp_teardown);
   suite_add_tcase(s, tc);
   return s;
