@@ -323,8 +323,8 @@ static const kda_catalog_entry catalog[] = {
          "final=0 prec=bf16",
          "A realistic mixed gate: every fourth channel with a log-decay near -1e-4, the "
          "others forgetting fast."),
-    PROD("prod-deltanet-lowrank-128k", F(DRIFT) | F(LONG),
-         "seed=2105 T=131072 H=1 K=128 V=128 regime=lowrank family=deltanet beta=logit l2=fla "
+    PROD("prod-deltanet-lowrank-64k", F(DRIFT) | F(LONG),
+         "seed=2105 T=65536 H=1 K=128 V=128 regime=lowrank family=deltanet beta=logit l2=fla "
          "final=0 prec=f32",
          "DeltaNet with keys in 2 of 128 dimensions: nothing outside the key span is ever "
          "erased."),

@@ -52,8 +52,9 @@ int kda_golden_prod_make(const kda_catalog_entry *e, const char *path, kda_golde
 
 /* The sampling rule of SPEC.md §8.12 on its own (for the tests): the runs of a T-token
  * problem with row values per token whose decided flags (o only, [T * row]) are given;
- * want[r] and at[r] are the wanted and stored first tokens.  Returns the number of runs, or
- * -1 (KDA_ENOTCERT's message in err) when a run finds no fully decided place. */
+ * want[r] and at[r] are the wanted and stored first tokens (at[r] = -1: dropped, no fully
+ * decided place).  Returns the number of runs, or -1 (KDA_ENOTCERT's message in err) when
+ * no run has a fully decided place. */
 #define KDA_GOLDEN_PROD_MAX_RUNS 80
 int64_t kda_golden_prod_runs(int64_t T, int64_t row, const unsigned char *decided,
                              int64_t want[KDA_GOLDEN_PROD_MAX_RUNS],

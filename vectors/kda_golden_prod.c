@@ -12,8 +12,9 @@
  *   - outputs are stored in runs of 3 aligned 64-token windows, at tokens 0 and 2^j
  *     (j >= 8), at k T / KDA_PROD_REGULAR (k = 1 .. KDA_PROD_REGULAR - 1) and at the end; a
  *     run that holds an undecided value moves forward one window at a time to the first place
- *     where every value is decided and it overlaps no earlier run (deterministic; recorded
- *     as [wanted, stored] first tokens in golden.sampling.runs);
+ *     where every value is decided and it overlaps no earlier run, or, when there is none,
+ *     back from its wanted place towards the previous run, or is dropped (deterministic;
+ *     recorded as [wanted, stored] first tokens in golden.sampling.runs, -1 when dropped);
  *   - every ht and hc value must be decided, else the case fails (KDA_ENOTCERT, naming the
  *     value): the catalog then needs another seed.
  *
@@ -127,21 +128,23 @@ int64_t kda_golden_prod_runs(int64_t T, int64_t row, const unsigned char *decide
                              int64_t want[KDA_GOLDEN_PROD_MAX_RUNS],
                              int64_t at[KDA_GOLDEN_PROD_MAX_RUNS], char *err, size_t errlen) {
   const int64_t nW = T / KDA_PROD_WINDOW;
-  int64_t w[KDA_PROD_MAX_RUNS], end = 0, runs = 0;
+  int64_t w[KDA_PROD_MAX_RUNS], end = 0, runs = 0, placed = 0;
   const int64_t n = wanted_windows(T, w);
   for (int64_t i = 0; i < n; i++) {
     int64_t a = w[i] > end ? w[i] : end;
     while (a + KDA_PROD_RUN <= nW && !run_decided(decided, row, a)) a++;
-    if (a + KDA_PROD_RUN > nW) {
-      if (w[i] < end) continue; /* an earlier run moved over this one's place */
-      kda_fail(KDA_ENOTCERT, err, errlen,
-               "no fully decided run of %d windows at or after token %lld", KDA_PROD_RUN,
-               (long long)(w[i] * KDA_PROD_WINDOW));
-      return -1;
+    if (a + KDA_PROD_RUN > nW) { /* nothing decided after it: back towards the previous run */
+      a = w[i] < nW - KDA_PROD_RUN ? w[i] : nW - KDA_PROD_RUN;
+      while (a >= end && !run_decided(decided, row, a)) a--;
     }
     want[runs] = w[i] * KDA_PROD_WINDOW;
-    at[runs++] = a * KDA_PROD_WINDOW;
-    end = a + KDA_PROD_RUN;
+    at[runs++] = a >= end ? a * KDA_PROD_WINDOW : -1; /* -1: dropped, nowhere decided */
+    if (a >= end) end = a + KDA_PROD_RUN, placed++;
+  }
+  if (placed == 0) {
+    kda_fail(KDA_ENOTCERT, err, errlen, "no fully decided run of %d windows anywhere",
+             KDA_PROD_RUN);
+    return -1;
   }
   return runs;
 }
@@ -152,12 +155,13 @@ static int sample(prod *x, char *err, size_t errlen) {
   x->n_runs = kda_golden_prod_runs(p->T, p->HV * p->V, x->decided, x->want, x->at, err, errlen);
   if (x->n_runs < 0) return KDA_ENOTCERT;
   const int64_t per = KDA_PROD_RUN * KDA_PROD_WINDOW, row = p->HV * p->V;
-  x->P = x->n_runs * per;
+  x->P = 0;
+  for (int64_t r = 0; r < x->n_runs; r++) x->P += x->at[r] >= 0 ? per : 0;
   x->o_index = malloc((size_t)(x->P + 1) * sizeof(int64_t));
   x->o = malloc((size_t)(x->P * row + 1) * sizeof(double));
   if (!x->o_index || !x->o) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   for (int64_t r = 0, k = 0; r < x->n_runs; r++)
-    for (int64_t t = x->at[r]; t < x->at[r] + per; t++, k++) {
+    for (int64_t t = x->at[r]; x->at[r] >= 0 && t < x->at[r] + per; t++, k++) {
       x->o_index[k] = t;
       memcpy(x->o + k * row, x->gold + t * row, (size_t)row * sizeof(double));
     }
@@ -270,8 +274,9 @@ static json_t *sampling_json(const prod *x) {
                    (json_int_t)KDA_PROD_REGULAR, "log_from", (json_int_t)1 << KDA_PROD_LOG_MIN,
                    "rule",
                    "runs of 3 aligned 64-token windows wanted at tokens 0, 2^j (j >= 8), k T / 4 "
-                   "and T - 192; a run holding an undecided value moves forward one window at a "
-                   "time (SPEC.md §10.2); runs lists [wanted, stored] first tokens",
+                   "and T - 192, each moved to the nearest fully decided place (SPEC.md "
+                   "§8.12); runs lists [wanted, stored] first tokens, stored -1 for a run "
+                   "dropped",
                    "runs", runs);
 }
 
