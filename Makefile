@@ -186,6 +186,14 @@ check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_abi.sh
 
+# Slow, not in make check: kda conform --strict on the production L2 set (made by kda golden
+# --write --level L2, streamed in bounded memory, SPEC.md §7.10): ref-f32 and simd pass, every
+# long-sequence defect fails where conformance/tests/l2_kills.txt says it acts.
+.PHONY: check-l2
+check-l2: $(KDA) $(PLUGINS)
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_l2.sh
+
 check: check-unit check-numpy check-golden check-conform check-install check-symbols check-asan
 	@echo "make check: all suites passed"
 

@@ -128,6 +128,9 @@ typedef struct kda_envelope {
  * cap)) with e the emulation's error (o: the worst of token t's window and its neighbours;
  * states: slot sl of each, env->ht or env->hc); L(n) when the envelope is absent. */
 double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n);
+/* The emulation's error e near token t (its window and the stored neighbours), NaN when the
+ * envelope is absent or does not hold t's window. */
+double kda_envelope_near_o(const kda_envelope *env, int64_t t);
 double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
 /* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
  * (t->out and t->mag_* must be set).  KDA_OK, KDA_ENOMEM or the reference's status. */
@@ -138,18 +141,42 @@ void kda_envelope_free(kda_envelope *env);
 /* ---- The truth and its magnitude scales (SPEC.md §7.3). */
 typedef struct kda_truth {
   kda_outputs out;   /* exact result (golden, correctly rounded) or the float64 reference */
-  double *mag_o;     /* [T, HV]: max_j sum_i |S_t[i][j]| |qhat_i| */
+  double *mag_o;     /* [n_rows, HV]: max_j sum_i |S_t[i][j]| |qhat_i| */
   double *mag_ht;    /* [N, HV]: max |S| over the head's final state */
   double *mag_hc;    /* [C, HV]: max |S| over the head's checkpoint state */
   int32_t from_golden; /* 1: the outputs came from the case file's golden members */
   int32_t reserved0;
   kda_envelope env;    /* the fp32 class's plain emulation on this case (SPEC.md §7.3) */
+  /* Sampled truth (SPEC.md §10.2, golden.o_sampled): the global tokens, strictly increasing
+   * and in whole aligned 64-token windows, whose rows out.o and mag_o hold; NULL when they
+   * hold every token.  n_rows is the number of rows (T when not sampled). */
+  int64_t *o_index;
+  int64_t n_rows;
+  /* A streamed case (SPEC.md §7.10, kda_truth_stream): out.o and mag_o are NULL; the inputs
+   * and truth rows are read chunk by chunk from here when a backend is scored. */
+  struct kda_stream *stream;
 } kda_truth;
 /* Golden members o / ht / hc are used when the case file at path (may be NULL) has them.
  * Returns KDA_OK or the status of the reference or the file. */
 int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,
                       size_t errlen);
 void kda_truth_free(kda_truth *t);
+
+/* ---- Streaming scoring in bounded memory (SPEC.md §7.10).  A case whose T * HV * max(K, V)
+ * exceeds KDA_STREAM_AUTO (or any case, on request) is scored from its file chunk by chunk:
+ * inputs read by range (or generated, golden.inputs "generated"), backends called on chunks
+ * of `chunk` tokens chained through h0 -> ht, only per-window summaries and states kept. */
+#define KDA_STREAM_AUTO (INT64_C(1) << 24)
+#define KDA_STREAM_CHUNK 16384 /* default tokens per chained call, a multiple of 64 */
+/* 1 when the problem is long enough to be streamed by default. */
+int kda_stream_auto(const kda_problem *p);
+/* The truth of case c (only its token-independent inputs loaded: kda_case_load_static) from
+ * the file at path, in one chunked pass of ref-f64 (magnitudes, and the truth without golden
+ * outputs) and ref-f32 (the envelope of §7.3).  chunk <= 0: KDA_STREAM_CHUNK.  c must outlive
+ * t.  kda_conform_case_worker then scores a backend the same way.  Returns KDA_OK or the
+ * status of the file or the reference (KDA_EINVAL for a chunk that is not a multiple of 64). */
+int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
+                     char *err, size_t errlen);
 
 /* ---- Isolated calls (SPEC.md §7.8). */
 #define KDA_CALL_OK 0
@@ -295,6 +322,11 @@ typedef struct kda_score {
                                possibly shorter (owned), or NULL; for the report's plots */
   int64_t n_win_each;
   int64_t win_tokens;       /* tokens the windows cover (T) */
+  /* Per window too (SPEC.md §7.9; in the same allocation as win_each, NaN for a window no
+   * token of which was scored): the worst o error without allowance, the envelope value e
+   * of §7.3 used there (ref-f32's worst over the window and its stored neighbours; NaN
+   * without an envelope) and the largest allowance used in the window. */
+  double *win_max_each, *win_env_each, *win_allow_each;
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
   int32_t growth_beyond;    /* growth against the class emulation's on the case (§7.5): 1
                                beyond it, 0 not beyond (the case's own drift), -1 no emulation
@@ -391,6 +423,8 @@ typedef struct kda_case_report {
   char waiver_link[512];    /* link of the waiver that applied, or "" */
   int32_t nondeterministic; /* 1: an unperturbed repeat differed from the first call (§7.7) */
   int32_t pool_done;        /* 1: the state-pool decode ran to its verdict (§7.7) */
+  int64_t stream_chunk;     /* tokens per chained call of a streamed case (§7.10); 0: one
+                               call on the whole case */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;

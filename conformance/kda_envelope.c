@@ -62,15 +62,20 @@ static double scale(double mag) {
   return sc > tiny ? sc : tiny;
 }
 
+/* The worst error of each window the truth holds (every window, or a sampled truth's stored
+ * ones: NaN at the others, which kda_envelope_allow_o then does not read as a neighbour). */
 static void env_o(const kda_case *c, const kda_truth *t, const float *o, kda_envelope *env) {
   const kda_problem *p = &c->p;
-  for (int64_t tt = 0; tt < p->T; tt++) {
+  for (int64_t w = 0; t->o_index && w < env->n_win; w++) env->o[w] = NAN;
+  for (int64_t r = 0; r < t->n_rows; r++) {
+    const int64_t tt = t->o_index ? t->o_index[r] : r;
     double *w = &env->o[tt / KDA_ENVELOPE_WINDOW];
+    if (isnan(*w)) *w = 0.0;
     for (int64_t hv = 0; hv < p->HV; hv++) {
-      double sc = scale(t->mag_o[tt * p->HV + hv]);
+      double sc = scale(t->mag_o[r * p->HV + hv]);
       for (int64_t j = 0; j < p->V; j++) {
         uint64_t i = (uint64_t)((tt * p->HV + hv) * p->V + j);
-        double e = err_at(t->out.o[i], o[i], sc);
+        double e = err_at(t->out.o[(uint64_t)((r * p->HV + hv) * p->V + j)], o[i], sc);
         if (e > *w) *w = e;
       }
     }
@@ -149,14 +154,19 @@ static double combine(double e, double cap, int64_t n) {
   return A < L ? A : L; /* never looser than the step allowance */
 }
 
-double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n) {
-  if (!env || !env->o || t < 0) return kda_step_allowance(n);
+double kda_envelope_near_o(const kda_envelope *env, int64_t t) {
+  if (!env || !env->o || t < 0) return NAN;
   const int64_t w = t / KDA_ENVELOPE_WINDOW;
-  if (w >= env->n_win) return kda_step_allowance(n);
-  double e = env->o[w];
+  if (w >= env->n_win) return NAN;
+  double e = env->o[w]; /* NaN: a window the truth does not hold; a NaN neighbour is skipped */
   if (w > 0 && env->o[w - 1] > e) e = env->o[w - 1];
   if (w + 1 < env->n_win && env->o[w + 1] > e) e = env->o[w + 1];
-  return combine(e, cap, n);
+  return e;
+}
+
+double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n) {
+  double e = kda_envelope_near_o(env, t);
+  return isnan(e) ? kda_step_allowance(n) : combine(e, cap, n);
 }
 
 double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n) {

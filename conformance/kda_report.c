@@ -43,6 +43,7 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
       fprintf(f, "  growth %s (%.2f)", kda_growth_name(s->growth_kind), s->alpha);
     if (r->prefix_done) fprintf(f, "  prefix %.3g%s", r->prefix_worst, r->causal_ok ? "" : " NONCAUSAL");
     if (r->repeat_done) fprintf(f, "  repeat %s", r->repeat_identical ? "same" : "DIFFERS");
+    if (r->stream_chunk) fprintf(f, "  streamed %lld", (long long)r->stream_chunk);
   }
   if (r->reason[0]) fprintf(f, "  -- %s", r->reason);
   if (r->waiver[0]) fprintf(f, " [waiver: %s%s%s]", r->waiver, r->waiver_link[0] ? " " : "",
@@ -88,6 +89,24 @@ static json_t *jmetric(const kda_qmetric *m, double cap) {
                    (json_int_t)m->n_fail);
 }
 
+/* The per-window series of a long case (SPEC.md §7.9), for plots: only the windows with a
+ * scored token (every window, or a sampled truth's stored ones), each with its index. */
+static json_t *window_series(const kda_score *s) {
+  json_t *idx = json_array(), *mean = json_array(), *worst = json_array();
+  json_t *env = json_array(), *allow = json_array();
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    if (isnan(s->win_each[w])) continue;
+    json_array_append_new(idx, json_integer((json_int_t)w));
+    json_array_append_new(mean, jnum(s->win_each[w]));
+    json_array_append_new(worst, jnum(s->win_max_each[w]));
+    json_array_append_new(env, jnum(s->win_env_each[w]));
+    json_array_append_new(allow, jnum(s->win_allow_each[w]));
+  }
+  return json_pack("{s:I,s:I,s:o,s:o,s:o,s:o,s:o,s:o}", "size", (json_int_t)s->window, "tokens",
+                   (json_int_t)s->win_tokens, "cap", jnum(s->caps.o), "index", idx, "mean", mean,
+                   "worst", worst, "envelope", env, "allowance", allow);
+}
+
 static json_t *report_json(const kda_case_report *r) {
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o}", "case", r->case_id, "backend", r->backend,
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
@@ -126,6 +145,11 @@ static json_t *report_json(const kda_case_report *r) {
                                 "beyond_emulation",
                                 s->growth_beyond < 0 ? json_null()
                                                      : json_boolean(s->growth_beyond > 0)));
+  /* SPEC.md §7.10: tokens per chained call of a streamed case, null when it ran whole */
+  json_object_set_new(j, "stream_chunk", r->stream_chunk ? json_integer((json_int_t)r->stream_chunk)
+                                                          : json_null());
+  if (s->n_win_each > 0 && s->win_tokens >= KDA_STEP_ALLOWANCE_N0)
+    json_object_set_new(j, "window_series", window_series(s));
   if (r->prefix_done)
     json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b,s:b}", "P", (json_int_t)r->prefix_P,
                                                "worst", jnum(r->prefix_worst), "causal",

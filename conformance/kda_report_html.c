@@ -3,10 +3,12 @@
  * SVG (SPEC.md §7.5, §7.9).
  * SPDX-License-Identifier: MIT
  *
- * A plot shows the mean per-token o error of each 64-token window (kda_score.win_each, class
- * units, without the step allowance) against the window's middle position, log-log, with the
- * cap of the class (dashed) and the cap times the step allowance L(n) = max(1, n / 256)
- * (dotted) that an element n steps into its sequence is allowed (SPEC.md §7.3).  The page has
+ * A plot shows the mean and the worst per-token o error of each 64-token window
+ * (kda_score.win_each and win_max_each, class units, without any allowance) against the
+ * window's middle position, log-log, with the cap of the class (dashed) and the cap times the
+ * allowance the rule gave in that window (dotted; kda_score.win_allow_each: for fp32 the
+ * envelope rule, else the step allowance; SPEC.md §7.3).  Windows a sampled truth does not
+ * hold are gaps: each run of scored windows is one polyline.  The page has
  * no external resource; its only script records script errors in #kda-errors and sets
  * body[data-ready] (the browser test's protocol, tools/tests/browser_check.sh).  Verdicts are
  * words, curves differ by dash pattern as well as colour.
@@ -132,16 +134,39 @@ static double win_mid(const kda_score *s, int64_t w, int64_t T) {
   return 0.5 * (double)(a + 1 + b);
 }
 
+static void raise_top(axes *a, double y) {
+  if (isfinite(y) && y > 0 && log10(y) > a->y1) a->y1 = log10(y);
+}
+
 static axes plot_axes(const kda_score *s, int64_t T) {
   axes a = {0.0, log10((double)T), log10(ERR_FLOOR), log10(s->caps.o)};
-  const double top = s->caps.o * kda_step_allowance(T);
-  for (int64_t w = 0; w < s->n_win_each; w++)
-    if (isfinite(s->win_each[w]) && s->win_each[w] > 0 && log10(s->win_each[w]) > a.y1)
-      a.y1 = log10(s->win_each[w]);
-  if (log10(top) > a.y1) a.y1 = log10(top);
+  for (int64_t w = 0; w < s->n_win_each; w++) {
+    raise_top(&a, s->win_each[w]);
+    raise_top(&a, s->win_max_each[w]);
+    raise_top(&a, s->caps.o * s->win_allow_each[w]);
+  }
   a.y1 = ceil(a.y1 + 0.01), a.y0 = floor(a.y0);
   if (a.x1 <= a.x0) a.x1 = a.x0 + 1;
   return a;
+}
+
+/* One polyline of class cls per run of windows where y (scale times series) has a value. */
+static void series(FILE *f, const axes *a, const kda_score *s, int64_t T, const double *y,
+                   double scale, const char *cls, const char *style) {
+  for (int64_t w = 0; w < s->n_win_each;) {
+    if (isnan(y[w])) {
+      w++;
+      continue;
+    }
+    fprintf(f, "<polyline class=\"%s\" fill=\"none\" %s points=\"", cls, style);
+    const int64_t first = w;
+    for (; w < s->n_win_each && !isnan(y[w]); w++) {
+      const double e = isfinite(y[w]) && scale * y[w] > ERR_FLOOR ? scale * y[w]
+                       : isinf(y[w]) ? pow(10, a->y1) : ERR_FLOOR;
+      fprintf(f, "%s%.1f,%.1f", w > first ? " " : "", px(a, win_mid(s, w, T)), py(a, e));
+    }
+    fputs("\"/>\n", f);
+  }
 }
 
 static void plot(FILE *f, const kda_case_report *r, int64_t T) {
@@ -154,31 +179,30 @@ static void plot(FILE *f, const kda_case_report *r, int64_t T) {
   decade_ticks(f, &a);
   fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#000\"/>\n",
           PAD_L, PAD_T, PLOT_W - PAD_L - PAD_R, PLOT_H - PAD_T - PAD_B);
-  /* the cap, then the cap with the step allowance: flat up to N0 steps, then linear */
+  /* the cap, then what the rule allowed in each window (SPEC.md §7.3), then the errors */
   fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#b00\" "
              "stroke-dasharray=\"6 3\"/>\n", px(&a, 1.0), px(&a, (double)T), py(&a, s->caps.o),
           py(&a, s->caps.o));
-  fprintf(f, "<polyline class=\"allowance\" fill=\"none\" stroke=\"#b00\" stroke-dasharray=\"1 3\" "
-             "stroke-width=\"2\" points=\"%.1f,%.1f %.1f,%.1f %.1f,%.1f\"/>\n", px(&a, 1.0),
-          py(&a, s->caps.o), px(&a, KDA_STEP_ALLOWANCE_N0), py(&a, s->caps.o), px(&a, (double)T),
-          py(&a, s->caps.o * kda_step_allowance(T)));
-  fputs("<polyline class=\"err\" fill=\"none\" stroke=\"#1f5fbf\" stroke-width=\"1.5\" points=\"", f);
-  for (int64_t w = 0; w < s->n_win_each; w++) {
-    const double e = isfinite(s->win_each[w]) && s->win_each[w] > ERR_FLOOR ? s->win_each[w] : ERR_FLOOR;
-    fprintf(f, "%s%.1f,%.1f", w ? " " : "", px(&a, win_mid(s, w, T)), py(&a, e));
-  }
-  fputs("\"/>\n", f);
+  series(f, &a, s, T, s->win_allow_each, s->caps.o, "allowance",
+         "stroke=\"#b00\" stroke-dasharray=\"1 3\" stroke-width=\"2\"");
+  series(f, &a, s, T, s->win_max_each, 1.0, "worst",
+         "stroke=\"#7a9fd8\" stroke-dasharray=\"4 2\" stroke-width=\"1\"");
+  series(f, &a, s, T, s->win_each, 1.0, "err", "stroke=\"#1f5fbf\" stroke-width=\"1.5\"");
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">token position (log)</text>\n",
           (PLOT_W + PAD_L) / 2, PLOT_H - 6);
   fprintf(f, "<text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">"
              "o error, %s units (log)</text>\n", PLOT_H / 2, PLOT_H / 2, kda_class_name(s->cls));
   fputs("</svg><figcaption>", f);
   esc(f, r->backend);
-  fprintf(f, " (%s): solid = mean o error per %lld-token window; dashed = cap %g; dotted = cap "
-             "&times; step allowance max(1, n/%d) (for fp32 the most the envelope rule of SPEC.md "
-             "&sect;7.3 allows). Errors below %g are drawn at %g.</figcaption>"
-             "</figure>\n", kda_verdict_name(r->verdict), (long long)s->window, s->caps.o,
-          KDA_STEP_ALLOWANCE_N0, ERR_FLOOR, ERR_FLOOR);
+  fprintf(f, " (%s): solid = mean, thin dashed = worst o error per %lld-token window, without "
+             "allowance; dashed = cap %g; dotted = cap &times; the allowance used in the window "
+             "(%s). Gaps: windows the truth does not store. Errors below %g are drawn at "
+             "%g.</figcaption></figure>\n", kda_verdict_name(r->verdict), (long long)s->window,
+          s->caps.o, s->cls == KDA_PRECISION_FP32
+                         ? "the envelope rule of SPEC.md &sect;7.3: min(n/256, max(1, 4 e / cap)), "
+                           "e = ref-f32's worst error near the window"
+                         : "the step allowance max(1, n/256) of SPEC.md &sect;7.3",
+          ERR_FLOOR, ERR_FLOOR);
 }
 
 /* Reports come case by case (every backend of a case in a row): one section per long case. */

@@ -11,6 +11,7 @@
 
 #include "kda_conform.h"
 #include "kda_npz.h"
+#include "kda_score_internal.h"
 #include "kda_serving.h"
 
 const char *kda_verdict_name(int32_t v) {
@@ -375,14 +376,23 @@ static int causal_within_caps(prefix_ctx *x, const int64_t *at, const kda_output
                               const char *inputs, char *err, size_t errlen) {
   const kda_case *c = x->c;
   kda_outputs mixed = {0};
-  mixed.o = malloc((size_t)(x->t->out.n_o + 1) * sizeof(double));
-  mixed.n_o = x->t->out.n_o;
-  if (!mixed.o) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
-  kda_serving_mix(c, at, o2->o, x->t->out.o, mixed.o);
+  double *truth_o;
+  int owned;
+  int st = kda_truth_full_o(&c->p, x->t, &truth_o, &owned, err, errlen);
+  if (st != KDA_OK) return st;
+  mixed.n_o = (uint64_t)(c->p.T * c->p.HV * c->p.V);
+  mixed.o = malloc((size_t)(mixed.n_o + 1) * sizeof(double));
+  if (!mixed.o) {
+    if (owned) free(truth_o);
+    return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  }
+  /* a sampled truth's missing rows are NaN here; only its stored rows are scored */
+  kda_serving_mix(c, at, o2->o, truth_o, mixed.o);
+  if (owned) free(truth_o);
   kda_truth t = *x->t;
   t.out.ht = NULL, t.out.hc = NULL;
   double worst;
-  int st = serving_score(x, c, &t, &mixed, NULL, &worst, err, errlen);
+  st = serving_score(x, c, &t, &mixed, NULL, &worst, err, errlen);
   free(mixed.o);
   if (st != KDA_OK) return st;
   char msg[KDA_ERRLEN];
@@ -490,12 +500,78 @@ static int finish_case(kda_worker *w, kda_case_report *r, char *err, size_t errl
   return KDA_OK;
 }
 
+/* ---- Streamed cases (SPEC.md §7.10). */
+
+/* A backend that declines the chained chunk call is scored on the whole case, which is loaded
+ * for it (not in bounded memory), and the report says so; a case too large to load whole is
+ * NotSupported for it. */
+static int stream_whole(kda_worker *w, const kda_case *c, const kda_truth *t,
+                        const kda_conform_opts *o, kda_case_report *r, const char *why,
+                        char *err, size_t errlen) {
+  const char *path = kda_stream_path(t->stream);
+  kda_case full;
+  kda_truth tf;
+  char msg[KDA_ERRLEN];
+  if (kda_case_load(path, &full, msg, sizeof msg) != KDA_OK) {
+    char reason[KDA_ERRLEN];
+    snprintf(reason, sizeof reason, "streaming: the backend declines the chained call (%.150s) "
+             "and the case cannot be run whole: %.200s", why, msg);
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, reason);
+    return finish_case(w, r, err, errlen);
+  }
+  int st = kda_truth_compute(&full, path, &tf, err, errlen);
+  if (st == KDA_OK) {
+    kda_case_report_free(r);
+    st = kda_conform_case_worker(w, &full, &tf, o, r, err, errlen);
+    size_t n = strlen(r->reason);
+    if (st == KDA_OK)
+      snprintf(r->reason + n, sizeof r->reason - n, "%sscored whole: the backend declines the "
+               "chained chunk call of streaming (%.200s)", n ? "; " : "", why);
+    kda_truth_free(&tf);
+  }
+  kda_case_free(&full);
+  return st;
+}
+
+/* Chained chunk calls, scored as they come; the serving-path checks are not run on a streamed
+ * case (every chunk boundary is a resume from the backend's own state), --repeat calls every
+ * chunk twice. */
+static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
+                       const kda_conform_opts *o, int32_t cls, kda_case_report *r, char *err,
+                       size_t errlen) {
+  kda_stream_result res;
+  int st = kda_stream_score(w, c, t, cls, o->repeat, &r->score, &res, err, errlen);
+  if (st != KDA_OK) return st;
+  r->seconds = res.seconds;
+  r->score.cls = cls;
+  if (res.call.outcome == KDA_CALL_UNSUPPORTED) /* e.g. no h0 for a chained chunk */
+    return stream_whole(w, c, t, o, r, res.call.msg, err, errlen);
+  r->stream_chunk = kda_stream_chunk(t->stream);
+  if (res.call.outcome != KDA_CALL_OK) {
+    char msg[KDA_ERRLEN];
+    snprintf(msg, sizeof msg, "chained call on tokens [%lld, %lld): %.400s",
+             (long long)res.fail_t0, (long long)res.fail_t1, res.call.msg);
+    set_reason(r, outcome_verdict(res.call.outcome), msg);
+  } else {
+    verdict_from_score(r);
+    r->repeat_done = res.repeat_done, r->repeat_identical = res.repeat_identical;
+    r->nondeterministic = !res.repeat_identical;
+    if (!res.repeat_identical && r->verdict == KDA_VERDICT_PASS)
+      set_reason(r, KDA_VERDICT_QUALITY_WARNING, nondet_reason);
+    quality_checks(r, o);
+  }
+  st = finish_case(w, r, err, errlen);
+  apply_waiver(r, c, o);
+  return st;
+}
+
 int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
                             const kda_conform_opts *o, kda_case_report *r, char *err,
                             size_t errlen) {
   report_init(r, c, kda_worker_name(w), "case");
   int32_t wcls = kda_worker_class(w);
   int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
+  if (t->stream) return stream_case(w, c, t, o, cls, r, err, errlen);
   kda_outputs out;
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;
@@ -544,6 +620,9 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
                           char *err, size_t errlen) {
   report_init(r, c, "candidate", "case");
   r->score.cls = cls;
+  if (t->stream) /* a result file holds whole arrays: score it against a whole truth */
+    return snprintf(err, errlen, "a candidate cannot be scored against a streamed truth"),
+           KDA_EINVAL;
   kda_outputs out;
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);
   if (st != KDA_OK) return st;

@@ -18,12 +18,17 @@
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
+#include "kda_score_internal.h"
 
 /* ---- Magnitude trace: the float64 recurrence again, keeping M[t,hv]. */
 typedef struct mag_run {
   const kda_problem *p;
   const kda_tensors_f64 *ts;
   double *S, *qq, *kk, *a, *pr, *o, *mag;
+  const int64_t *rows; /* sampled truth: the stored tokens (M is kept at those only), or NULL */
+  int64_t n_rows;
+  int64_t t0;          /* global position of the problem's token 0 (a streamed chunk) */
+  int64_t first;       /* with rows: the row of mag[0] */
 } mag_run;
 
 static void mag_load(void *ctx, int64_t n, int64_t hv) {
@@ -47,30 +52,59 @@ static void mag_step(void *ctx, int64_t t, int64_t hv) {
   else
     for (int64_t j = 0; j < V; j++) r->pr[j] = 0.0;
   kda_ref_write(K, V, r->S, r->kk, r->ts->v + kda_ref_off_v(p, t, hv), r->pr, beta);
+  /* the same calls in the same order as ref-f64's step: its o, bit for bit */
+  if (r->ts->o) kda_ref_readout(K, V, r->S, r->qq, r->ts->o + kda_ref_off_v(p, t, hv));
+  int64_t row = t;
+  if (r->rows && (row = kda_sampled_row(r->rows, r->n_rows, r->t0 + t) - r->first) < 0) return;
   double m = 0.0;
   for (int64_t j = 0; j < V; j++) {
     double s = 0.0;
     for (int64_t i = 0; i < K; i++) s += fabs(r->S[i * V + j]) * fabs(r->qq[i]);
     if (s > m) m = s;
   }
-  r->mag[t * p->HV + hv] = m;
+  r->mag[row * p->HV + hv] = m;
 }
 
-static void mag_nop(void *ctx, int64_t a, int64_t b) {}
+/* The state into slot sl of a stored state array (ht or hc), when one is asked for. */
+static void mag_store(const mag_run *r, double *dst, int64_t sl, int64_t hv) {
+  const kda_problem *p = r->p;
+  if (!dst) return;
+  for (int64_t i = 0; i < p->K; i++)
+    for (int64_t j = 0; j < p->V; j++)
+      dst[kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j)] = r->S[i * p->V + j];
+}
 
-static int mag_trace(const kda_case *c, double *mag, char *err, size_t errlen) {
-  const kda_problem *p = &c->p;
-  kda_tensors_f64 ts;
-  kda_case_tensors(c, &ts);
+static void mag_checkpoint(void *ctx, int64_t c, int64_t hv) {
+  mag_run *r = ctx;
+  mag_store(r, r->ts->hc, c, hv);
+}
+
+static void mag_final(void *ctx, int64_t n, int64_t hv) {
+  mag_run *r = ctx;
+  mag_store(r, r->ts->ht, n, hv);
+}
+
+int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
+                  double *mag, char *err, size_t errlen) {
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   double *work = malloc((K * V + 3 * K + V + 1) * sizeof *work);
   if (!work) return snprintf(err, errlen, "out of memory for the magnitude trace"), KDA_ENOMEM;
-  mag_run r = {p, &ts, work, work + K * V, work + K * V + K,
-               work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag};
-  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_nop, mag_nop};
-  kda_ref_drive(p, c->cu_seqlens, c->checkpoints, &vis);
+  mag_run r = {p, ts, work, work + K * V, work + K * V + K,
+               work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag,
+               rows ? rows->index : NULL, rows ? rows->n : 0, rows ? rows->t0 : 0,
+               rows ? rows->first : 0};
+  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_checkpoint, mag_final};
+  kda_ref_drive(p, ts->cu_seqlens, ts->checkpoints, &vis);
   free(work);
   return KDA_OK;
+}
+
+static int mag_trace(const kda_case *c, const kda_truth *t, double *mag, char *err,
+                     size_t errlen) {
+  kda_tensors_f64 ts;
+  kda_case_tensors(c, &ts); /* no outputs: magnitudes only */
+  const kda_mag_rows rows = {t->o_index, t->n_rows, 0, 0};
+  return kda_mag_trace(&c->p, &ts, t->o_index ? &rows : NULL, mag, err, errlen);
 }
 
 /* Largest |S| of each head of a stored state array [slots, HV, K*V]. */
@@ -99,10 +133,34 @@ static int load_golden(const char *path, const kda_problem *p, kda_truth *t, int
     kda_npz_close(z);
     return snprintf(err, errlen, "golden outputs not verified: %s", msg), KDA_EFORMAT;
   }
-  st = kda_output_members_read(z, path, p, t->out.o, t->out.ht, t->out.hc, err, errlen);
+  if (t->o_index) {
+    st = kda_sampled_read_o(z, path, p, t->n_rows, t->out.o, err, errlen);
+    if (st == KDA_OK)
+      st = kda_output_members_read(z, path, p, NULL, t->out.ht, t->out.hc, err, errlen);
+  } else {
+    st = kda_output_members_read(z, path, p, t->out.o, t->out.ht, t->out.hc, err, errlen);
+  }
   kda_npz_close(z);
   if (st == KDA_OK) *found = 1;
   return st;
+}
+
+/* Sampled truth (SPEC.md §10.2): the stored tokens, and o shrunk to their rows. */
+static int sampled_rows(const kda_case *c, const char *path, kda_truth *t, char *err,
+                        size_t errlen) {
+  t->n_rows = c->p.T;
+  if (!path || !kda_sampled_declared(c)) return KDA_OK;
+  kda_npz *z;
+  int st = kda_npz_open(path, &z, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_sampled_read_index(z, path, &c->p, &t->o_index, &t->n_rows, err, errlen);
+  kda_npz_close(z);
+  if (st != KDA_OK) return st;
+  free(t->out.o);
+  t->out.n_o = (uint64_t)(t->n_rows * c->p.HV * c->p.V);
+  t->out.o = malloc((size_t)t->out.n_o * sizeof(double));
+  if (!t->out.o) return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
+  return KDA_OK;
 }
 
 int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,
@@ -111,7 +169,9 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
   const kda_problem *p = &c->p;
   int st = kda_outputs_alloc(p, &t->out, err, errlen);
   if (st != KDA_OK) return st;
-  t->mag_o = calloc((size_t)(p->T * p->HV) + 1, sizeof(double));
+  st = sampled_rows(c, path, t, err, errlen);
+  if (st != KDA_OK) return kda_truth_free(t), st;
+  t->mag_o = calloc((size_t)(t->n_rows * p->HV) + 1, sizeof(double));
   t->mag_ht = calloc((size_t)(p->N * p->HV) + 1, sizeof(double));
   t->mag_hc = calloc((size_t)(p->n_checkpoints * p->HV) + 1, sizeof(double));
   if (!t->mag_o || !t->mag_ht || !t->mag_hc) {
@@ -120,13 +180,15 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
   }
   int golden = 0;
   st = load_golden(path, p, t, &golden, err, errlen);
+  if (st == KDA_OK && !golden && t->o_index)
+    st = KDA_EFORMAT, snprintf(err, errlen, "%s: golden.o_sampled but no member 'o'", path);
   if (st == KDA_OK && !golden) {
     kda_tensors_f64 ts;
     kda_case_tensors(c, &ts);
     ts.o = t->out.o, ts.ht = t->out.ht, ts.hc = t->out.hc;
     st = kda_ref_forward_f64(p, &ts, err, errlen);
   }
-  if (st == KDA_OK) st = mag_trace(c, t->mag_o, err, errlen);
+  if (st == KDA_OK) st = mag_trace(c, t, t->mag_o, err, errlen);
   if (st != KDA_OK) return kda_truth_free(t), st;
   t->from_golden = golden;
   if (t->out.ht) head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
@@ -142,6 +204,8 @@ void kda_truth_free(kda_truth *t) {
   free(t->mag_ht);
   free(t->mag_hc);
   kda_envelope_free(&t->env);
+  free(t->o_index);
+  kda_stream_free(t->stream);
   memset(t, 0, sizeof *t);
 }
 
@@ -196,14 +260,19 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
+/* Median of the scored values of x[0, n) (NaN marks a token a sampled truth does not hold),
+ * NaN when there is none. */
 static double median(const double *x, int64_t n, double *tmp) {
-  if (n <= 0) return 0.0;
-  memcpy(tmp, x, (size_t)n * sizeof *tmp);
-  qsort(tmp, (size_t)n, sizeof *tmp, cmp_double);
-  return (n & 1) ? tmp[n / 2] : 0.5 * (tmp[n / 2 - 1] + tmp[n / 2]);
+  int64_t m = 0;
+  for (int64_t i = 0; i < n; i++)
+    if (!isnan(x[i])) tmp[m++] = x[i];
+  if (m <= 0) return n <= 0 ? 0.0 : NAN;
+  qsort(tmp, (size_t)m, sizeof *tmp, cmp_double);
+  return (m & 1) ? tmp[m / 2] : 0.5 * (tmp[m / 2 - 1] + tmp[m / 2]);
 }
 
-/* Growth of the per-token error along the longest sequence (SPEC.md §7.5). */
+/* Growth of the per-token error along the longest sequence (SPEC.md §7.5), over the tokens
+ * scored (a sampled truth's: NA when a half of the range holds none). */
 static void growth(kda_score *s, const double *tok, const kda_case *c, double *tmp) {
   const kda_problem *p = &c->p;
   int64_t bos = 0, len = 0;
@@ -215,13 +284,16 @@ static void growth(kda_score *s, const double *tok, const kda_case *c, double *t
   const double floor_u = 1e-3;
   double lo = median(tok + bos + len / 4, len / 2 - len / 4, tmp);
   double hi = median(tok + bos + len / 2, len - len / 2, tmp);
+  if (isnan(lo) || isnan(hi)) return;
   s->alpha = log2(fmax(hi, floor_u) / fmax(lo, floor_u));
   /* least squares over octaves [2^k, 2^(k+1)) of positions, k >= 3, of the median error */
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   int nb = 0;
   for (int64_t a = 8; a < len; a *= 2) {
     int64_t b = a * 2 < len ? a * 2 : len;
-    double x = log2((double)(a + b) / 2.0), y = log2(fmax(median(tok + bos + a, b - a, tmp), floor_u));
+    double med = median(tok + bos + a, b - a, tmp);
+    if (isnan(med)) continue;
+    double x = log2((double)(a + b) / 2.0), y = log2(fmax(med, floor_u));
     sx += x, sy += y, sxx += x * x, sxy += x * y, nb++;
   }
   if (nb >= 2) s->alpha_fit = (nb * sxy - sx * sy) / (nb * sxx - sx * sx);
@@ -232,41 +304,66 @@ static void growth(kda_score *s, const double *tok, const kda_case *c, double *t
                                : KDA_GROWTH_UNSTABLE;
 }
 
-/* Per-window means of the per-token error for plots; a failed allocation leaves them out
- * (they are not a metric, so scoring goes on). */
-static void window_series(kda_score *s, const double *tok, int64_t T) {
-  const int64_t W = s->window, n = T > 0 ? (T + W - 1) / W : 0;
-  s->win_each = n > 0 ? malloc((size_t)n * sizeof *s->win_each) : NULL;
-  s->n_win_each = s->win_each ? n : 0;
-  s->win_tokens = T;
-  for (int64_t w = 0; w < s->n_win_each; w++) {
-    const int64_t a = w * W, b = a + W < T ? a + W : T;
-    double sum = 0;
-    for (int64_t t = a; t < b; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
-    s->win_each[w] = sum / (double)(b - a);
-  }
+/* Mean per-token error of the scored tokens of [a, b) (an infinite error counts as 1e300),
+ * NaN when none is scored. */
+static double tok_mean(const double *tok, int64_t a, int64_t b) {
+  double sum = 0;
+  int64_t n = 0;
+  for (int64_t t = a; t < b; t++)
+    if (!isnan(tok[t])) sum += isfinite(tok[t]) ? tok[t] : 1e300, n++;
+  return n ? sum / (double)n : NAN;
 }
 
-static void windows(kda_score *s, const double *tok, int64_t T) {
+/* The per-window series of the report (SPEC.md §7.9), NaN until a token of the window is
+ * scored; a failed allocation leaves them out (they are not a metric, so scoring goes on). */
+static void window_alloc(kda_score *s, int64_t T) {
   s->window = T < 64 ? (T > 0 ? T : 1) : 64;
+  const int64_t n = T > 0 ? (T + s->window - 1) / s->window : 0;
+  s->win_each = n > 0 ? malloc(4 * (size_t)n * sizeof *s->win_each) : NULL;
+  s->n_win_each = s->win_each ? n : 0;
+  s->win_tokens = T;
+  if (!s->win_each) return;
+  s->win_max_each = s->win_each + n, s->win_env_each = s->win_each + 2 * n;
+  s->win_allow_each = s->win_each + 3 * n;
+  for (int64_t i = 0; i < 4 * n; i++) s->win_each[i] = NAN;
+}
+
+/* Token tt's worst error without allowance, its envelope value and its allowance. */
+static void window_note(kda_score *s, const kda_envelope *env, int64_t tt, double raw, double L) {
+  const int64_t w = tt / s->window;
+  if (w >= s->n_win_each) return;
+  if (!(s->win_max_each[w] >= raw)) s->win_max_each[w] = raw;
+  if (!(s->win_allow_each[w] >= L)) s->win_allow_each[w] = L;
+  double e = kda_envelope_near_o(env, tt);
+  if (!(s->win_env_each[w] >= e)) s->win_env_each[w] = e;
+}
+
+/* Per-window means of the per-token error for plots (NaN: a window a sampled truth does not
+ * hold). */
+static void window_series(kda_score *s, const double *tok, int64_t T) {
+  const int64_t W = s->window;
+  for (int64_t w = 0; w < s->n_win_each; w++)
+    s->win_each[w] = tok_mean(tok, w * W, w * W + W < T ? w * W + W : T);
+}
+
+/* First, worst and last window (SPEC.md §7.5).  The last is the last W scored tokens (the
+ * last W tokens, unless the truth is sampled). */
+static void windows(kda_score *s, const double *tok, int64_t T) {
   window_series(s, tok, T);
   int64_t W = s->window;
   s->win_first = s->win_last = s->win_worst = 0.0;
   s->win_worst_start = 0;
+  int seen = 0;
   for (int64_t a = 0; a + W <= T || (a == 0 && T > 0); a += W) {
     int64_t b = a + W < T ? a + W : T;
-    double sum = 0;
-    for (int64_t t = a; t < b; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
-    double mean = sum / (double)(b - a);
-    if (a == 0) s->win_first = mean;
+    double mean = tok_mean(tok, a, b);
+    if (!isnan(mean) && !seen) s->win_first = mean, seen = 1;
     if (mean > s->win_worst) s->win_worst = mean, s->win_worst_start = a;
     if (b >= T) break;
   }
-  if (T > 0) {
-    double sum = 0;
-    for (int64_t t = T - (W < T ? W : T); t < T; t++) sum += isfinite(tok[t]) ? tok[t] : 1e300;
-    s->win_last = sum / (double)(W < T ? W : T);
-  }
+  int64_t a = T, n = 0;
+  while (a > 0 && n < W) n += !isnan(tok[--a]);
+  if (n) s->win_last = tok_mean(tok, a, T);
 }
 
 /* SPEC.md §7.5: growth that is systematic or unstable, with a last window above cap/8, is
@@ -300,29 +397,44 @@ static double allow_o(const kda_score *s, const kda_truth *t, int64_t tt, int64_
   return kda_envelope_allow_o(class_env(s, t), tt, s->caps.o, n);
 }
 
-static void score_o(const kda_case *c, const kda_truth *t, const kda_outputs *obs, kda_score *s,
-                    double *tok) {
+/* Tokens [t0, t1) of sequence n against the truth's rows of them (SPEC.md §7.3): every token,
+ * or the stored ones of a sampled truth (§10.2); tok[t] stays NaN at the others. */
+void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x) {
   const kda_problem *p = &c->p;
-  rms_acc acc = {0, 0};
-  s->first_fail_token = -1;
-  for (int64_t n = 0; n < p->N; n++)
-    for (int64_t tt = c->cu_seqlens[n]; tt < c->cu_seqlens[n + 1]; tt++) {
-      tok[tt] = 0.0;
-      double L = allow_o(s, t, tt, tt - c->cu_seqlens[n] + 1);
-      for (int64_t hv = 0; hv < p->HV; hv++) {
-        double sc = error_scale(s, t->mag_o[tt * p->HV + hv]);
-        for (int64_t j = 0; j < p->V; j++) {
-          uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
-          double e = t->out.o[idx], o = obs->o[idx];
-          double raw = elem_err(e, o, sc, &s->o), err = raw / L;
-          kda_where at = {tt, n, hv, j};
-          record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
-          if (raw > tok[tt]) tok[tt] = raw;
-          if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
-        }
+  const kda_truth *t = a->t;
+  kda_score *s = a->s;
+  rms_acc acc = {a->sd, a->se};
+  const int64_t bos = c->cu_seqlens[x->n];
+  int64_t row = x->r0;
+  for (int64_t tt = x->t0; tt < x->t1; tt++) {
+    a->tok[tt] = NAN;
+    if (t->o_index) {
+      while (row < t->n_rows && t->o_index[row] < tt) row++;
+      if (row >= t->n_rows || t->o_index[row] != tt) continue;
+    } else {
+      row = x->r0 + (tt - x->t0);
+    }
+    const int64_t lr = row - x->r0;
+    a->tok[tt] = 0.0;
+    double L = allow_o(s, t, tt, tt - bos + 1);
+    double raw_max = 0.0;
+    for (int64_t hv = 0; hv < p->HV; hv++) {
+      double sc = error_scale(s, x->mag[lr * p->HV + hv]);
+      for (int64_t j = 0; j < p->V; j++) {
+        uint64_t idx = (uint64_t)((tt * p->HV + hv) * p->V + j);
+        double e = x->truth[(lr * p->HV + hv) * p->V + j];
+        double o = x->obs[((tt - x->t0) * p->HV + hv) * p->V + j];
+        double raw = elem_err(e, o, sc, &s->o), err = raw / L;
+        kda_where at = {tt, x->n, hv, j};
+        record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
+        if (raw > a->tok[tt]) a->tok[tt] = raw;
+        if (!(raw_max >= raw)) raw_max = raw;
+        if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
       }
     }
-  finish_rms(&s->o, &acc);
+    window_note(s, class_env(s, t), tt, raw_max, L);
+  }
+  a->sd = acc.sd, a->se = acc.se;
 }
 
 /* Steps behind state slot sl: the sequence's length for ht, the checkpoint's position in its
@@ -357,38 +469,69 @@ static void score_state(const kda_case *c, int is_hc, const double *e_all, const
   finish_rms(m, &acc);
 }
 
-int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
-                      int32_t cls, kda_score *s, char *err, size_t errlen) {
+int kda_score_begin(const kda_case *c, const kda_truth *t, int32_t cls, kda_score *s,
+                    kda_score_acc *a, char *err, size_t errlen) {
   memset(s, 0, sizeof *s);
+  memset(a, 0, sizeof *a);
   const kda_problem *p = &c->p;
   if (kda_class_caps(cls, &s->caps) != KDA_OK)
     return snprintf(err, errlen, "unknown precision class %d", (int)cls), KDA_EINVAL;
   s->cls = cls;
   s->unit = kda_class_unit(cls);
   s->tiny = kda_class_tiny(cls);
-  if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
-    return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
-  double *tok = calloc((size_t)p->T + 1, sizeof *tok);
-  double *tmp = calloc((size_t)p->T + 1, sizeof *tmp);
+  s->first_fail_token = -1;
+  a->s = s, a->t = t;
+  a->tok = malloc(((size_t)p->T + 1) * sizeof *a->tok);
+  a->tmp = calloc((size_t)p->T + 1, sizeof *a->tmp);
   if (p->n_checkpoints > 0) s->hc_each = calloc((size_t)p->n_checkpoints, sizeof(double));
-  if (!tok || !tmp || (p->n_checkpoints > 0 && !s->hc_each)) {
-    free(tok), free(tmp), kda_score_free(s);
+  if (!a->tok || !a->tmp || (p->n_checkpoints > 0 && !s->hc_each)) {
+    free(a->tok), free(a->tmp), kda_score_free(s);
     return snprintf(err, errlen, "out of memory scoring"), KDA_ENOMEM;
   }
+  for (int64_t i = 0; i < p->T; i++) a->tok[i] = NAN;
   s->n_hc_each = p->n_checkpoints;
-  score_o(c, t, obs, s, tok);
+  window_alloc(s, p->T);
+  return KDA_OK;
+}
+
+void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc) {
+  const kda_problem *p = &c->p;
+  const kda_truth *t = a->t;
+  kda_score *s = a->s;
+  const rms_acc acc = {a->sd, a->se};
+  finish_rms(&s->o, &acc);
   const kda_envelope *env = class_env(s, t);
   if (t->out.ht)
-    score_state(c, 0, t->out.ht, obs->ht, t->mag_ht, env ? env->ht : NULL, p->N, "ht",
+    score_state(c, 0, t->out.ht, ht, t->mag_ht, env ? env->ht : NULL, p->N, "ht",
                 s->caps.ht, &s->ht, s, NULL);
   if (t->out.hc)
-    score_state(c, 1, t->out.hc, obs->hc, t->mag_hc, env ? env->hc : NULL, p->n_checkpoints,
+    score_state(c, 1, t->out.hc, hc, t->mag_hc, env ? env->hc : NULL, p->n_checkpoints,
                 "hc", s->caps.hc, &s->hc, s, s->hc_each);
-  windows(s, tok, p->T);
-  growth(s, tok, c, tmp);
+  windows(s, a->tok, p->T);
+  growth(s, a->tok, c, a->tmp);
   s->growth_beyond = growth_beyond(s, env);
-  free(tok);
-  free(tmp);
+  free(a->tok), free(a->tmp);
+  a->tok = a->tmp = NULL;
+}
+
+int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
+                      int32_t cls, kda_score *s, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  memset(s, 0, sizeof *s);
+  if ((t->out.ht && !obs->ht) || (t->out.hc && !obs->hc) || !obs->o)
+    return snprintf(err, errlen, "observed outputs are missing"), KDA_EINVAL;
+  kda_score_acc a;
+  int st = kda_score_begin(c, t, cls, s, &a, err, errlen);
+  if (st != KDA_OK) return st;
+  for (int64_t n = 0; n < p->N; n++) {
+    const int64_t bos = c->cu_seqlens[n];
+    const int64_t r0 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, bos) : bos;
+    const kda_o_rows x = {n, bos, c->cu_seqlens[n + 1], r0,
+                          t->out.o + (size_t)(r0 * p->HV * p->V), t->mag_o + (size_t)(r0 * p->HV),
+                          obs->o + (size_t)(bos * p->HV * p->V)};
+    kda_score_o_rows(&a, c, &x);
+  }
+  kda_score_end(&a, c, obs->ht, obs->hc);
   return KDA_OK;
 }
 
@@ -396,8 +539,8 @@ void kda_score_free(kda_score *s) {
   free(s->hc_each);
   s->hc_each = NULL;
   s->n_hc_each = 0;
-  free(s->win_each);
-  s->win_each = NULL;
+  free(s->win_each); /* the other series live in its allocation */
+  s->win_each = s->win_max_each = s->win_env_each = s->win_allow_each = NULL;
   s->n_win_each = 0;
 }
 

@@ -91,6 +91,14 @@ static const char help_text[] =
     "                            must be a regular file and not an input)\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
     "      --max-lines N         failure lines shown per case (default 5)\n"
+    "      --stream              score every case in bounded memory (SPEC.md section 7.10):\n"
+    "                            inputs read or generated chunk by chunk, each backend\n"
+    "                            called on chunks of --chunk tokens chained through h0 ->\n"
+    "                            ht (each sequence separately); no serving-path checks;\n"
+    "                            default: only cases with T*HV*max(K,V) > 2^24\n"
+    "      --no-stream           never stream (whole arrays in memory)\n"
+    "      --chunk N             tokens per chained call when streaming, a multiple of 64\n"
+    "                            (default 16384)\n"
     "      --html DIR            self-contained HTML report DIR/index.html: verdicts\n"
     "                            and, per case of >= 256 tokens and backend, the o\n"
     "                            error per 64-token window against the position\n"
@@ -120,6 +128,8 @@ typedef struct conform_args {
   int32_t cls;
   int quiet, bench, strict;
   int json; /* --json: --list-backends as one JSON document */
+  int stream;    /* --stream 1, --no-stream -1, 0: long cases only (SPEC.md §7.10) */
+  int64_t chunk; /* --chunk: tokens per chained call of a streamed case (0: default) */
   int64_t max_lines;
   kda_conform_opts opts;
   char **paths;
@@ -205,6 +215,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
   enum { O_HTML = 512, O_JSON, O_SERVING };
+  enum { O_STREAM = 600, O_NOSTREAM, O_CHUNK };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -224,6 +235,8 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"html", required_argument, NULL, O_HTML}, {"json", no_argument, NULL, O_JSON},
       {"serving", required_argument, NULL, O_SERVING},
+      {"stream", no_argument, NULL, O_STREAM}, {"no-stream", no_argument, NULL, O_NOSTREAM},
+      {"chunk", required_argument, NULL, O_CHUNK},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -295,6 +308,12 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       case O_FAILREG: a->opts.fail_on_regression = 1; break;
       case O_HTML: a->html = optarg; break;
       case O_JSON: a->json = 1; break;
+      case O_STREAM: a->stream = 1; break;    /* SPEC.md §7.10 */
+      case O_NOSTREAM: a->stream = -1; break;
+      case O_CHUNK:
+        if (kda_tool_parse_count(optarg, &a->chunk) || a->chunk < 64 || a->chunk % 64)
+          return kda_tool_usage(SUB, "bad --chunk '%s' (a multiple of 64 tokens)", optarg);
+        break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
@@ -387,10 +406,24 @@ static int score_prompts(const conform_args *a, const kda_case *c, const char *m
   return st;
 }
 
+/* The case, whole, or for a streamed one (SPEC.md §7.10: --stream, or long, and no candidate)
+ * only its token-independent inputs. */
+static int load_case(const conform_args *a, const char *path, kda_case *c, int *streamed,
+                     char *err, size_t errlen) {
+  *streamed = 0;
+  if (a->stream < 0 || a->candidate) return kda_case_load(path, c, err, errlen);
+  int st = kda_case_load_static(path, c, err, errlen);
+  if (st != KDA_OK || a->stream > 0 || kda_stream_auto(&c->p))
+    return *streamed = st == KDA_OK, st;
+  kda_case_free(c);
+  return kda_case_load(path, c, err, errlen);
+}
+
 static int score_case(const conform_args *a, const char *path, target *tg, int nt, run_state *s) {
   char err[KDA_ERRLEN], idbuf[256];
   kda_case c;
-  int st = kda_case_load(path, &c, err, sizeof err);
+  int streamed;
+  int st = load_case(a, path, &c, &streamed, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
   if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(path, idbuf, sizeof idbuf));
   /* the id names the candidate's file: one path component (kda_files.h) */
@@ -403,7 +436,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   s->selected++;
   kda_truth t;
   double t0 = now_s();
-  st = kda_truth_compute(&c, path, &t, err, sizeof err);
+  st = streamed ? kda_truth_stream(&c, path, a->chunk, &t, err, sizeof err)
+                : kda_truth_compute(&c, path, &t, err, sizeof err);
   s->truth_s += now_s() - t0;
   if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
   for (int i = 0; i < nt && st == KDA_OK; i++) {

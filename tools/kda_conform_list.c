@@ -247,7 +247,8 @@ int kda_conform_list_cases(const char *const *filters, int n_filters, char *cons
   for (int i = 0; i < n_paths; i++) {
     char err[KDA_ERRLEN], idbuf[256], flags[1024];
     kda_case c;
-    if (kda_case_load(paths[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+    /* the problem is enough: a production case's inputs stay unread (SPEC.md §7.10) */
+    if (kda_case_load_static(paths[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
     const char *id = case_id(&c, paths[i], idbuf, sizeof idbuf);
     if (kda_case_filter_match(filters, n_filters, id, c.manifest_json))
       printf("%-28s %6lld %7lld %4lld %4lld %5lld %5lld %-9s %s\n", id, (long long)c.p.N,

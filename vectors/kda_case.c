@@ -645,7 +645,13 @@ static int default_cu_seqlens(kda_case *c, char *err, size_t errlen) {
   return KDA_OK;
 }
 
-static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_t errlen) {
+/* The token-major inputs, which kda_case_load_static leaves in the file. */
+static int token_major(int m) {
+  return m == KDA_M_Q || m == KDA_M_K || m == KDA_M_V || m == KDA_M_G || m == KDA_M_BETA;
+}
+
+static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only, char *err,
+                     size_t errlen) {
   char *text = NULL;
   size_t len = 0;
   int st = kda_npz_read_blob(z, "manifest.json", &text, &len, err, errlen);
@@ -661,7 +667,7 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_
   }
   if (!st) st = check_members_map(path, root, c, err, errlen);
   if (!st && kda_case_inputs_generated(root)) { /* SPEC.md §10.2: inputs from the description */
-    st = kda_case_load_generated(z, path, root, c, err, errlen);
+    st = kda_case_load_generated(z, path, root, c, static_only, err, errlen);
     json_decref(root);
     return st;
   }
@@ -674,7 +680,15 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, char *err, size_
   if (st) return st;
   member_spec s[KDA_M_COUNT];
   member_specs(&c->p, s);
-  for (int m = 0; m < KDA_M_COUNT && !st; m++) st = load_member(z, path, m, &s[m], c, err, errlen);
+  for (int m = 0; m < KDA_M_COUNT && !st; m++) {
+    kda_array_info info;
+    if (static_only && token_major(m) && s[m].used && kda_npz_has(z, kda_case_member_names[m])) {
+      st = kda_npz_info(z, kda_case_member_names[m], &info, err, errlen); /* checked, not read */
+      if (!st) st = check_member_info(path, m, &s[m], &info, err, errlen);
+    } else {
+      st = load_member(z, path, m, &s[m], c, err, errlen);
+    }
+  }
   if (!st) st = check_alloc_bound(path, &c->p, &sz, err, errlen);
   if (!st) st = default_cu_seqlens(c, err, errlen);
   if (!st) st = check_values(path, c, s, err, errlen);
@@ -691,7 +705,19 @@ int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen) {
   kda_npz *z = NULL;
   int st = kda_npz_open(path, &z, err, errlen);
   if (st) return st;
-  st = load_from(z, path, c, err, errlen);
+  st = load_from(z, path, c, 0, err, errlen);
+  kda_npz_close(z);
+  if (st) kda_case_free(c);
+  return st;
+}
+
+int kda_case_load_static(const char *path, kda_case *c, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  if (!path) return kda_fail(KDA_EINVAL, err, errlen, "case path is NULL");
+  kda_npz *z = NULL;
+  int st = kda_npz_open(path, &z, err, errlen);
+  if (st) return st;
+  st = load_from(z, path, c, 1, err, errlen);
   kda_npz_close(z);
   if (st) kda_case_free(c);
   return st;

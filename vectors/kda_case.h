@@ -92,6 +92,11 @@ int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen);
  * KDA_ENOMEM. */
 int kda_case_save(const char *path, const kda_case *c, const char *extra_json, char *err,
                   size_t errlen);
+/* The same, but the token-major inputs q, k, v, g, beta stay in the file (NULL in c; their
+ * dtype and shape are checked, their values are not read): what a streaming reader needs
+ * before it reads them window by window (kda_npz_read_range; SPEC.md §7.10).  Returns as
+ * kda_case_load. */
+int kda_case_load_static(const char *path, kda_case *c, char *err, size_t errlen);
 void kda_case_free(kda_case *c);
 /* Points t's inputs at the case's arrays (outputs are left NULL). */
 void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t);

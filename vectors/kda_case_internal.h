@@ -79,11 +79,12 @@ void kda_case_encode(int32_t dtype, const double *x, const int64_t *ix, size_t n
  * says "inputs": "generated".  kda_case_load_generated loads such a file into c (whose problem,
  * input precision, id and manifest text are already parsed): no input member may be stored;
  * the description of generator_info (no design) must give c's problem and precision and
- * reproduce every SHA-256 of golden.generated_sha256; then every input is generated.  Returns
+ * reproduce every SHA-256 of golden.generated_sha256; then every input is generated (with
+ * static_only, only the token-independent ones: kda_case_load_static).  Returns
  * KDA_OK, KDA_EFORMAT (naming the file and the member or key), KDA_ENOMEM. */
 int kda_case_inputs_generated(struct json_t *root);
 struct kda_npz;
 int kda_case_load_generated(struct kda_npz *z, const char *path, struct json_t *root,
-                            kda_case *c, char *err, size_t errlen);
+                            kda_case *c, int static_only, char *err, size_t errlen);
 
 #endif

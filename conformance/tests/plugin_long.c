@@ -38,16 +38,23 @@ static const char *const defect_names[D_COUNT] = {
 
 typedef struct lhandle {
   int defect;
+  int no_h0; /* "no_h0": declines problems with an initial state (the chained calls of a
+                streamed case, SPEC.md §7.10) */
   char err[256];
 } lhandle;
 
-/* params: "defect=NAME" words (the last one wins); any other word is rejected (SPEC.md §7.8). */
+/* params: "defect=NAME" words (the last one wins) and "no_h0"; any other word is rejected
+ * (SPEC.md §7.8). */
 static int32_t l_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  int defect = D_NONE;
+  int defect = D_NONE, no_h0 = 0;
   for (const char *s = params ? params : ""; *s;) {
     s += strspn(s, " ,");
     size_t n = strcspn(s, " ,");
     if (!n) break;
+    if (n == 5 && strncmp(s, "no_h0", 5) == 0) {
+      no_h0 = 1, s += n;
+      continue;
+    }
     int found = -1;
     for (int d = 0; n > 7 && strncmp(s, "defect=", 7) == 0 && d < D_COUNT; d++)
       if (strlen(defect_names[d]) == n - 7 && strncmp(s + 7, defect_names[d], n - 7) == 0)
@@ -65,6 +72,7 @@ static int32_t l_open(const char *params, void **handle, char *err, uint32_t err
   lhandle *h = calloc(1, sizeof *h);
   if (!h) return KDA_ENOMEM;
   h->defect = defect;
+  h->no_h0 = no_h0;
   *handle = h;
   return KDA_OK;
 }
@@ -72,6 +80,8 @@ static int32_t l_open(const char *params, void **handle, char *err, uint32_t err
 static void l_close(void *h) { free(h); }
 static int32_t l_supports(void *h, const kda_problem *p, char *r, uint32_t n) {
   if (p->K > 4096 || p->V > 4096) return snprintf(r, n, "K, V > 4096"), KDA_EUNSUPPORTED;
+  if (((lhandle *)h)->no_h0 && p->has_initial_state)
+    return snprintf(r, n, "no initial state (no_h0)"), KDA_EUNSUPPORTED;
   return KDA_OK;
 }
 static const char *l_last_error(void *h) { return ((lhandle *)h)->err; }

@@ -1,0 +1,90 @@
+/* kda_score_internal.h: what the scorer (kda_score.c) shares with sampled truth (SPEC.md
+ * §10.2, golden.o_sampled; kda_sampled.c) and streaming scoring (§7.10; kda_stream.c).  Not
+ * installed.
+ * SPDX-License-Identifier: MIT
+ */
+#ifndef KDA_SCORE_INTERNAL_H
+#define KDA_SCORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include "kda_conform.h"
+#include "kda_npz.h"
+
+/* 1 when the case's manifest says golden.o_sampled (kda_case_golden_form), else 0. */
+int kda_sampled_declared(const kda_case *c);
+/* Reads member o_index of an open archive for problem p (kda_output_sampled_read: <i8 or <i4
+ * [P], strictly increasing tokens in [0, T), o of shape [P, HV, V]) and requires whole aligned
+ * windows of KDA_ENVELOPE_WINDOW tokens (every token of [64w, min(64w + 64, T)) of each window
+ * it touches) and P >= 1.  *idx is freed with free().  Returns KDA_OK, or KDA_ENOTFOUND /
+ * KDA_EFORMAT / KDA_EDTYPE / KDA_ENOMEM with a message naming path. */
+int kda_sampled_read_index(kda_npz *z, const char *path, const kda_problem *p, int64_t **idx,
+                           int64_t *n, char *err, size_t errlen);
+/* Reads the sampled o, <f8 of shape exactly [P, HV, V], into o (P * HV * V). */
+int kda_sampled_read_o(kda_npz *z, const char *path, const kda_problem *p, int64_t P, double *o,
+                       char *err, size_t errlen);
+/* The row of token tt in a sampled truth (binary search), or -1 when it is not stored. */
+int64_t kda_sampled_row(const int64_t *idx, int64_t n, int64_t tt);
+/* The first row of a sampled truth at token tt or later (n when none). */
+int64_t kda_sampled_lower(const int64_t *idx, int64_t n, int64_t tt);
+/* The truth's o as a full [T, HV, V] array: t->out.o itself when not sampled (*owned 0), else a
+ * new array (*owned 1, free()) holding the stored rows and NaN elsewhere. */
+int kda_truth_full_o(const kda_problem *p, const kda_truth *t, double **o, int *owned, char *err,
+                     size_t errlen);
+
+/* M[t, hv] of SPEC.md §7.3 by the float64 recurrence of problem p on ts (cu_seqlens and
+ * checkpoints included): into mag[t * HV + hv] for every token, or with rows, only at the
+ * stored tokens: the token t of p (global position rows->t0 + t) that is index[r] goes to
+ * mag[(r - rows->first) * HV + hv].  Where ts->o, ts->ht, ts->hc are not NULL they receive
+ * ref-f64's outputs, bit for bit (the same calls in the same order as kda_ref_forward_f64):
+ * a streamed case runs the float64 recurrence once per chunk. */
+typedef struct kda_mag_rows {
+  const int64_t *index;
+  int64_t n, t0, first;
+} kda_mag_rows;
+int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
+                  double *mag, char *err, size_t errlen);
+
+/* ---- Scoring in pieces (SPEC.md §7.10): kda_score_outputs is begin, the o rows of each
+ * sequence, end; a streamed case calls kda_score_o_rows once per chunk, in token order, so
+ * that both give the same bits. */
+typedef struct kda_score_acc {
+  kda_score *s;
+  const kda_truth *t; /* envelope, sampled index, states and their magnitudes */
+  double *tok, *tmp;  /* [T] per-token error without allowance (NaN: not scored); work */
+  double sd, se;      /* o's sums for the RMS ratio */
+} kda_score_acc;
+/* Tokens [t0, t1) of sequence n: truth and mag hold the truth's rows of these tokens starting
+ * at row r0 of the truth (t0's row, or a sampled truth's first stored row >= t0), obs the
+ * observed rows of every token [t1 - t0, HV, V]. */
+typedef struct kda_o_rows {
+  int64_t n, t0, t1, r0;
+  const double *truth, *mag, *obs;
+} kda_o_rows;
+int kda_score_begin(const kda_case *c, const kda_truth *t, int32_t cls, kda_score *s,
+                    kda_score_acc *a, char *err, size_t errlen);
+void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x);
+/* The states (whole arrays, ht / hc NULL when the truth has none), windows and growth. */
+void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc);
+
+/* ---- A streamed case's backend pass (kda_stream.c, SPEC.md §7.10). */
+typedef struct kda_stream_result {
+  kda_call_result call;   /* KDA_CALL_OK, or the first chunk call's other outcome */
+  int64_t chunks;         /* chained calls that ran */
+  int64_t fail_t0, fail_t1; /* the tokens of the chunk whose call did not succeed */
+  double seconds;         /* their wall time, summed */
+  int32_t repeat_done, repeat_identical; /* with repeat: each chunk called twice */
+} kda_stream_result;
+/* Scores the backend of w on streamed case c (t from kda_truth_stream) in class cls: every
+ * chunk of every sequence is one call from the state the backend returned for the chunk
+ * before (the case's h0 for the first), scored as it comes.  res->call is the outcome
+ * (KDA_CALL_UNSUPPORTED: the backend does not take a chunk's problem, typically a chained one
+ * with h0).  Returns KDA_OK or a runner failure. */
+int kda_stream_score(kda_worker *w, const kda_case *c, const kda_truth *t, int32_t cls,
+                     int32_t repeat, kda_score *s, kda_stream_result *res, char *err,
+                     size_t errlen);
+int64_t kda_stream_chunk(const struct kda_stream *s);
+const char *kda_stream_path(const struct kda_stream *s);
+void kda_stream_free(struct kda_stream *s);
+
+#endif
