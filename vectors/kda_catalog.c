@@ -305,6 +305,11 @@ static const kda_catalog_entry catalog[] = {
          "checkpoints=16383,65535 prec=bf16",
          "Contractive control: random softplus gates, every error forgotten within a few "
          "tokens."),
+    PROD("prod-softplus-1m", F(LONG),
+         "seed=2111 T=1048576 H=1 K=128 V=128 gate=softplus beta=logit l2=fla "
+         "checkpoints=65535,524287,1048575 prec=bf16",
+         "The contractive control over 2^20 tokens, a production head's full context: a "
+         "correct float32 kernel's error stays near one unit to the end."),
     /* The slow-decay and no-decay heads store no state (final=0, no checkpoints): about one
      * state value in 10^4 to 10^5 is left undecided there by the double-double phase, and a
      * state is stored whole (SPEC.md §8.12). */
