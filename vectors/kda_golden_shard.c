@@ -57,6 +57,18 @@ static int by_cost(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : (i > j) - (i < j);
 }
 
+int kda_golden_units_by_cost(uint32_t level_mask, int64_t *idx) {
+  const int64_t nc = kda_catalog_count();
+  double *cost = calloc((size_t)(nc ? nc : 1), sizeof *cost);
+  if (!cost) return -1;
+  const int64_t nu = kda_golden_units(level_mask, idx);
+  for (int64_t u = 0; u < nu; u++) cost[idx[u]] = kda_golden_unit_cost(idx[u]);
+  sort_cost = cost;
+  qsort(idx, (size_t)nu, sizeof *idx, by_cost);
+  free(cost);
+  return nu;
+}
+
 int kda_golden_partition(uint32_t level_mask, int64_t n, int64_t *shard_of, char *err,
                          size_t errlen) {
   if (n < 1 || n > KDA_SHARD_MAX)
@@ -64,15 +76,13 @@ int kda_golden_partition(uint32_t level_mask, int64_t n, int64_t *shard_of, char
   const int64_t nc = kda_catalog_count();
   int64_t *idx = malloc((size_t)nc * sizeof *idx);
   double *cost = calloc((size_t)nc, sizeof *cost), *load = calloc((size_t)n, sizeof *load);
-  if (!idx || !cost || !load) {
+  const int64_t nu = idx ? kda_golden_units_by_cost(level_mask, idx) : -1;
+  if (nu < 0 || !cost || !load) {
     free(idx), free(cost), free(load);
     return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   }
   for (int64_t i = 0; i < nc; i++) shard_of[i] = -1;
-  const int64_t nu = kda_golden_units(level_mask, idx);
   for (int64_t u = 0; u < nu; u++) cost[idx[u]] = kda_golden_unit_cost(idx[u]);
-  sort_cost = cost;
-  qsort(idx, (size_t)nu, sizeof *idx, by_cost);
   for (int64_t u = 0; u < nu; u++) {
     int64_t best = 0; /* costs are integers below 2^53: the sums are exact */
     for (int64_t s = 1; s < n; s++)

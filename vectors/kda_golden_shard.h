@@ -37,6 +37,10 @@ double kda_golden_unit_cost(int64_t catalog_index);
  * for kda_catalog_count()); returns how many. */
 int64_t kda_golden_units(uint32_t level_mask, int64_t *idx);
 
+/* The same units by decreasing cost, ties by catalog index (the order work is handed out
+ * in, longest first).  Returns how many, or -1 when out of memory. */
+int kda_golden_units_by_cost(uint32_t level_mask, int64_t *idx);
+
 /* A deterministic partition of those units over n shards, balanced by cost: greedy longest
  * processing time (units by decreasing cost, ties by catalog index, each to the least loaded
  * shard, ties to the lowest shard).  shard_of[catalog index] = its shard, -1 outside the

@@ -1,0 +1,116 @@
+#!/bin/sh
+# scale.sh: make check-scale: the scale-out paths give the single-process bytes (docs/scale.md).
+# SPDX-License-Identifier: MIT
+#
+# Usage: KDA_BIN=build/kda KDA_MPI=build/kda-mpi sh tools/tests/scale.sh WORKDIR
+#   1. The Slurm scripts (tools/slurm) with the array variables set as Slurm sets them, through
+#      a stand-in sbatch that runs each array task and then the dependent merge: L0 with 3
+#      shards (tasks numbered from 1, to check SLURM_ARRAY_TASK_MIN), the small L2 with 2.
+#   2. mpirun -np 2 kda-mpi on L0 + L1 and on the small L2 (skipped, saying so, when mpirun or
+#      kda-mpi is missing, unless KDA_REQUIRE_MPI=1, as in CI).
+# The references are the committed golden/L0, golden/L1 and golden/L2.sha256: make
+# check-golden proves that they are what a single-process `kda golden --write` writes here.
+# Each merged level is compared byte for byte: every case file, trace and manifest, the
+# SHA256SUMS lines of the level, and the L2 pins.
+set -eu
+work=${1:?usage: scale.sh WORKDIR}
+kda=${KDA_BIN:-build/kda}
+mpi=${KDA_MPI:-build/kda-mpi}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rm -rf "$work"
+mkdir -p "$work/bin"
+fail() { echo "check-scale: FAIL: $*" >&2; exit 1; }
+
+# A committed level and the same level of a merged directory: the same files, the same bytes.
+same_level() { # OUT LEVEL WHAT
+  diff -r "$root/golden/$2" "$1/$2" >/dev/null || fail "$3: $1/$2 differs from golden/$2"
+  grep " $2/" "$root/golden/SHA256SUMS" > "$work/want.sums"
+  grep " $2/" "$1/SHA256SUMS" > "$work/got.sums" || true
+  cmp -s "$work/want.sums" "$work/got.sums" || fail "$3: SHA256SUMS lines of $2 differ"
+  echo "check-scale: $3: $2 identical to the single-process --write"
+}
+same_l2() { # OUT WHAT
+  cmp -s "$root/golden/L2.sha256" "$1/L2.sha256" || fail "$2: $1/L2.sha256 differs from golden's"
+  (cd "$1" && sha256sum -c --quiet L2.sha256) || fail "$2: L2 files do not have their pins"
+  echo "check-scale: $2: L2 identical to the pinned single-process --write"
+}
+
+# ---- 1. Slurm: a stand-in sbatch (no Slurm here) that runs an array's tasks one after the
+# other with the variables Slurm sets, then the dependent job.
+cat > "$work/bin/sbatch" <<'SB'
+#!/bin/sh
+# stand-in sbatch: --parsable, --array=A-B, --dependency=afterok:ID, then the script
+set -eu
+array= dep=
+for a in "$@"; do
+  case $a in
+    --array=*) array=${a#--array=} ;;
+    --dependency=*) dep=${a#--dependency=} ;;
+    --parsable) ;;
+    -*) echo "sbatch stand-in: unexpected option $a" >&2; exit 2 ;;
+    *) script=$a ;;
+  esac
+done
+id=$(( $(cat "$SBATCH_STANDIN_IDS" 2>/dev/null || echo 100) + 1 ))
+echo "$id" > "$SBATCH_STANDIN_IDS"
+if [ -n "$dep" ]; then
+  [ "$dep" = "afterok:$((id - 1))" ] || { echo "sbatch stand-in: dependency $dep" >&2; exit 2; }
+  SLURM_JOB_ID=$id sh "$script" >> "$SBATCH_STANDIN_LOG" 2>&1
+elif [ -n "$array" ]; then
+  lo=${array%-*} hi=${array#*-}
+  lo=$((lo + ${SBATCH_STANDIN_SHIFT:-0})) hi=$((hi + ${SBATCH_STANDIN_SHIFT:-0}))
+  t=$lo
+  while [ "$t" -le "$hi" ]; do
+    SLURM_ARRAY_JOB_ID=$id SLURM_ARRAY_TASK_ID=$t SLURM_ARRAY_TASK_MIN=$lo \
+      SLURM_ARRAY_TASK_MAX=$hi SLURM_ARRAY_TASK_COUNT=$((hi - lo + 1)) SLURM_CPUS_PER_TASK=2 \
+      sh "$script" >> "$SBATCH_STANDIN_LOG" 2>&1
+    t=$((t + 1))
+  done
+fi
+echo "$id"
+SB
+chmod +x "$work/bin/sbatch"
+export SBATCH_STANDIN_IDS="$work/sbatch.ids" SBATCH_STANDIN_LOG="$work/sbatch.log"
+slurm() { # N WORK OUT LEVEL [SHIFT]
+  SBATCH_STANDIN_SHIFT=${5:-0} PATH="$work/bin:$PATH" KDA="$kda" \
+    sh "$root/tools/slurm/submit.sh" "$1" "$2" "$3" "$4" > "$work/submit.out" ||
+    { cat "$SBATCH_STANDIN_LOG" >&2; fail "slurm: submit.sh $*"; }
+  grep -q "merged $1 shards" "$SBATCH_STANDIN_LOG" || fail "slurm: no merge of $1 shards"
+}
+slurm 3 "$work/slurm-l0" "$work/slurm-l0/out" L0 1
+same_level "$work/slurm-l0/out" L0 "slurm (3 tasks numbered from 1)"
+# A shard that did not get written: the merge fails naming it (exit 2), nothing written.
+rm -rf "$work/slurm-l0/shard-1"
+if "$kda" golden --merge "$work/slurm-l0/out2" "$work/slurm-l0/shard-0" \
+    "$work/slurm-l0/shard-1" "$work/slurm-l0/shard-2" 2> "$work/merge.err"; then
+  fail "slurm: merge with a missing shard succeeded"
+fi
+grep -q "shard-1" "$work/merge.err" || fail "slurm: the missing shard is not named"
+[ ! -e "$work/slurm-l0/out2" ] || fail "slurm: a failed merge wrote $work/slurm-l0/out2"
+slurm 2 "$work/slurm-l2" "$work/slurm-l2/out" L2
+same_l2 "$work/slurm-l2/out" "slurm (2 tasks)"
+
+# ---- 2. MPI, 2 ranks.
+if command -v mpirun >/dev/null 2>&1 && [ -x "$mpi" ]; then
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  run_mpi() { mpirun --oversubscribe -np 2 "$mpi" golden --write "$@"; }
+  run_mpi "$work/mpi" > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: L0 + L1"; }
+  same_level "$work/mpi" L0 "mpi (2 ranks)"
+  same_level "$work/mpi" L1 "mpi (2 ranks)"
+  run_mpi --level L2 "$work/mpi-l2" > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: L2"; }
+  same_l2 "$work/mpi-l2" "mpi (2 ranks)"
+  diff -r "$work/slurm-l2/out/L2" "$work/mpi-l2/L2" >/dev/null ||
+    fail "mpi and slurm L2 directories differ (manifest.json?)"
+  # A rank that fails: the run fails with that rank's message, the level is not written.
+  if KDA_TEST_FAIL_WRITE=l0-gdn-vk run_mpi --level L0 "$work/mpi-bad" > "$work/mpi.log" 2>&1; then
+    fail "mpi: a failing rank did not fail the run"
+  fi
+  grep -q "kda-mpi: rank [01]: .*l0-gdn-vk" "$work/mpi.log" || fail "mpi: no rank message"
+  [ ! -e "$work/mpi-bad/L0" ] || fail "mpi: a failed run wrote $work/mpi-bad/L0"
+  echo "check-scale: mpi: a failing rank fails the run with its message"
+elif [ "${KDA_REQUIRE_MPI:-0}" = 1 ]; then
+  fail "mpirun or $mpi missing (KDA_REQUIRE_MPI=1)"
+else
+  echo "check-scale: mpirun or $mpi not found: the MPI runs are skipped (make mpi)"
+fi
+echo "check-scale: all passed"
