@@ -334,6 +334,170 @@ START_TEST(bad_shard_refused) {
 }
 END_TEST
 
+
+/* ---- kda conform --shard / --merge, on L0 with a failing mutant, a used and an unused
+ * waiver.  What may differ from one run: the "seconds" of each results.jsonl line and the
+ * junit time attributes (timings); summary.json must be identical. */
+static const char *mutant_spec(void) {
+  static char spec[600];
+  snprintf(spec, sizeof spec, "%s:mutant=transposed_state",
+           kda_test_plugin_path("kda_plugin_mutants.so"));
+  return spec;
+}
+
+static void write_waivers(void) {
+  static const char w[] =
+      "{\"waivers\":[{\"case\":\"l0-decay-wipe\",\"backend\":\"mutant\",\"reason\":\"known\"},"
+      "{\"case\":\"l0-reflection\",\"backend\":\"ref-f64\",\"reason\":\"never fails\"}]}";
+  kda_test_write_all(P("waivers.json"), w, sizeof w - 1);
+}
+
+/* kda conform on golden/L0 into OUT, as shard SPEC when not NULL; the exit status. */
+static int conform_run(const char *out, const char *spec) {
+  const char *args[20] = {"conform", "-q", "-b", "ref-f64", "-p", mutant_spec(), "-b",
+                          "ref-f32", "--waivers", P("waivers.json"), "--out", out};
+  int n = 12;
+  if (spec) args[n++] = "--shard", args[n++] = spec;
+  args[n++] = "golden/L0";
+  args[n] = NULL;
+  kda_test_result r = {0};
+  kda_test_run_argv(&r, args);
+  /* the whole run fails (the mutant); a shard fails when its units do */
+  ck_assert_msg(spec ? r.status == 0 || r.status == 1 : r.status == 1, "conform %s: status %d: "
+                "%s", spec ? spec : "", r.status, r.err);
+  int st = r.status;
+  kda_test_result_free(&r);
+  return st;
+}
+
+/* results.jsonl without the timings: each line re-dumped without "seconds", sorted keys. */
+static char *jsonl_normalised(const char *path) {
+  size_t len = 0;
+  char *text = (char *)kda_test_slurp(path, &len), *save = NULL, *out = calloc(1, 1);
+  size_t n = 0;
+  for (char *ln = strtok_r(text, "\n", &save); ln; ln = strtok_r(NULL, "\n", &save)) {
+    json_t *j = json_loads(ln, 0, NULL);
+    ck_assert_msg(j && json_object_get(j, "seconds"), "%s: a line without seconds", path);
+    json_object_del(j, "seconds");
+    char *d = json_dumps(j, JSON_COMPACT | JSON_SORT_KEYS);
+    out = realloc(out, n + strlen(d) + 2);
+    memcpy(out + n, d, strlen(d));
+    n += strlen(d);
+    out[n++] = '\n';
+    out[n] = '\0';
+    free(d);
+    json_decref(j);
+  }
+  free(text);
+  return out;
+}
+
+/* junit.xml with every time="..." emptied. */
+static char *junit_normalised(const char *path) {
+  char *t = (char *)kda_test_slurp(path, NULL), *p = t;
+  while ((p = strstr(p, " time=\"")) != NULL) {
+    char *q = strchr(p + 7, '"');
+    ck_assert(q != NULL);
+    memmove(p + 7, q, strlen(q) + 1);
+    p += 8;
+  }
+  return t;
+}
+
+static void expect_same_reports(const char *a, const char *b) {
+  char *x = jsonl_normalised(kda_test_join(a, "results.jsonl"));
+  char *y = jsonl_normalised(kda_test_join(b, "results.jsonl"));
+  ck_assert_msg(strcmp(x, y) == 0, "results.jsonl of %s and %s differ beyond seconds", a, b);
+  free(x), free(y);
+  size_t la = 0, lb = 0;
+  unsigned char *sa = kda_test_slurp(kda_test_join(a, "summary.json"), &la);
+  unsigned char *sb = kda_test_slurp(kda_test_join(b, "summary.json"), &lb);
+  ck_assert_msg(la == lb && memcmp(sa, sb, la) == 0, "summary.json of %s and %s differ", a, b);
+  free(sa), free(sb);
+  x = junit_normalised(kda_test_join(a, "junit.xml"));
+  y = junit_normalised(kda_test_join(b, "junit.xml"));
+  ck_assert_msg(strcmp(x, y) == 0, "junit.xml of %s and %s differ beyond time", a, b);
+  free(x), free(y);
+}
+
+static void conform_shards(const char *prefix, int n) {
+  for (int i = 0; i < n; i++) {
+    char spec[32], dir[300];
+    snprintf(spec, sizeof spec, "%d/%d", i, n);
+    snprintf(dir, sizeof dir, "%s%d", prefix, i);
+    conform_run(dir, spec);
+  }
+}
+
+START_TEST(conform_merge_equals_run) {
+  static const int ns[] = {1, 2, 3, 5};
+  write_waivers();
+  conform_run(P("single"), NULL);
+  for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+    char prefix[256], out[256], dirs[8][300];
+    snprintf(prefix, sizeof prefix, "%s/c%d-s", kda_test_tmpdir, ns[k]);
+    snprintf(out, sizeof out, "%s/c%d-out", kda_test_tmpdir, ns[k]);
+    conform_shards(prefix, ns[k]);
+    const char *args[16] = {"conform", "--merge", out};
+    int na = 3;
+    for (int i = 0; i < ns[k]; i++) {
+      snprintf(dirs[i], sizeof dirs[i], "%s%d", prefix, i);
+      args[na++] = dirs[i];
+    }
+    args[na] = NULL;
+    kda_test_result r = {0};
+    kda_test_run_argv(&r, args);
+    ck_assert_msg(r.status == 1, "merge of %d: status %d (the run's is 1): %s", ns[k], r.status,
+                  r.err);
+    kda_test_result_free(&r);
+    expect_same_reports(P("single"), out);
+  }
+}
+END_TEST
+
+static const bad_case conform_bad[] = {
+    {"corrupt-report", "s1", "differs from shard.json (corrupt shard)"},
+    {"missing-shard", "s", "shard 2/3 is missing"},
+    {"duplicated-shard", "s1", "given twice"},
+    {"foreign-run", "f0", "another run"},
+    {"no-manifest", "s1", "no shard.json"},
+    {"tampered-plan", "s1", "does not have its plan_sha256"},
+};
+
+START_TEST(conform_bad_shard) {
+  write_waivers();
+  conform_shards(P("s"), 3);
+  const char *name = conform_bad[_i].name;
+  const char *args[16] = {"conform", "--merge", P("out"), P("s0"), P("s1"), P("s2"), NULL};
+  if (!strcmp(name, "corrupt-report")) corrupt_byte(P("s1/junit.xml"));
+  else if (!strcmp(name, "missing-shard")) args[5] = NULL;
+  else if (!strcmp(name, "duplicated-shard")) args[5] = P("s1");
+  else if (!strcmp(name, "foreign-run")) { /* shard 0 of a run with other backends */
+    kda_test_result r = {0};
+    kda_test_run(&r, "conform", "-q", "-b", "ref-f64", "--shard", "0/3", "--out", P("f0"),
+                 "golden/L0", NULL);
+    kda_test_expect_ok(&r, "conform --shard (foreign)");
+    kda_test_result_free(&r);
+    args[5] = P("f0");
+  } else if (!strcmp(name, "no-manifest")) ck_assert(unlink(P("s1/shard.json")) == 0);
+  else if (!strcmp(name, "tampered-plan")) {
+    json_t *root = load_json(P("s1/shard.json"));
+    json_array_append_new(json_object_get(json_object_get(root, "plan"), "targets"),
+                          json_string("extra"));
+    save_json(P("s1/shard.json"), root);
+  }
+  kda_test_result r = {0};
+  kda_test_run_argv(&r, args);
+  const char *named = !strcmp(conform_bad[_i].shard, "s") ? "" : P(conform_bad[_i].shard);
+  kda_test_expect_error(&r, name, "kda conform: ", named, conform_bad[_i].phrase, NULL);
+  ck_assert_msg(!kda_test_exists(P("out")), "%s: the merge wrote something", name);
+  kda_test_run(&r, "conform", "-b", "ref-f64", "--shard", "0/2", "golden/L0", NULL);
+  kda_test_expect_error(&r, "--shard without --out", "kda conform: ", "--shard needs --out",
+                        NULL);
+  kda_test_result_free(&r);
+}
+END_TEST
+
 static Suite *scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *t = tcase_create("shard-merge");
@@ -345,6 +509,12 @@ static Suite *scale_suite(void) {
   tcase_add_test(t, shard_spec_parse);
   tcase_add_loop_test(t, bad_shard_refused, 0, (int)(sizeof bad_cases / sizeof bad_cases[0]));
   suite_add_tcase(s, t);
+  TCase *c = tcase_create("conform-shard-merge");
+  tcase_add_checked_fixture(c, setup, teardown);
+  tcase_set_timeout(c, 300);
+  tcase_add_test(c, conform_merge_equals_run);
+  tcase_add_loop_test(c, conform_bad_shard, 0, (int)(sizeof conform_bad / sizeof conform_bad[0]));
+  suite_add_tcase(s, c);
   return s;
 }
 
