@@ -59,7 +59,8 @@ done
 id=$(( $(cat "$SBATCH_STANDIN_IDS" 2>/dev/null || echo 100) + 1 ))
 echo "$id" > "$SBATCH_STANDIN_IDS"
 if [ -n "$dep" ]; then
-  [ "$dep" = "afterok:$((id - 1))" ] || { echo "sbatch stand-in: dependency $dep" >&2; exit 2; }
+  case $dep in afterok:$((id - 1))|afterany:$((id - 1))) ;;
+    *) echo "sbatch stand-in: dependency $dep" >&2; exit 2 ;; esac
   SLURM_JOB_ID=$id sh "$script" >> "$SBATCH_STANDIN_LOG" 2>&1
 elif [ -n "$array" ]; then
   lo=${array%-*} hi=${array#*-}
@@ -76,13 +77,15 @@ echo "$id"
 SB
 chmod +x "$work/bin/sbatch"
 export SBATCH_STANDIN_IDS="$work/sbatch.ids" SBATCH_STANDIN_LOG="$work/sbatch.log"
-slurm() { # N WORK OUT LEVEL [SHIFT]
-  SBATCH_STANDIN_SHIFT=${5:-0} PATH="$work/bin:$PATH" KDA="$kda" \
-    sh "$root/tools/slurm/submit.sh" "$1" "$2" "$3" "$4" > "$work/submit.out" ||
+slurm() { # SHIFT KIND N WORK OUT ARGS...
+  shift_=$1
+  shift
+  SBATCH_STANDIN_SHIFT=$shift_ PATH="$work/bin:$PATH" KDA="$kda" \
+    sh "$root/tools/slurm/submit.sh" "$@" > "$work/submit.out" ||
     { cat "$SBATCH_STANDIN_LOG" >&2; fail "slurm: submit.sh $*"; }
-  grep -q "merged $1 shards" "$SBATCH_STANDIN_LOG" || fail "slurm: no merge of $1 shards"
 }
-slurm 3 "$work/slurm-l0" "$work/slurm-l0/out" L0 1
+slurm 1 golden 3 "$work/slurm-l0" "$work/slurm-l0/out" L0
+grep -q "merged 3 shards" "$SBATCH_STANDIN_LOG" || fail "slurm: no merge of 3 shards"
 same_level "$work/slurm-l0/out" L0 "slurm (3 tasks numbered from 1)"
 # A shard that did not get written: the merge fails naming it (exit 2), nothing written.
 rm -rf "$work/slurm-l0/shard-1"
@@ -92,6 +95,22 @@ if "$kda" golden --merge "$work/slurm-l0/out2" "$work/slurm-l0/shard-0" \
 fi
 grep -q "shard-1" "$work/merge.err" || fail "slurm: the missing shard is not named"
 [ ! -e "$work/slurm-l0/out2" ] || fail "slurm: a failed merge wrote $work/slurm-l0/out2"
+
+# A conform run in 3 array tasks against one run: the same reports but for the timings.
+normalise() { # DIR: results.jsonl without "seconds", junit.xml without time values
+  sed 's/"seconds":[^,]*,//' "$1/results.jsonl" > "$1/results.norm"
+  sed 's/ time="[^"]*"/ time=""/' "$1/junit.xml" > "$1/junit.norm"
+}
+"$kda" conform -q -b ref-f64 -b ref-f32 --out "$work/conform-one" "$root/golden/L0" > /dev/null ||
+  fail "conform: one run"
+slurm 0 conform 3 "$work/slurm-cf" "$work/slurm-cf/out" -q -b ref-f64 -b ref-f32 "$root/golden/L0"
+normalise "$work/conform-one"
+normalise "$work/slurm-cf/out"
+for f in results.norm summary.json junit.norm; do
+  cmp -s "$work/conform-one/$f" "$work/slurm-cf/out/$f" ||
+    fail "slurm conform: $f differs from one run's"
+done
+echo "check-scale: slurm conform (3 tasks): reports identical to one run's (timings aside)"
 
 # ---- 2. MPI, 2 ranks.
 if command -v mpirun >/dev/null 2>&1 && [ -x "$mpi" ]; then
