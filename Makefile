@@ -304,7 +304,10 @@ KDA_MPI    := $(BUILD)/kda-mpi
 mpi:
 	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KDA_MPI); \
 	else echo "make mpi: $(MPICC) not found; kda-mpi is not built (skipped)"; fi
-$(KDA_MPI): tools/kda_mpi.c $(LIBA) $(HEADERS) | $(DEPS_STAMP)
-	$(MPICC) $(ALL_CFLAGS) -o $@ $< $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lpthread -lm
+# kda-mpi conform runs kda conform in-process: it links the command's objects (not kda.o).
+KDA_MPI_OBJ := $(filter-out $(BUILD)/tools/kda.o,$(TOOL_OBJ))
+$(KDA_MPI): tools/kda_mpi.c $(KDA_MPI_OBJ) $(LIBA) $(HEADERS) | $(DEPS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) -Itools -o $@ $< $(KDA_MPI_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) \
+	  -lpthread -lm
 check-scale: $(KDA) mpi
 	@KDA_BIN=$(abspath $(KDA)) KDA_MPI=$(abspath $(KDA_MPI)) sh tools/tests/scale.sh $(BUILD)/scale

@@ -1,7 +1,8 @@
-/* kda_mpi.c: `kda-mpi golden --write`, a golden level made by the ranks of an MPI job.
+/* kda_mpi.c: `kda-mpi golden --write` and `kda-mpi conform`, run by the ranks of an MPI job.
  * SPDX-License-Identifier: MIT
  *
  *   mpirun -np N kda-mpi golden --write [--level L0|L1|L2|all] [--certifier C] DIR
+ *   mpirun -np N kda-mpi conform [kda conform options] --out DIR [CASES]
  *
  * Rank 0 hands out the level's cases one at a time, longest first (kda_golden_units_by_cost),
  * to whichever rank asks (itself included: a coordinator thread answers while its main thread
@@ -12,6 +13,13 @@
  * (docs/scale.md).  A case that fails stops the hand-out; the run then fails with that
  * rank's message on standard error (exit 2, DIR's level untouched).  MPI_Abort is used only
  * when MPI itself fails, after the message is out.
+ *
+ * conform: rank R runs `kda conform --shard R/N --out DIR/.kda-mpi.tmp.XXXXXX/rank-R` with
+ * the other options as given (its standard output into rank-R.log there), and rank 0 merges
+ * the shards' reports into DIR as `kda conform --merge` does; the exit status is the run's.
+ * The conform units are handed out statically (the partition of --shard, balanced by case
+ * size), not dynamically: each rank's runner starts its backends' workers once and scores its
+ * cases in order.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -36,6 +44,7 @@
 
 static const char help_text[] =
     "Usage: mpirun -np N kda-mpi golden --write [--level L0|L1|L2|all] [--certifier C] DIR\n"
+    "       mpirun -np N kda-mpi conform [kda conform options] --out DIR [CASES]\n"
     "\n"
     "Makes the golden cases of the level (default: the committed levels L0 and L1) with the\n"
     "ranks of an MPI job and writes DIR as one `kda golden --write DIR` does, byte for byte\n"
@@ -46,6 +55,10 @@ static const char help_text[] =
     "  -l, --level L       L0, L1, L2 or all\n"
     "  -c, --certifier C   fast (default) or mpfr (the same bytes)\n"
     "  -h, --help          print this help and exit\n"
+    "\n"
+    "conform: rank R scores shard R of N (kda conform --shard R/N, docs/scale.md) into\n"
+    "DIR/.kda-mpi.tmp.*/rank-R; rank 0 merges the reports into DIR as `kda conform --merge`\n"
+    "does (results.jsonl, summary.json, junit.xml) and exits with the run's status.\n"
     "\n"
     "Exit status: 0 written; 2 usage error, I/O error or a case that could not be made (the\n"
     "rank and its message on standard error).\n";
@@ -270,6 +283,93 @@ static int setup(run *r) {
   return r->tmp[0] ? 0 : 2;
 }
 
+
+/* ---- conform. */
+int kda_cmd_conform(int argc, char **argv);           /* tools/kda_cmd_conform.c */
+int kda_conform_merge_main(int argc, char **argv);    /* tools/kda_conform_merge.c */
+
+/* The --out DIR of the conform options; argv without it goes to out_args. */
+static const char *conform_out(int argc, char **argv, char **out_args, int *n) {
+  const char *out = NULL;
+  *n = 0;
+  for (int k = 1; k < argc; k++) {
+    if ((!strcmp(argv[k], "--out") || !strcmp(argv[k], "-o")) && k + 1 < argc) out = argv[++k];
+    else if (!strncmp(argv[k], "--out=", 6)) out = argv[k] + 6;
+    else out_args[(*n)++] = argv[k];
+  }
+  return out;
+}
+
+static int conform_rank(run *r, char **args, int na) {
+  char shard[4400], log[4500], spec[64];
+  snprintf(shard, sizeof shard, "%s/rank-%d", r->tmp, r->rank);
+  snprintf(log, sizeof log, "%s/rank-%d.log", r->tmp, r->rank);
+  snprintf(spec, sizeof spec, "%d/%d", r->rank, r->size);
+  char **av = malloc((size_t)(na + 6) * sizeof *av);
+  if (!av) return say("rank %d: out of memory", r->rank), 2;
+  int n = 0;
+  av[n++] = "conform";
+  for (int k = 0; k < na; k++) av[n++] = args[k];
+  av[n++] = "--shard", av[n++] = spec, av[n++] = "--out", av[n++] = shard;
+  av[n] = NULL;
+  fflush(stdout);
+  int keep = dup(STDOUT_FILENO); /* the shard's lines go to its log, not the terminal */
+  FILE *f = freopen(log, "w", stdout);
+  optind = 1;
+  int rc = f ? kda_cmd_conform(n, av) : 2;
+  fflush(stdout);
+  if (keep >= 0) dup2(keep, STDOUT_FILENO), close(keep);
+  free(av);
+  return rc;
+}
+
+static int conform_merge(run *r, const char *out) {
+  char **av = malloc((size_t)(r->size + 4) * sizeof *av);
+  int rc = 2;
+  if (av) {
+    av[0] = "conform", av[1] = "--merge", av[2] = (char *)out;
+    for (int k = 0; k < r->size; k++) {
+      av[3 + k] = malloc(4400);
+      if (av[3 + k]) snprintf(av[3 + k], 4400, "%s/rank-%d", r->tmp, k);
+    }
+    rc = kda_conform_merge_main(r->size + 3, av);
+    for (int k = 0; k < r->size; k++) free(av[3 + k]);
+    free(av);
+  }
+  return rc;
+}
+
+static int conform_main(run *r, int argc, char **argv) {
+  char **args = malloc((size_t)argc * sizeof *args);
+  int na = 0;
+  const char *out = args ? conform_out(argc, argv, args, &na) : NULL;
+  if (!out) {
+    if (r->rank == 0) say("conform needs --out DIR (try 'kda-mpi --help')");
+    free(args);
+    return 2;
+  }
+  r->dir = out;
+  int rc = setup(r);
+  int mine = rc ? rc : conform_rank(r, args, na), worst = 0, bad_rank = -1;
+  int *all = r->rank == 0 ? calloc((size_t)r->size, sizeof *all) : NULL;
+  mpi_check(MPI_Gather(&mine, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
+  if (r->rank == 0 && !rc) {
+    for (int k = 0; all && k < r->size; k++)
+      if (all[k] > 1 && all[k] != 5 && bad_rank < 0) worst = all[k], bad_rank = k;
+    if (bad_rank >= 0) {
+      say("rank %d: kda conform failed (exit status %d; its message is above, its output in "
+          "%s/rank-%d.log)", bad_rank, worst, r->tmp, bad_rank);
+      rc = 2;
+    } else {
+      rc = conform_merge(r, out);
+      rm_tree(r->tmp);
+    }
+  }
+  free(all);
+  free(args);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   int provided = 0;
   if (MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided) != MPI_SUCCESS) {
@@ -281,6 +381,13 @@ int main(int argc, char **argv) {
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r.size);
   int32_t certifier = KDA_CERTIFIER_FAST;
+  if (argc >= 2 && strcmp(argv[1], "conform") == 0) {
+    int all = conform_main(&r, argc - 1, argv + 1);
+    MPI_Bcast(&all, 1, MPI_INT, 0, MPI_COMM_WORLD);
+    free(r.order);
+    MPI_Finalize();
+    return all;
+  }
   int rc = parse(argc, argv, &r, &certifier, r.rank != 0);
   if (rc == 0 && provided < MPI_THREAD_MULTIPLE) {
     if (r.rank == 0) say("the MPI library gives no MPI_THREAD_MULTIPLE (rank 0's coordinator "

@@ -4,9 +4,11 @@
 #
 # Usage: KDA_BIN=build/kda KDA_MPI=build/kda-mpi sh tools/tests/scale.sh WORKDIR
 #   1. The Slurm scripts (tools/slurm) with the array variables set as Slurm sets them, through
-#      a stand-in sbatch that runs each array task and then the dependent merge: L0 with 3
-#      shards (tasks numbered from 1, to check SLURM_ARRAY_TASK_MIN).
-#   2. mpirun -np 2 kda-mpi on L0 + L1 and on the small L2 (skipped, saying so, when mpirun or
+#      a stand-in sbatch that runs each array task and then the dependent merge: golden L0
+#      with 3 shards (tasks numbered from 1, to check SLURM_ARRAY_TASK_MIN) and a conform run
+#      on L0 with 3.
+#   2. mpirun -np 2 kda-mpi golden on L0 + L1 and on the small L2, and kda-mpi conform on L1
+#      (skipped, saying so, when mpirun or
 #      kda-mpi is missing, unless KDA_REQUIRE_MPI=1, as in CI).
 # The references of L0 and L1 are the committed golden/L0 and golden/L1: make check-golden
 # proves that they are what a single-process `kda golden --write` writes here; that of the
@@ -121,6 +123,17 @@ if command -v mpirun >/dev/null 2>&1 && [ -x "$mpi" ]; then
   same_level "$work/mpi" L1 "mpi (2 ranks)"
   run_mpi --level L2 "$work/mpi-l2" > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: L2"; }
   same_l2 "$work/mpi-l2" "mpi (2 ranks)"
+  # conform over 2 ranks on L1 against one run (timings aside)
+  "$kda" conform -q -b ref-f64 -b ref-f32 --out "$work/conform-l1" "$root/golden/L1" \
+    > /dev/null || fail "conform: one run on L1"
+  mpirun --oversubscribe -np 2 "$mpi" conform -q -b ref-f64 -b ref-f32 --out "$work/mpi-cf" \
+    "$root/golden/L1" > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: conform"; }
+  normalise "$work/conform-l1"
+  normalise "$work/mpi-cf"
+  for f in results.norm summary.json junit.norm; do
+    cmp -s "$work/conform-l1/$f" "$work/mpi-cf/$f" || fail "mpi conform: $f differs from one run's"
+  done
+  echo "check-scale: mpi conform (2 ranks): L1 reports identical to one run's (timings aside)"
   # A rank that fails: the run fails with that rank's message, the level is not written.
   if KDA_TEST_FAIL_WRITE=l0-gdn-vk run_mpi --level L0 "$work/mpi-bad" > "$work/mpi.log" 2>&1; then
     fail "mpi: a failing rank did not fail the run"
