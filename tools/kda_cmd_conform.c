@@ -766,6 +766,9 @@ static int plan_shard(conform_args *a, const path_list *cases, const target *tg,
                       int argc, char **argv) {
   const char *names[2 * MAX_ITEMS + 5];
   if (!a->out_dir) return kda_tool_usage(SUB, "--shard needs --out DIR");
+  if (a->jsonl || a->summary || a->junit)
+    return kda_tool_usage(SUB, "--shard writes its reports into --out DIR (not --jsonl, "
+                          "--summary, --junit)");
   for (int i = 0; i < nt; i++) names[i] = kda_worker_name(tg[i].w);
   if (a->candidate) names[nt] = "candidate";
   return kda_conform_shard_plan(a->shard, cases->v, cases->n, names, nt + !!a->candidate, argc,
