@@ -27,6 +27,12 @@
 
 #define SHARD_JSON_MAX (256 << 20) /* a shard.json larger than this is not one we wrote */
 
+typedef struct copy_file {
+  int64_t index;   /* catalog index of its unit */
+  char rel[300];   /* "<level>/<name>", checked */
+  char sha256[65]; /* as checked */
+} copy_file;
+
 typedef struct mstate {
   int64_t nc;          /* catalog entries */
   int64_t *owner;      /* shard number (position in the argument list) per catalog index */
@@ -35,6 +41,8 @@ typedef struct mstate {
   uint32_t mask;       /* levels, from the first shard */
   kda_golden_info *infos;
   int64_t files;
+  copy_file *copy; /* the checked files, copied after every check passed */
+  int64_t n_copy, cap_copy;
 } mstate;
 
 static int bad(char *err, size_t errlen, const char *shard, const char *what) {
@@ -124,33 +132,58 @@ static int check_file(const char *shard, const kda_catalog_entry *e, const char 
   return KDA_OK;
 }
 
-/* The files of unit e must be exactly the names its level owns for it ("<id>.npz", and the
- * L0 trace "<id>.txt"), under "<level>/". */
+/* Remembers a checked file for the copy: its unit, path under the shard and SHA-256. */
+static int keep_file(mstate *m, int64_t index, const char *rel, const char *hex) {
+  if (m->n_copy == m->cap_copy) {
+    int64_t cap = m->cap_copy ? 2 * m->cap_copy : 64;
+    copy_file *c = realloc(m->copy, (size_t)cap * sizeof *c);
+    if (!c) return -1;
+    m->copy = c, m->cap_copy = cap;
+  }
+  copy_file *c = &m->copy[m->n_copy];
+  c->index = index;
+  snprintf(c->rel, sizeof c->rel, "%s", rel);
+  snprintf(c->sha256, sizeof c->sha256, "%s", hex);
+  m->n_copy++;
+  return 0;
+}
+
+/* The files of unit e: each a name its level owns with e's id (the name up to its last '.',
+ * as kda_golden_owns reads it), one path component under "<level>/"; every name the level
+ * owns for e with the extensions --write always writes (the case file, L0's trace) present. */
 static int check_unit_files(const char *shard, const kda_catalog_entry *e, json_t *files,
                             mstate *m, char *err, size_t errlen) {
   static const char *const ext[] = {"npz", "txt"};
-  char msg[600];
-  size_t want = 0;
+  const char *lv = kda_level_name(e->level), *rel;
+  const size_t L = strlen(lv), I = strlen(e->id);
+  char msg[600], e2[KDA_ERRLEN];
+  json_t *rec;
   if (!json_is_object(files)) return bad(err, errlen, shard, "shard.json: unit without files");
-  for (int k = 0; k < 2; k++) {
-    char name[200], rel[300];
-    snprintf(name, sizeof name, "%s.%s", e->id, ext[k]);
-    if (!kda_golden_owns(e->level, name)) continue;
-    want++;
-    snprintf(rel, sizeof rel, "%s/%s", kda_level_name(e->level), name);
-    json_t *rec = json_object_get(files, rel);
-    if (!rec) {
-      snprintf(msg, sizeof msg, "shard.json: unit '%s' lacks its file %s", e->id, rel);
+  json_object_foreach(files, rel, rec) {
+    const char *name = rel + L + 1, *dot = strrchr(rel, '.');
+    if (strncmp(rel, lv, L) != 0 || rel[L] != '/' ||
+        kda_id_check(name, "file name", e2, sizeof e2) != KDA_OK || !dot ||
+        (size_t)(dot - name) != I || strncmp(name, e->id, I) != 0 ||
+        !kda_golden_owns(e->level, name)) {
+      snprintf(msg, sizeof msg, "shard.json: unit '%s' lists files the catalog does not give "
+               "it", e->id);
       return bad(err, errlen, shard, msg);
     }
     int st = check_file(shard, e, rel, rec, err, errlen);
     if (st) return st;
+    if (keep_file(m, e - kda_catalog_get(0), rel,
+                  json_string_value(json_object_get(rec, "sha256"))) != 0)
+      return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
     m->files++;
   }
-  if (json_object_size(files) != want) {
-    snprintf(msg, sizeof msg, "shard.json: unit '%s' lists files the catalog does not give it",
-             e->id);
-    return bad(err, errlen, shard, msg);
+  for (int k = 0; k < 2; k++) {
+    char name[200], want[300];
+    snprintf(name, sizeof name, "%s.%s", e->id, ext[k]);
+    snprintf(want, sizeof want, "%s/%s", lv, name);
+    if (kda_golden_owns(e->level, name) && !json_object_get(files, want)) {
+      snprintf(msg, sizeof msg, "shard.json: unit '%s' lacks its file %s", e->id, want);
+      return bad(err, errlen, shard, msg);
+    }
   }
   return KDA_OK;
 }
@@ -239,28 +272,26 @@ static int check_header(const char *shard, json_t *root, mstate *m, int64_t *I, 
 }
 
 /* Nothing but the listed files in the shard's level directories. */
+static int listed(const mstate *m, int64_t s, const char *rel) {
+  for (int64_t k = 0; k < m->n_copy; k++)
+    if (m->owner[m->copy[k].index] == s && strcmp(m->copy[k].rel, rel) == 0) return 1;
+  return 0;
+}
+
 static int check_unlisted(const char *shard, int64_t s, const mstate *m, char *err,
                           size_t errlen) {
   for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
     if (!(m->mask & (UINT32_C(1) << l))) continue;
-    char path[4400], msg[600];
+    char path[4400], rel[600], msg[700];
     snprintf(path, sizeof path, "%s/%s", shard, kda_level_name(l));
     DIR *d = opendir(path);
     struct dirent *de;
     int st = KDA_OK;
     while (!st && d && (de = readdir(d)) != NULL) {
       if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-      const kda_catalog_entry *e = NULL;
-      const char *dot = strrchr(de->d_name, '.');
-      for (int64_t i = 0; dot && !e && i < m->nc; i++) {
-        const kda_catalog_entry *c = kda_catalog_get(i);
-        if (c->level == l && m->owner[i] == s && strlen(c->id) == (size_t)(dot - de->d_name) &&
-            !strncmp(c->id, de->d_name, strlen(c->id)))
-          e = c;
-      }
-      if (!e || !kda_golden_owns(l, de->d_name)) {
-        snprintf(msg, sizeof msg, "%s/%.200s: not listed in shard.json", kda_level_name(l),
-                 de->d_name);
+      snprintf(rel, sizeof rel, "%s/%.500s", kda_level_name(l), de->d_name);
+      if (!listed(m, s, rel)) {
+        snprintf(msg, sizeof msg, "%.600s: not listed in shard.json", rel);
         st = bad(err, errlen, shard, msg);
       }
     }
@@ -341,20 +372,13 @@ static int copy_checked(const char *src, const char *dst, const char *want, char
 
 static int copy_units(const char *out, const char *const *shards, const mstate *m, char *err,
                       size_t errlen) {
-  static const char *const ext[] = {"npz", "txt"};
-  for (int64_t i = 0; i < m->nc; i++) {
-    const kda_catalog_entry *e = kda_catalog_get(i);
-    if (m->owner[i] < 0) continue;
-    for (int k = 0; k < 2; k++) {
-      char name[200], src[4400], dst[4400], hex[65];
-      snprintf(name, sizeof name, "%s.%s", e->id, ext[k]);
-      if (!kda_golden_owns(e->level, name)) continue;
-      snprintf(src, sizeof src, "%s/%s/%s", shards[m->owner[i]], kda_level_name(e->level), name);
-      snprintf(dst, sizeof dst, "%s/%s/%s", out, kda_level_name(e->level), name);
-      int st = kda_golden_file_sha256(src, hex, NULL, err, errlen);
-      if (!st) st = copy_checked(src, dst, hex, err, errlen);
-      if (st) return st;
-    }
+  for (int64_t k = 0; k < m->n_copy; k++) {
+    const copy_file *c = &m->copy[k];
+    char src[4400], dst[4400];
+    snprintf(src, sizeof src, "%s/%s", shards[m->owner[c->index]], c->rel);
+    snprintf(dst, sizeof dst, "%s/%s", out, c->rel);
+    int st = copy_checked(src, dst, c->sha256, err, errlen);
+    if (st) return st;
   }
   return KDA_OK;
 }
@@ -419,7 +443,7 @@ int kda_golden_merge(const char *out, const char *const *shards, int64_t n,
                      kda_golden_merge_info *info, char *err, size_t errlen) {
   memset(info, 0, sizeof *info);
   if (n < 1) return kda_fail(KDA_EINVAL, err, errlen, "no shard directories given");
-  mstate m = {kda_catalog_count(), NULL, NULL, 0, 0, NULL, 0};
+  mstate m = {kda_catalog_count(), NULL, NULL, 0, 0, NULL, 0, NULL, 0, 0};
   m.infos = calloc((size_t)m.nc, sizeof *m.infos);
   int st = m.infos ? check_out(out, shards, n, err, errlen)
                    : kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
@@ -433,6 +457,7 @@ int kda_golden_merge(const char *out, const char *const *shards, int64_t n,
   *info = (kda_golden_merge_info){m.mask, n, units, m.files, m.infos};
   free(m.owner);
   free(m.seen_i);
+  free(m.copy);
   if (st) kda_golden_merge_info_free(info);
   return st;
 }

@@ -163,28 +163,37 @@ int kda_golden_file_sha256(const char *path, char hex[65], int64_t *size, char *
   return KDA_OK;
 }
 
-/* The files of unit e in DIR/<level> (every name the level owns that starts "<id>."). */
+/* The files of unit e in DIR/<level>: every name the level owns whose id (the name up to its
+ * last '.', as kda_golden_owns reads it) is e's; the case file must be one of them. */
 static int unit_files(const char *dir, const kda_catalog_entry *e, json_t *files, char *err,
                       size_t errlen) {
   const char *lv = kda_level_name(e->level);
-  static const char *const ext[] = {"npz", "txt"};
-  for (int k = 0; k < 2; k++) {
-    char name[256], rel[300], path[4400], hex[65];
-    int64_t size = 0;
-    snprintf(name, sizeof name, "%s.%s", e->id, ext[k]);
-    if (!kda_golden_owns(e->level, name)) continue;
-    snprintf(rel, sizeof rel, "%s/%s", lv, name);
-    snprintf(path, sizeof path, "%s/%s", dir, rel);
-    if (access(path, F_OK) != 0) {
-      if (k == 0) return kda_fail(KDA_EIO, err, errlen, "%s: missing", path);
+  char path[4400];
+  snprintf(path, sizeof path, "%s/%s", dir, lv);
+  DIR *d = opendir(path);
+  if (!d) return kda_fail(KDA_EIO, err, errlen, "%s: cannot list: %s", path, strerror(errno));
+  struct dirent *de;
+  int st = KDA_OK;
+  const size_t L = strlen(e->id);
+  while (!st && (de = readdir(d)) != NULL) {
+    const char *dot = strrchr(de->d_name, '.');
+    if (!dot || (size_t)(dot - de->d_name) != L || strncmp(de->d_name, e->id, L) != 0 ||
+        !kda_golden_owns(e->level, de->d_name))
       continue;
-    }
-    int st = kda_golden_file_sha256(path, hex, &size, err, errlen);
-    if (st) return st;
-    json_object_set_new(files, rel, json_pack("{s:s,s:I}", "sha256", hex, "size",
-                                              (json_int_t)size));
+    char rel[300], full[4800], hex[65];
+    int64_t size = 0;
+    snprintf(rel, sizeof rel, "%s/%s", lv, de->d_name);
+    snprintf(full, sizeof full, "%s/%s", dir, rel);
+    st = kda_golden_file_sha256(full, hex, &size, err, errlen);
+    if (!st) json_object_set_new(files, rel, json_pack("{s:s,s:I}", "sha256", hex, "size",
+                                                       (json_int_t)size));
   }
-  return KDA_OK;
+  closedir(d);
+  char npz[300];
+  snprintf(npz, sizeof npz, "%s/%s.npz", lv, e->id);
+  if (!st && !json_object_get(files, npz))
+    st = kda_fail(KDA_EIO, err, errlen, "%s/%s: missing", dir, npz);
+  return st;
 }
 
 /* Removes DIR/<level>/<name> for every name the level owns that is not one of this shard's. */
