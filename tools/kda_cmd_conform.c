@@ -97,6 +97,8 @@ static const char help_text[] =
     "                            error per 64-token window against the position\n"
     "                            (log-log, cap and allowance drawn)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
+    "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
+    "  -h, --help                print this help and exit\n"
     "Scale-out (docs/scale.md):\n"
     "      --shard I/N           score only shard I of N (0 <= I < N) of the (case, backend)\n"
     "                            pairs, a partition balanced by case size; needs --out, where\n"
@@ -104,8 +106,7 @@ static const char help_text[] =
     "      --merge OUTDIR SHARD_OUT...  (first option, nothing else) check the shards' outputs\n"
     "                            and write the results.jsonl, summary.json and junit.xml of one\n"
     "                            run into OUTDIR; exit status as that run's (timings differ)\n"
-    "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
-    "  -h, --help                print this help and exit\n"
+
     "\n"
     "The last line is 'N passed, N failed' (', N skipped' when some were skipped).\n"
     "Exit status:\n"
