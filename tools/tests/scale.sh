@@ -118,6 +118,9 @@ echo "check-scale: slurm conform (3 tasks): reports identical to one run's (timi
 if command -v mpirun >/dev/null 2>&1 && [ -x "$mpi" ]; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   run_mpi() { mpirun --oversubscribe -np 2 "$mpi" golden --write "$@"; }
+  mpirun --oversubscribe -np 1 "$mpi" golden --write --level L0 "$work/mpi-1" > "$work/mpi.log" \
+    2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: one rank"; }
+  same_level "$work/mpi-1" L0 "mpi (1 rank)"
   run_mpi "$work/mpi" > "$work/mpi.log" 2>&1 || { cat "$work/mpi.log" >&2; fail "mpi: L0 + L1"; }
   same_level "$work/mpi" L0 "mpi (2 ranks)"
   same_level "$work/mpi" L1 "mpi (2 ranks)"
