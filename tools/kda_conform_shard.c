@@ -38,6 +38,14 @@ struct kda_conform_shard {
   char plan_hex[65];
 };
 
+static int (*claim_fn)(void *, int64_t); /* kda_conform_shard_use_claims */
+static void *claim_ctx;
+
+void kda_conform_shard_use_claims(int (*claim)(void *ctx, int64_t unit), void *ctx) {
+  claim_fn = claim;
+  claim_ctx = ctx;
+}
+
 static const char *const report_names[3] = {"results.jsonl", "summary.json", "junit.xml"};
 
 kda_conform_shard *kda_conform_shard_new(const char *spec) {
@@ -123,15 +131,21 @@ int kda_conform_shard_plan(kda_conform_shard *s, char *const *paths, int n,
   free(text);
   s->ncase = n;
   s->nt = nt;
-  return partition(s, paths);
+  int rc = partition(s, paths);
+  for (int64_t u = 0; !rc && claim_fn && u < (int64_t)n * nt; u++) s->shard_of[u] = -1;
+  return rc; /* with claims, -1: not asked yet (kda_conform_shard_case asks) */
 }
 
 int kda_conform_shard_case(kda_conform_shard *s, int k) {
   if (!s) return 1;
   s->cur_case = k;
-  for (int t = 0; t < s->nt; t++)
-    if (s->shard_of[(int64_t)k * s->nt + t] == s->i) return 1;
-  return 0;
+  int any = 0;
+  for (int t = 0; t < s->nt; t++) {
+    int64_t *o = &s->shard_of[(int64_t)k * s->nt + t];
+    if (*o == -1) *o = claim_fn(claim_ctx, (int64_t)k * s->nt + t) == 1 ? s->i : -2;
+    any |= *o == s->i;
+  }
+  return any;
 }
 
 int kda_conform_shard_target(kda_conform_shard *s, int t) {

@@ -27,6 +27,11 @@ void kda_conform_shard_free(kda_conform_shard *s);
 int kda_conform_shard_plan(kda_conform_shard *s, char *const *paths, int n,
                            const char *const *targets, int nt, int argc, char **argv);
 
+/* Dynamic hand-out (kda-mpi conform): from the next plan on, a shard takes a unit only when
+ * claim(ctx, unit) says 1 (rank 0 grants each unit to the first rank that asks), instead of
+ * the static partition.  Process-wide; claim NULL restores the partition. */
+void kda_conform_shard_use_claims(int (*claim)(void *ctx, int64_t unit), void *ctx);
+
 /* 1 when shard s (NULL: no sharding) scores any unit of case k; then selects that case. */
 int kda_conform_shard_case(kda_conform_shard *s, int k);
 /* 1 when it scores target t of the selected case; then selects that unit. */

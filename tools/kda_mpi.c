@@ -15,11 +15,12 @@
  * when MPI itself fails, after the message is out.
  *
  * conform: rank R runs `kda conform --shard R/N --out DIR/.kda-mpi.tmp.XXXXXX/rank-R` with
- * the other options as given (its standard output into rank-R.log there), and rank 0 merges
+ * the other options as given (R/N names the shard; its units are claimed, below) (its standard output into rank-R.log there), and rank 0 merges
  * the shards' reports into DIR as `kda conform --merge` does; the exit status is the run's.
- * The conform units are handed out statically (the partition of --shard, balanced by case
- * size), not dynamically: each rank's runner starts its backends' workers once and scores its
- * cases in order.
+ * The conform units are handed out dynamically too, first come first served: every rank's
+ * runner goes through the cases in order and claims each (case, backend) unit from rank 0
+ * before scoring it (kda_conform_shard_use_claims), so a rank takes the next unit nobody has
+ * taken; the --shard partition is not used.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -37,10 +38,17 @@
 #include "kda_cert.h"
 #include "kda_golden.h"
 #include "kda_golden_shard.h"
+#include "kda_conform_shard.h"
 
 #define TAG_ASK 1    /* worker -> rank 0: a done report (index -1 on the first ask) */
 #define TAG_GIVE 2   /* rank 0 -> worker: the next catalog index, or -1: stop */
 #define TAG_DONE 3   /* worker -> rank 0: the shard is written (status, message) */
+#define TAG_CLAIM 4  /* worker -> rank 0: may I score this conform unit? (reply TAG_GIVE) */
+
+/* Requests go to rank 0 on to_root, answers come back on from_root: rank 0's coordinator
+ * thread receives from any source with any tag, and must never take an answer meant for
+ * rank 0's own main thread (two communicators keep the two directions apart). */
+static MPI_Comm to_root, from_root;
 
 static const char help_text[] =
     "Usage: mpirun -np N kda-mpi golden --write [--level L0|L1|L2|all] [--certifier C] DIR\n"
@@ -56,7 +64,8 @@ static const char help_text[] =
     "  -c, --certifier C   fast (default) or mpfr (the same bytes)\n"
     "  -h, --help          print this help and exit\n"
     "\n"
-    "conform: rank R scores shard R of N (kda conform --shard R/N, docs/scale.md) into\n"
+    "conform: every rank runs kda conform with the options given, taking each (case,\n"
+    "backend) unit nobody has taken yet (rank 0 grants them, first come first served), into\n"
     "DIR/.kda-mpi.tmp.*/rank-R; rank 0 merges the reports into DIR as `kda conform --merge`\n"
     "does (results.jsonl, summary.json, junit.xml) and exits with the run's status.\n"
     "\n"
@@ -106,16 +115,15 @@ static void *coordinate(void *arg) {
   while (finished < r->size) {
     report in;
     MPI_Status st;
-    mpi_check(MPI_Recv(&in, (int)sizeof in, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG,
-                       MPI_COMM_WORLD, &st), "MPI_Recv");
+    mpi_check(MPI_Recv(&in, (int)sizeof in, MPI_BYTE, MPI_ANY_SOURCE, MPI_ANY_TAG, to_root,
+                       &st), "MPI_Recv");
     if (in.status != KDA_OK && r->first_bad.status == KDA_OK) r->first_bad = in;
     if (st.MPI_TAG == TAG_DONE) {
       finished++;
       continue;
     }
     int64_t give = r->first_bad.status == KDA_OK && next < r->n ? r->order[next++] : -1;
-    mpi_check(MPI_Send(&give, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_GIVE, MPI_COMM_WORLD),
-              "MPI_Send");
+    mpi_check(MPI_Send(&give, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_GIVE, from_root), "MPI_Send");
   }
   return NULL;
 }
@@ -145,8 +153,8 @@ static void work(run *r) {
                                    shard, strerror(errno));
   for (;;) {
     int64_t give;
-    mpi_check(MPI_Send(&out, (int)sizeof out, MPI_BYTE, 0, TAG_ASK, MPI_COMM_WORLD), "MPI_Send");
-    mpi_check(MPI_Recv(&give, 1, MPI_INT64_T, 0, TAG_GIVE, MPI_COMM_WORLD, MPI_STATUS_IGNORE),
+    mpi_check(MPI_Send(&out, (int)sizeof out, MPI_BYTE, 0, TAG_ASK, to_root), "MPI_Send");
+    mpi_check(MPI_Recv(&give, 1, MPI_INT64_T, 0, TAG_GIVE, from_root, MPI_STATUS_IGNORE),
               "MPI_Recv");
     if (give < 0 || give >= nc) break;
     char err[KDA_ERRLEN];
@@ -165,7 +173,7 @@ static void work(run *r) {
     out.status = KDA_OK; /* reported already with the failed case */
     out.message[0] = '\0';
   }
-  mpi_check(MPI_Send(&out, (int)sizeof out, MPI_BYTE, 0, TAG_DONE, MPI_COMM_WORLD), "MPI_Send");
+  mpi_check(MPI_Send(&out, (int)sizeof out, MPI_BYTE, 0, TAG_DONE, to_root), "MPI_Send");
   free(mine);
   free(infos);
 }
@@ -286,7 +294,6 @@ static int setup(run *r) {
 
 /* ---- conform. */
 int kda_cmd_conform(int argc, char **argv);           /* tools/kda_cmd_conform.c */
-int kda_conform_merge_main(int argc, char **argv);    /* tools/kda_conform_merge.c */
 
 /* The --out DIR of the conform options; argv without it goes to out_args. */
 static const char *conform_out(int argc, char **argv, char **out_args, int *n) {
@@ -298,6 +305,44 @@ static const char *conform_out(int argc, char **argv, char **out_args, int *n) {
     else out_args[(*n)++] = argv[k];
   }
   return out;
+}
+
+/* Rank 0's coordinator for conform: each unit to the first rank that claims it. */
+static void *coordinate_claims(void *arg) {
+  run *r = arg;
+  uint8_t *taken = NULL;
+  int64_t cap = 0;
+  int finished = 0;
+  while (finished < r->size) {
+    int64_t u;
+    MPI_Status st;
+    mpi_check(MPI_Recv(&u, 1, MPI_INT64_T, MPI_ANY_SOURCE, MPI_ANY_TAG, to_root, &st),
+              "MPI_Recv");
+    if (st.MPI_TAG == TAG_DONE) {
+      finished++;
+      continue;
+    }
+    int64_t yes = 0;
+    if (u >= 0 && u >= cap) { /* the plan's size is the runner's: grow as units come */
+      int64_t nc = cap ? cap : 1024;
+      while (nc <= u) nc *= 2;
+      uint8_t *t = realloc(taken, (size_t)nc);
+      if (t) memset(t + cap, 0, (size_t)(nc - cap)), taken = t, cap = nc;
+    }
+    if (u >= 0 && u < cap && !taken[u]) taken[u] = 1, yes = 1;
+    mpi_check(MPI_Send(&yes, 1, MPI_INT64_T, st.MPI_SOURCE, TAG_GIVE, from_root), "MPI_Send");
+  }
+  free(taken);
+  return NULL;
+}
+
+static int claim_unit(void *ctx, int64_t unit) {
+  int64_t yes = 0;
+  (void)ctx;
+  mpi_check(MPI_Send(&unit, 1, MPI_INT64_T, 0, TAG_CLAIM, to_root), "MPI_Send");
+  mpi_check(MPI_Recv(&yes, 1, MPI_INT64_T, 0, TAG_GIVE, from_root, MPI_STATUS_IGNORE),
+            "MPI_Recv");
+  return yes == 1;
 }
 
 static int conform_rank(run *r, char **args, int na) {
@@ -350,7 +395,16 @@ static int conform_main(run *r, int argc, char **argv) {
   }
   r->dir = out;
   int rc = setup(r);
+  pthread_t th;
+  if (!rc && r->rank == 0 && pthread_create(&th, NULL, coordinate_claims, r) != 0) {
+    say("cannot start the coordinator thread");
+    MPI_Abort(MPI_COMM_WORLD, 2); /* the other ranks wait for it: nothing else ends them */
+  }
+  kda_conform_shard_use_claims(claim_unit, NULL);
   int mine = rc ? rc : conform_rank(r, args, na), worst = 0, bad_rank = -1;
+  int64_t done = -1;
+  if (!rc) mpi_check(MPI_Send(&done, 1, MPI_INT64_T, 0, TAG_DONE, to_root), "MPI_Send");
+  if (!rc && r->rank == 0) pthread_join(th, NULL);
   int *all = r->rank == 0 ? calloc((size_t)r->size, sizeof *all) : NULL;
   mpi_check(MPI_Gather(&mine, 1, MPI_INT, all, 1, MPI_INT, 0, MPI_COMM_WORLD), "MPI_Gather");
   if (r->rank == 0 && !rc) {
@@ -380,6 +434,8 @@ int main(int argc, char **argv) {
   memset(&r, 0, sizeof r);
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);
   MPI_Comm_size(MPI_COMM_WORLD, &r.size);
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &to_root), "MPI_Comm_dup");
+  mpi_check(MPI_Comm_dup(MPI_COMM_WORLD, &from_root), "MPI_Comm_dup");
   int32_t certifier = KDA_CERTIFIER_FAST;
   if (argc >= 2 && strcmp(argv[1], "conform") == 0) {
     int all = conform_main(&r, argc - 1, argv + 1);
