@@ -69,7 +69,8 @@ static const char help_text[] =
     "DIR/.kda-mpi.tmp.*/rank-R; rank 0 merges the reports into DIR as `kda conform --merge`\n"
     "does (results.jsonl, summary.json, junit.xml) and exits with the run's status.\n"
     "\n"
-    "Exit status: 0 written; 2 usage error, I/O error or a case that could not be made (the\n"
+    "Exit status: 0 written (conform: the run's status, 0, 1 or 5, as kda conform's); 2 usage\n"
+    "error, I/O error, a case that could not be made or a rank whose kda conform failed (the\n"
     "rank and its message on standard error).\n";
 
 /* What a worker tells rank 0 (plain bytes: the same binary on every rank). */
