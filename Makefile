@@ -71,7 +71,7 @@ PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/test
 # A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
 PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TOOL_SRC  := $(wildcard tools/*.c)
+TOOL_SRC  := $(filter-out tools/kda_mpi.c,$(wildcard tools/*.c))
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c) \
              $(wildcard conformance/tests/check_*.c) $(wildcard tools/tests/check_*.c)
@@ -314,3 +314,21 @@ $(CUDA_BENCH): $(BUILD)/$(CUDA_DIR)/bench_cuda.o $(CUDA_KOBJ)
 # The plugin is built before the unit tests (conformance/tests/check_cuda.c tests it when it
 # exists); the sanitizer pass reuses the plain build's plugin.
 check-unit: $(if $(SAN),,cuda)
+
+# ---- Scale-out (docs/scale.md).  make mpi builds the MPI driver kda-mpi with mpicc when it is
+# on the PATH (OpenMPI from Debian: tools/deps.sh installs it), skipped with a message
+# otherwise.  make check-scale: shards, merges, the Slurm steps and (with mpirun) 2 MPI ranks
+# on L0, L1 and the small L2, every byte compared with the single-process --write.
+MPICC      ?= mpicc
+KDA_MPI    := $(BUILD)/kda-mpi
+.PHONY: mpi check-scale
+mpi:
+	@if command -v $(MPICC) >/dev/null 2>&1; then $(MAKE) --no-print-directory $(KDA_MPI); \
+	else echo "make mpi: $(MPICC) not found; kda-mpi is not built (skipped)"; fi
+# kda-mpi conform runs kda conform in-process: it links the command's objects (not kda.o).
+KDA_MPI_OBJ := $(filter-out $(BUILD)/tools/kda.o,$(TOOL_OBJ))
+$(KDA_MPI): tools/kda_mpi.c $(KDA_MPI_OBJ) $(LIBA) $(HEADERS) | $(DEPS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) -Itools -o $@ $< $(KDA_MPI_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) \
+	  -lpthread -lm
+check-scale: $(KDA) mpi
+	@KDA_BIN=$(abspath $(KDA)) KDA_MPI=$(abspath $(KDA_MPI)) sh tools/tests/scale.sh $(BUILD)/scale

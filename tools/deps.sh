@@ -6,6 +6,7 @@
 # KDA_DEPS_OPTIONAL: Debian packages named after the command they provide (CI: chromium for
 # make check-browser), installed in the same apt-get run when their command is absent; a failure
 # to install them is a note, not an error (the tests that need them skip, saying so).
+# OpenMPI (openmpi-bin libopenmpi-dev, for make mpi) is one of them in CI (.ci/run).
 set -eu
 stamp=${1:-}
 pkgs="pkg-config check libzip-dev libjansson-dev libmpfr-dev libgmp-dev zlib1g-dev libsubunit-dev libxml2-utils"
@@ -16,7 +17,13 @@ missing() {
   command -v xmllint >/dev/null 2>&1 || echo xmllint  # JUnit schema check (make check)
 }
 optional=${KDA_DEPS_OPTIONAL:-}
-opt_missing() { for p in $optional; do command -v "$p" >/dev/null 2>&1 || echo "$p"; done; }
+# An entry CMD=PKG+PKG names the packages that provide CMD (CI: mpicc=openmpi-bin+libopenmpi-dev
+# for make mpi and check-scale).
+opt_missing() {
+  for p in $optional; do
+    command -v "${p%%=*}" >/dev/null 2>&1 || echo "${p#*=}" | tr '+' ' '
+  done
+}
 m=$(missing)
 o=$(opt_missing)
 if [ -n "$m$o" ] && [ "$(id -u)" = 0 ] && command -v flock >/dev/null 2>&1; then

@@ -13,6 +13,7 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_conform_list.h"
+#include "kda_conform_shard.h"
 #include "kda_sha256.h"
 #include "kda_files.h"
 #include "kda_serving.h"
@@ -106,6 +107,14 @@ static const char help_text[] =
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
     "  -h, --help                print this help and exit\n"
+    "Scale-out (docs/scale.md):\n"
+    "      --shard I/N           score only shard I of N (0 <= I < N) of the (case, backend)\n"
+    "                            pairs, a partition balanced by case size; needs --out, where\n"
+    "                            shard.json (kda-shard/1) goes beside the reports\n"
+    "      --merge OUTDIR SHARD_OUT...  (first option, nothing else) check the shards' outputs\n"
+    "                            and write the results.jsonl, summary.json and junit.xml of one\n"
+    "                            run into OUTDIR; exit status as that run's (timings differ)\n"
+
     "\n"
     "The last line is 'N passed, N failed' (', N skipped' when some were skipped).\n"
     "Exit status:\n"
@@ -132,6 +141,7 @@ typedef struct conform_args {
   int64_t chunk; /* --chunk: tokens per chained call of a streamed case (0: default) */
   int64_t max_lines;
   kda_conform_opts opts;
+  kda_conform_shard *shard; /* --shard I/N, or NULL */
   char **paths;
   int n_paths;
 } conform_args;
@@ -215,7 +225,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
   enum { O_HTML = 512, O_JSON, O_SERVING };
-  enum { O_STREAM = 600, O_NOSTREAM, O_CHUNK };
+  enum { O_STREAM = 600, O_NOSTREAM, O_CHUNK, O_SHARD };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
       {"params", required_argument, NULL, O_PARAMS}, {"candidate", required_argument, NULL, 'c'},
@@ -237,6 +247,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"serving", required_argument, NULL, O_SERVING},
       {"stream", no_argument, NULL, O_STREAM}, {"no-stream", no_argument, NULL, O_NOSTREAM},
       {"chunk", required_argument, NULL, O_CHUNK},
+      {"shard", required_argument, NULL, O_SHARD},
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   kda_conform_opts_init(&a->opts);
@@ -314,6 +325,10 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         if (kda_tool_parse_count(optarg, &a->chunk) || a->chunk < 64 || a->chunk % 64)
           return kda_tool_usage(SUB, "bad --chunk '%s' (a multiple of 64 tokens)", optarg);
         break;
+      case O_SHARD:
+        kda_conform_shard_free(a->shard);
+        if (!(a->shard = kda_conform_shard_new(optarg))) return KDA_EXIT_USAGE;
+        break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
@@ -363,6 +378,7 @@ static void emit(run_state *s, const conform_args *a, kda_case_report *r) {
   kda_tally_add(&s->tally, r);
   if (!a->quiet || r->verdict != KDA_VERDICT_PASS) kda_report_human(stdout, r, (int32_t)a->max_lines);
   if (s->jsonl) kda_report_jsonl(s->jsonl, r);
+  kda_conform_shard_emitted(a->shard);
   s->n++;
 }
 
@@ -441,12 +457,13 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   s->truth_s += now_s() - t0;
   if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
   for (int i = 0; i < nt && st == KDA_OK; i++) {
+    if (!kda_conform_shard_target(a->shard, i)) continue; /* another shard's */
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
     else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) emit(s, a, r);
   }
-  if (st == KDA_OK && a->candidate) {
+  if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt)) {
     char rp[4096];
     struct stat sb;
     int is_dir = stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode);
@@ -778,7 +795,23 @@ static int probe_targets(const target *tg, int nt) {
   return 0;
 }
 
+/* --shard: the plan is the cases and targets (docs/scale.md); the shard's reports and
+ * shard.json go to --out. */
+static int plan_shard(conform_args *a, const path_list *cases, const target *tg, int nt,
+                      int argc, char **argv) {
+  const char *names[2 * MAX_ITEMS + 5];
+  if (!a->out_dir) return kda_tool_usage(SUB, "--shard needs --out DIR");
+  if (a->jsonl || a->summary || a->junit)
+    return kda_tool_usage(SUB, "--shard writes its reports into --out DIR (not --jsonl, "
+                          "--summary, --junit)");
+  for (int i = 0; i < nt; i++) names[i] = kda_worker_name(tg[i].w);
+  if (a->candidate) names[nt] = "candidate";
+  return kda_conform_shard_plan(a->shard, cases->v, cases->n, names, nt + !!a->candidate, argc,
+                                argv);
+}
+
 int kda_cmd_conform(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--merge") == 0) return kda_conform_merge_main(argc, argv);
   conform_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
@@ -815,6 +848,7 @@ int kda_cmd_conform(int argc, char **argv) {
   int nt = 0;
   if (rc == 0) rc = load_targets(&a, tg, &nt);
   if (rc == 0) rc = probe_targets(tg, nt);
+  if (rc == 0 && a.shard) rc = plan_shard(&a, &cases, tg, nt, argc, argv);
   if (rc == 0 && bl) rc = check_baseline(&a, bl, tg, nt);
   run_state s;
   memset(&s, 0, sizeof s);
@@ -826,7 +860,8 @@ int kda_cmd_conform(int argc, char **argv) {
                       err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
   double t0 = now_s();
-  for (int i = 0; i < cases.n && rc == 0; i++) rc = score_case(&a, cases.v[i], tg, nt, &s);
+  for (int i = 0; i < cases.n && rc == 0; i++)
+    if (kda_conform_shard_case(a.shard, i)) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
   if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at);
   else if (s.jsonl_at && kda_atomic_commit(s.jsonl_at, err, sizeof err) != KDA_OK)
@@ -848,6 +883,7 @@ int kda_cmd_conform(int argc, char **argv) {
     u->info.exit_status = status;
     rc = write_reports(&a, &s, &u->info);
   }
+  if (rc == 0 && a.shard) rc = kda_conform_shard_finish(a.shard, a.out_dir);
   free(u);
   if (rc == 0 && a.bench)
     printf("bench: candidate scoring %llu bytes (truth + candidate, as float64) in %.3f s: "
@@ -865,6 +901,7 @@ int kda_cmd_conform(int argc, char **argv) {
   kda_waivers_free(w);
   kda_baseline_free(bl);
 done:
+  kda_conform_shard_free(a.shard);
   for (int i = 0; i < cases.n; i++) free(cases.v[i]);
   free(cases.v);
   return rc;

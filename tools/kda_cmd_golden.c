@@ -25,6 +25,7 @@
 #include "kda_catalog.h"
 #include "kda_files.h"
 #include "kda_golden.h"
+#include "kda_golden_shard.h"
 #include "kda_cert.h"
 #include "kda_mpfr.h"
 #include "kda_ref.h"
@@ -37,6 +38,8 @@ int kda_cmd_golden(int argc, char **argv);
 static const char help_text[] =
     "Usage: kda golden --write [--level L0|L1|L2|all] [--jobs N] [--certifier C] [DIR]\n"
     "       kda golden --verify [--level L0|L1|L2|all] [--jobs N] [--certifier C] [DIR]\n"
+    "       kda golden --write --shard I/N [--level L] [--jobs N] [--certifier C] SHARD_DIR\n"
+    "       kda golden --merge OUT SHARD_DIR...\n"
     "       kda golden --list\n"
     "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
     "       kda golden --bench-certify [--K N] [--V N] [--T N]\n"
@@ -53,6 +56,14 @@ static const char help_text[] =
     "                regenerate every case into a temporary directory and compare it with\n"
     "                DIR byte for byte (generator-made files such as DIR/example/*.npz too).\n"
     "                `make check` runs this.\n"
+    "  --shard I/N   with --write: make only shard I of N (0 <= I < N) of the level's cases,\n"
+    "                a deterministic partition balanced by cost (docs/scale.md), into\n"
+    "                SHARD_DIR/<level> with SHARD_DIR/shard.json (kda-shard/1: catalog\n"
+    "                identity, I, N, units, SHA-256 of every file); no level manifest\n"
+    "  --merge       check the shard directories (every manifest and hash, one catalog, all\n"
+    "                N shards, every case exactly once), then write into OUT what one --write\n"
+    "                of those levels writes, byte for byte; nothing is written when a shard\n"
+    "                is corrupt, missing, duplicated or foreign (exit 2, the shard named)\n"
     "  --list        say which golden sets are present and where ($KDA_GOLDEN, else\n"
     "                ./golden, else the installed share/kda/golden: the sets kda conform\n"
     "                and --verify use), then print the catalog: level, id, flags and\n"
@@ -91,7 +102,8 @@ static const char help_text[] =
     "  1  --verify found a difference (the file and its first differing member are named)\n"
     "  2  usage error, I/O error, or a case could not be made\n";
 
-enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT, MODE_EXPAND };
+enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT, MODE_EXPAND,
+       MODE_MERGE };
 
 typedef struct gargs {
   int mode;
@@ -101,13 +113,17 @@ typedef struct gargs {
   int64_t bK, bV, bT;
   int32_t certifier;
   const char *expand, *output; /* --expand FILE -o OUT */
+  int64_t shard_i, shard_n; /* --shard I/N (shard_n 0: none) */
+  const int64_t *shard_of;  /* the partition (kda_golden_partition) when sharded */
+  char **shards;            /* --merge: the shard directories */
+  int n_shards;
 } gargs;
 
 /* ---- Arguments. */
 static int set_mode(gargs *a, int mode) {
   if (a->mode != MODE_NONE && a->mode != mode)
-    return kda_tool_usage(SUB, "give only one of --write, --verify, --list, --bench-step, "
-                          "--bench-certify, --expand");
+    return kda_tool_usage(SUB, "give only one of --write, --verify, --merge, --list, "
+                          "--bench-step, --bench-certify, --expand");
   a->mode = mode;
   return -1;
 }
@@ -125,6 +141,13 @@ static int parse_option(gargs *a, int c) {
   case 'L': return set_mode(a, MODE_LIST);
   case 'b': return set_mode(a, MODE_BENCH);
   case 'B': return set_mode(a, MODE_BENCH_CERT);
+  case 'M': return set_mode(a, MODE_MERGE);
+  case 's': {
+    char e[KDA_ERRLEN];
+    if (kda_shard_parse(optarg, &a->shard_i, &a->shard_n, e, sizeof e) != KDA_OK)
+      return kda_tool_usage(SUB, "%s", e);
+    return -1;
+  }
   case 'c':
     a->certifier = kda_cert_certifier_parse(optarg);
     if (a->certifier != KDA_CERTIFIER_FAST && a->certifier != KDA_CERTIFIER_MPFR)
@@ -175,20 +198,32 @@ static int parse_args(int argc, char **argv, gargs *a) {
       {"K", required_argument, NULL, 'K'},    {"V", required_argument, NULL, 'V'},
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
       {"expand", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
+      {"shard", required_argument, NULL, 's'}, {"merge", no_argument, NULL, 'M'},
       {NULL, 0, NULL, 0}};
-  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST, NULL, NULL};
+  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST, NULL, NULL,
+               0, 0, NULL, NULL, 0};
   opterr = 0;
   optind = 0;
   int c;
-  while ((c = getopt_long(argc, argv, ":l:j:c:o:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":l:j:c:e:o:h", longopts, NULL)) != -1) {
     int st = parse_option(a, c);
     if (st == -2) return kda_tool_bad_option(SUB, c, argv);
     if (st >= 0) return st;
   }
-  if (a->mode == MODE_NONE) return kda_tool_usage(SUB, "missing --write, --verify, --list, "
-                                                  "--bench-step, --bench-certify or --expand");
+  if (a->mode == MODE_NONE)
+    return kda_tool_usage(SUB, "missing --write, --verify, --merge, --list, --bench-step, "
+                          "--bench-certify or --expand");
   if (a->mode == MODE_EXPAND && !a->output) return kda_tool_usage(SUB, "missing -o OUT.npz");
   if (a->mode != MODE_EXPAND && a->output) return kda_tool_usage(SUB, "-o goes with --expand");
+  if (a->shard_n && a->mode != MODE_WRITE) return kda_tool_usage(SUB, "--shard needs --write");
+  if (a->mode == MODE_MERGE) { /* OUT SHARD_DIR... */
+    if (argc - optind < 2) return kda_tool_usage(SUB, "--merge needs OUT and a shard directory");
+    a->dir = argv[optind];
+    a->shards = argv + optind + 1;
+    a->n_shards = argc - optind - 1;
+    return -1;
+  }
+  if (a->shard_n && optind >= argc) return kda_tool_usage(SUB, "--shard needs SHARD_DIR");
   if (optind < argc) {
     if (a->mode == MODE_LIST || a->mode == MODE_BENCH || a->mode == MODE_BENCH_CERT ||
         a->mode == MODE_EXPAND)
@@ -435,7 +470,8 @@ static int level_on(const gargs *a, int32_t level) {
 static int64_t selected(const gargs *a, int64_t *idx) {
   int64_t n = 0;
   for (int64_t i = 0; i < kda_catalog_count(); i++)
-    if (level_on(a, kda_catalog_get(i)->level)) idx[n++] = i;
+    if (level_on(a, kda_catalog_get(i)->level) && (!a->shard_of || a->shard_of[i] == a->shard_i))
+      idx[n++] = i;
   return n;
 }
 
@@ -529,6 +565,52 @@ static void print_level_summary(int32_t l, const kda_golden_info *infos, double 
          values ? 100.0 * within1 / values : 100.0);
 }
 
+/* ---- --write --shard and --merge (docs/scale.md). */
+static uint32_t level_mask(const gargs *a) {
+  uint32_t m = 0;
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++)
+    if (level_on(a, l)) m |= UINT32_C(1) << l;
+  return m;
+}
+
+static int finish_shard(const gargs *a, int64_t *idx, const kda_golden_info *infos) {
+  char err[KDA_ERRLEN];
+  int64_t n = selected(a, idx);
+  if (kda_golden_shard_finish(a->dir, level_mask(a), a->shard_i, a->shard_n, "lpt", idx, n,
+                              infos, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  printf("wrote shard %lld/%lld of %s: %lld cases into %s\n", (long long)a->shard_i,
+         (long long)a->shard_n, a->level == -2 ? "all levels" : a->level == -1 ? "L0, L1"
+         : kda_level_name(a->level), (long long)n, a->dir);
+  return KDA_EXIT_OK;
+}
+
+static int cmd_write(const gargs *a);
+static int cmd_write_shard(const gargs *a) {
+  char err[KDA_ERRLEN];
+  int64_t *of = malloc((size_t)kda_catalog_count() * sizeof *of);
+  if (!of) return kda_tool_fail(SUB, "out of memory");
+  int rc = kda_golden_partition(level_mask(a), a->shard_n, of, err, sizeof err) == KDA_OK
+               ? KDA_EXIT_OK : kda_tool_fail(SUB, "%s", err);
+  gargs s = *a;
+  s.shard_of = of;
+  if (rc == KDA_EXIT_OK) rc = cmd_write(&s);
+  free(of);
+  return rc;
+}
+
+static int cmd_merge(const gargs *a) {
+  char err[KDA_ERRLEN];
+  kda_golden_merge_info m;
+  if (kda_golden_merge(a->dir, (const char *const *)a->shards, a->n_shards, &m, err,
+                       sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  printf("merged %lld shards: %lld cases, %lld files into %s\n", (long long)m.shards,
+         (long long)m.units, (long long)m.files, a->dir);
+  kda_golden_merge_info_free(&m);
+  return KDA_EXIT_OK;
+}
+
 static int cmd_write(const gargs *a) {
   kda_golden_set_certifier(a->certifier);
   int64_t n0 = kda_catalog_count();
@@ -553,6 +635,12 @@ static int cmd_write(const gargs *a) {
     progress_end(&pg);
     wall[l] = kda_golden_now() - pg.t0;
     if (report_failures(infos, idx, n) > 0) rc = KDA_EXIT_USAGE;
+  }
+  if (a->shard_n) { /* a shard: its manifest instead of the level's (kda_golden_shard.h) */
+    if (rc == KDA_EXIT_OK) rc = finish_shard(a, idx, infos);
+    free(idx);
+    free(infos);
+    return rc;
   }
   if (rc == KDA_EXIT_OK) rc = write_manifests(a->dir, a, infos);
   char err[KDA_ERRLEN];
@@ -920,7 +1008,8 @@ int kda_cmd_golden(int argc, char **argv) {
   int st = parse_args(argc, argv, &a);
   if (st >= 0) return st;
   switch (a.mode) {
-  case MODE_WRITE: return cmd_write(&a);
+  case MODE_WRITE: return a.shard_n ? cmd_write_shard(&a) : cmd_write(&a);
+  case MODE_MERGE: return cmd_merge(&a);
   case MODE_VERIFY: return cmd_verify(&a);
   case MODE_LIST: return cmd_list();
   case MODE_BENCH_CERT: return cmd_bench(&a);

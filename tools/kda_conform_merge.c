@@ -1,0 +1,588 @@
+/* kda_conform_merge.c: `kda conform --merge OUTDIR SHARD_OUT...` (docs/scale.md).
+ * SPDX-License-Identifier: MIT
+ *
+ * Every shard is checked before anything is written: its shard.json (kda-shard/1, kind
+ * conform), that all shards share one plan (the same cases, targets and options), that there
+ * are N of them with distinct I covering every unit once, and the SHA-256 of its three
+ * reports.  Then the reports of one run are assembled (kda_conform_shard.c says how) and
+ * written atomically into OUTDIR.  The exit status is the merged run's (0, 1 or 5; SPEC.md
+ * §12.2), or 2 with one line naming the shard.
+ */
+#include <errno.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "kda_conform.h"
+#include "kda_conform_shard.h"
+#include "kda_files.h"
+#include "kda_golden_shard.h"
+#include "kda_internal.h" /* kda_fail */
+#include "kda_sha256.h"
+#include "kda_tool.h"
+
+#define SUB "conform"
+#define FILE_MAX ((size_t)1 << 31) /* reports larger than this are not a shard's */
+
+typedef struct mline {
+  int64_t unit, local;
+  const char *text; /* the line, verbatim (into the shard's buffer) */
+  size_t len;
+  const char *case_id, *backend; /* owned by the shard's parsed lines */
+} mline;
+
+typedef struct cshard {
+  const char *dir;
+  json_t *root, *summary, *parsed; /* parsed: the lines as JSON, for case and backend */
+  char *jsonl, *junit;
+  mline *lines;
+  int64_t nl;
+} cshard;
+
+typedef struct mstate {
+  cshard *sh;
+  int n;
+  int64_t n_of, n_units;
+  char plan[65];
+  int *owner; /* per unit */
+  char *seen_i;
+} mstate;
+
+static int bad(char *err, size_t errlen, const char *dir, const char *what) {
+  return kda_fail(KDA_EFORMAT, err, errlen, "%s: %s", dir, what);
+}
+
+static int read_text(const char *dir, const char *name, char **out, size_t *len, char *err,
+                     size_t errlen) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  FILE *f = fopen(path, "rb");
+  if (!f) return bad(err, errlen, dir, "a report is missing (results.jsonl, summary.json or "
+                     "junit.xml)");
+  size_t cap = 1 << 16, n = 0;
+  char *b = malloc(cap);
+  size_t r;
+  while (b && (r = fread(b + n, 1, cap - n - 1, f)) > 0) {
+    n += r;
+    if (n + 1 == cap && cap < FILE_MAX) {
+      char *b2 = realloc(b, cap * 2);
+      if (!b2) free(b);
+      b = b2, cap *= 2;
+    } else if (n + 1 == cap) {
+      break;
+    }
+  }
+  int rd = ferror(f);
+  fclose(f);
+  if (!b || rd) return free(b), kda_fail(KDA_EIO, err, errlen, "%s: cannot read", path);
+  b[n] = '\0';
+  *out = b;
+  if (len) *len = n;
+  return KDA_OK;
+}
+
+static int get_int(json_t *o, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+  json_t *x = json_object_get(o, key);
+  if (!json_is_integer(x) || json_integer_value(x) < lo || json_integer_value(x) > hi) return -1;
+  *out = (int64_t)json_integer_value(x);
+  return 0;
+}
+
+/* The files of a shard: each with its recorded size and SHA-256. */
+static int check_files(const char *dir, json_t *files, char *err, size_t errlen) {
+  static const char *const names[3] = {"results.jsonl", "summary.json", "junit.xml"};
+  if (!json_is_object(files) || json_object_size(files) != 3)
+    return bad(err, errlen, dir, "shard.json: malformed files");
+  for (int f = 0; f < 3; f++) {
+    json_t *rec = json_object_get(files, names[f]);
+    const char *want = json_string_value(json_object_get(rec, "sha256"));
+    int64_t size = -1, got = -1;
+    char path[4200], hex[65], e2[KDA_ERRLEN], msg[300];
+    if (!want || get_int(rec, "size", 0, INT64_MAX, &size))
+      return bad(err, errlen, dir, "shard.json: malformed files");
+    snprintf(path, sizeof path, "%s/%s", dir, names[f]);
+    if (kda_golden_file_sha256(path, hex, &got, e2, sizeof e2) != KDA_OK)
+      return bad(err, errlen, dir, e2);
+    if (got != size || strcmp(hex, want) != 0) {
+      snprintf(msg, sizeof msg, "%s: SHA-256 or size differs from shard.json (corrupt shard)",
+               names[f]);
+      return bad(err, errlen, dir, msg);
+    }
+  }
+  return KDA_OK;
+}
+
+/* shard.json's header: schema, kind, plan (its hash recomputed), I/N, units. */
+static int check_header(cshard *c, mstate *m, int s, char *err, size_t errlen) {
+  json_t *r = c->root;
+  const char *schema = json_string_value(json_object_get(r, "schema"));
+  const char *kind = json_string_value(json_object_get(r, "kind"));
+  const char *plan = json_string_value(json_object_get(r, "plan_sha256"));
+  int64_t I = -1, N = 0;
+  if (!schema || strcmp(schema, KDA_SHARD_SCHEMA) || !kind || strcmp(kind, "conform"))
+    return bad(err, errlen, c->dir, "shard.json: not a " KDA_SHARD_SCHEMA " conform shard");
+  json_t *p = json_object_get(r, "plan");
+  json_t *cases = json_object_get(p, "cases"), *tg = json_object_get(p, "targets");
+  if (!plan || get_int(r, "of", 1, KDA_SHARD_MAX, &N) || get_int(r, "shard", 0, N - 1, &I) ||
+      !json_is_array(cases) || !json_is_array(tg) ||
+      !json_is_array(json_object_get(r, "units")) || !json_is_array(json_object_get(r, "lines")))
+    return bad(err, errlen, c->dir, "shard.json: malformed (plan, shard, of, units or lines)");
+  char *text = json_dumps(p, JSON_COMPACT), hex[65];
+  if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  kda_sha256 h;
+  unsigned char d[KDA_SHA256_BYTES];
+  kda_sha256_init(&h);
+  kda_sha256_update(&h, text, strlen(text));
+  kda_sha256_final(&h, d);
+  kda_sha256_hex(d, hex);
+  free(text);
+  if (strcmp(hex, plan) != 0)
+    return bad(err, errlen, c->dir, "shard.json: the plan does not have its plan_sha256");
+  if (s == 0) {
+    snprintf(m->plan, sizeof m->plan, "%s", plan);
+    m->n_of = N;
+    m->n_units = (int64_t)json_array_size(cases) * (int64_t)json_array_size(tg);
+    m->owner = malloc((size_t)(m->n_units ? m->n_units : 1) * sizeof *m->owner);
+    m->seen_i = calloc((size_t)N, 1);
+    if (!m->owner || !m->seen_i) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+    for (int64_t u = 0; u < m->n_units; u++) m->owner[u] = -1;
+  } else if (strcmp(plan, m->plan) != 0 || N != m->n_of) {
+    return bad(err, errlen, c->dir, "a shard of another run (its cases, targets, options or N "
+               "differ from the first shard's: foreign shard)");
+  }
+  if (m->seen_i[I]) return bad(err, errlen, c->dir, "this shard is given twice (duplicated "
+                               "shard)");
+  m->seen_i[I] = 1;
+  json_t *units = json_object_get(r, "units");
+  for (size_t k = 0; k < json_array_size(units); k++) {
+    json_t *x = json_array_get(units, k);
+    int64_t u = json_is_integer(x) ? json_integer_value(x) : -1;
+    if (u < 0 || u >= m->n_units) return bad(err, errlen, c->dir, "shard.json: a unit out of "
+                                             "range");
+    if (m->owner[u] >= 0) return bad(err, errlen, c->dir, "a unit is also in another shard "
+                                     "(duplicated unit)");
+    m->owner[u] = s;
+  }
+  return KDA_OK;
+}
+
+/* results.jsonl: as many lines as shard.json says, each of one of the shard's units, each a
+ * JSON object with its case and backend. */
+static int load_lines(cshard *c, const mstate *m, int s, char *err, size_t errlen) {
+  size_t len = 0;
+  int st = read_text(c->dir, "results.jsonl", &c->jsonl, &len, err, errlen);
+  if (st) return st;
+  json_t *units = json_object_get(c->root, "lines");
+  const int64_t n = (int64_t)json_array_size(units);
+  c->lines = calloc((size_t)(n ? n : 1), sizeof *c->lines);
+  c->parsed = json_array();
+  if (!c->lines || !c->parsed) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  char *p = c->jsonl, *end = c->jsonl + len;
+  for (int64_t k = 0; k < n; k++) {
+    char *nl = p < end ? memchr(p, '\n', (size_t)(end - p)) : NULL;
+    json_t *x = json_array_get(units, (size_t)k);
+    int64_t u = json_is_integer(x) ? json_integer_value(x) : -1;
+    if (!nl) return bad(err, errlen, c->dir, "results.jsonl has fewer lines than shard.json "
+                        "says");
+    if (u < 0 || u >= m->n_units || m->owner[u] != s)
+      return bad(err, errlen, c->dir, "shard.json: a line of a unit not in the shard");
+    json_t *j = json_loadb(p, (size_t)(nl - p), JSON_REJECT_DUPLICATES, NULL);
+    const char *cs = json_string_value(json_object_get(j, "case"));
+    const char *bk = json_string_value(json_object_get(j, "backend"));
+    if (!cs || !bk) return json_decref(j), bad(err, errlen, c->dir, "results.jsonl: a line "
+                                               "without case and backend");
+    json_array_append_new(c->parsed, j);
+    c->lines[k] = (mline){u, k, p, (size_t)(nl + 1 - p), cs, bk};
+    p = nl + 1;
+  }
+  if (p != end) return bad(err, errlen, c->dir, "results.jsonl has more lines than shard.json "
+                           "says");
+  c->nl = n;
+  return KDA_OK;
+}
+
+static int load_shard(cshard *c, mstate *m, int s, char *err, size_t errlen) {
+  char path[4200];
+  snprintf(path, sizeof path, "%s/shard.json", c->dir);
+  struct stat sb;
+  if (stat(path, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size > (off_t)FILE_MAX)
+    return bad(err, errlen, c->dir, "no shard.json (not a conform shard, or its run did not "
+               "finish)");
+  json_error_t je;
+  c->root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  if (!c->root) return bad(err, errlen, c->dir, "shard.json: not valid JSON");
+  int st = check_header(c, m, s, err, errlen);
+  if (!st) st = check_files(c->dir, json_object_get(c->root, "files"), err, errlen);
+  if (!st) st = load_lines(c, m, s, err, errlen);
+  if (!st) {
+    snprintf(path, sizeof path, "%s/summary.json", c->dir);
+    c->summary = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+    if (!json_is_object(c->summary)) st = bad(err, errlen, c->dir, "summary.json: not valid JSON");
+  }
+  if (!st) st = read_text(c->dir, "junit.xml", &c->junit, NULL, err, errlen);
+  return st;
+}
+
+/* ---- summary.json. */
+typedef struct entry {
+  int64_t unit, local;
+  void *v;       /* json_t * or a junit testcase block (const char *) */
+  size_t len;
+} entry;
+
+static int by_unit(const void *a, const void *b) {
+  const entry *x = a, *y = b;
+  if (x->unit != y->unit) return x->unit < y->unit ? -1 : 1;
+  return (x->local > y->local) - (x->local < y->local);
+}
+
+static int64_t unit_of(const cshard *c, const char *case_id, const char *backend) {
+  for (int64_t k = 0; case_id && backend && k < c->nl; k++)
+    if (!strcmp(c->lines[k].case_id, case_id) && !strcmp(c->lines[k].backend, backend))
+      return c->lines[k].unit;
+  return -1;
+}
+
+/* A per-report list (failing, nondeterministic, backend_output) in the order of one run. */
+static json_t *merge_list(const mstate *m, const char *key, char *err, size_t errlen) {
+  size_t total = 0;
+  for (int s = 0; s < m->n; s++) total += json_array_size(json_object_get(m->sh[s].summary, key));
+  entry *e = calloc(total ? total : 1, sizeof *e);
+  if (!e) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory"), NULL;
+  size_t n = 0;
+  for (int s = 0; s < m->n; s++) {
+    json_t *a = json_object_get(m->sh[s].summary, key);
+    for (size_t k = 0; k < json_array_size(a); k++) {
+      json_t *x = json_array_get(a, k);
+      int64_t u = unit_of(&m->sh[s], json_string_value(json_object_get(x, "case")),
+                          json_string_value(json_object_get(x, "backend")));
+      if (u < 0) {
+        char msg[200];
+        snprintf(msg, sizeof msg, "summary.json: an entry of '%s' names no report of the shard",
+                 key);
+        free(e);
+        return bad(err, errlen, m->sh[s].dir, msg), NULL;
+      }
+      e[n++] = (entry){u, (int64_t)k, x, 0};
+    }
+  }
+  qsort(e, n, sizeof *e, by_unit);
+  json_t *out = json_array();
+  for (size_t k = 0; out && k < n; k++) json_array_append(out, e[k].v);
+  free(e);
+  return out;
+}
+
+/* A waiver waived nothing in the run when it waived nothing in every shard. */
+static json_t *merge_unused(const mstate *m) {
+  json_t *out = json_array(), *a = json_object_get(m->sh[0].summary, "unused_waivers");
+  for (size_t k = 0; k < json_array_size(a); k++) {
+    json_t *w = json_array_get(a, k);
+    int everywhere = 1;
+    for (int s = 1; s < m->n && everywhere; s++) {
+      json_t *b = json_object_get(m->sh[s].summary, "unused_waivers");
+      int found = 0;
+      for (size_t j = 0; j < json_array_size(b) && !found; j++)
+        found = json_equal(json_array_get(b, j), w);
+      everywhere = found;
+    }
+    if (everywhere) json_array_append(out, w);
+  }
+  return out;
+}
+
+static int sum_key(const mstate *m, json_t *(*get)(const cshard *, const char *),
+                   const char *key, json_int_t *sum) {
+  *sum = 0;
+  for (int s = 0; s < m->n; s++) {
+    json_t *x = get(&m->sh[s], key);
+    if (!json_is_integer(x)) return -1;
+    *sum += json_integer_value(x);
+  }
+  return 0;
+}
+static json_t *top(const cshard *c, const char *k) { return json_object_get(c->summary, k); }
+static json_t *verdict(const cshard *c, const char *k) {
+  return json_object_get(json_object_get(c->summary, "by_verdict"), k);
+}
+static json_t *base(const cshard *c, const char *k) {
+  return json_object_get(json_object_get(c->summary, "baseline"), k);
+}
+
+/* The value of one key of the merged summary; NULL with err set when the shards disagree. */
+static json_t *merge_key(const mstate *m, const char *key, char *err, size_t errlen) {
+  json_int_t v;
+  json_t *x0 = top(&m->sh[0], key);
+  if (!strcmp(key, "cases") || !strcmp(key, "passed") || !strcmp(key, "failed") ||
+      !strcmp(key, "skipped"))
+    return sum_key(m, top, key, &v) ? NULL : json_integer(v);
+  if (!strcmp(key, "by_verdict")) {
+    json_t *o = json_object();
+    const char *k;
+    json_t *val;
+    json_object_foreach(x0, k, val) {
+      if (sum_key(m, verdict, k, &v)) return json_decref(o), NULL;
+      json_object_set_new(o, k, json_integer(v));
+    }
+    return o;
+  }
+  if (!strcmp(key, "failing") || !strcmp(key, "nondeterministic") ||
+      !strcmp(key, "backend_output"))
+    return merge_list(m, key, err, errlen);
+  if (!strcmp(key, "unused_waivers")) return merge_unused(m);
+  if (!strcmp(key, "exit_status")) return json_null(); /* recomputed at the end */
+  if (!strcmp(key, "baseline") && json_is_object(x0)) {
+    json_int_t c, a;
+    if (sum_key(m, base, "compared", &c) || sum_key(m, base, "absent", &a)) return NULL;
+    return json_pack("{s:O,s:I,s:I}", "path", json_object_get(x0, "path"), "compared", c,
+                     "absent", a);
+  }
+  for (int s = 1; s < m->n; s++) /* everything else: the same in every shard */
+    if (!json_equal(top(&m->sh[s], key), x0)) {
+      char msg[200];
+      snprintf(msg, sizeof msg, "summary.json: '%.100s' differs from the first shard's", key);
+      return bad(err, errlen, m->sh[s].dir, msg), NULL;
+    }
+  return json_incref(x0);
+}
+
+static json_t *merge_summary(const mstate *m, kda_tally *t, int32_t *status, char *err,
+                             size_t errlen) {
+  json_t *out = json_object(), *x0 = m->sh[0].summary;
+  const char *key;
+  json_t *val;
+  for (int s = 1; s < m->n; s++)
+    if (json_object_size(m->sh[s].summary) != json_object_size(x0))
+      return json_decref(out), bad(err, errlen, m->sh[s].dir, "summary.json: other keys than "
+                                   "the first shard's"), NULL;
+  err[0] = '\0';
+  json_object_foreach(x0, key, val) {
+    json_t *v = merge_key(m, key, err, errlen);
+    if (!v) {
+      if (!err[0]) bad(err, errlen, m->sh[0].dir, "summary.json: malformed counts");
+      return json_decref(out), NULL;
+    }
+    json_object_set_new(out, key, v);
+  }
+  memset(t, 0, sizeof *t);
+  t->passed = json_integer_value(json_object_get(out, "passed"));
+  t->failed = json_integer_value(json_object_get(out, "failed"));
+  t->skipped = json_integer_value(json_object_get(out, "skipped"));
+  for (int32_t v = 0; v <= KDA_VERDICT_TIMEOUT; v++)
+    t->by_verdict[v] =
+        json_integer_value(json_object_get(json_object_get(out, "by_verdict"), kda_verdict_name(v)));
+  *status = kda_run_status(t, (int64_t)json_array_size(json_object_get(out, "unused_waivers")),
+                           json_is_true(json_object_get(out, "strict")));
+  json_object_set_new(out, "exit_status", json_integer(*status));
+  return out;
+}
+
+/* ---- junit.xml: suites "  <testsuite name=...>" of testcase blocks ("    <testcase .../>"
+ * or up to "    </testcase>"), the k-th block of a suite being the shard's k-th report of
+ * that backend (kda_report_junit_strict). */
+static void xml_escape(const char *s, char *out, size_t cap) {
+  size_t n = 0;
+  for (; *s && n + 7 < cap; s++) {
+    const char *r = *s == '<' ? "&lt;" : *s == '>' ? "&gt;" : *s == '&' ? "&amp;"
+                    : *s == '"' ? "&quot;" : *s == '\'' ? "&apos;" : NULL;
+    if (r) n += (size_t)snprintf(out + n, cap - n, "%s", r);
+    else out[n++] = (unsigned char)*s < 0x20 && *s != '\n' && *s != '\t' ? ' ' : *s;
+  }
+  out[n] = '\0';
+}
+
+typedef struct suite {
+  char name[512];
+  long long tests, failures, errors, skipped;
+  double time;
+  entry *cases;
+  size_t n, cap;
+} suite;
+
+static suite *find_suite(suite *s, size_t n, const char *name) {
+  for (size_t k = 0; k < n; k++)
+    if (!strcmp(s[k].name, name)) return &s[k];
+  return NULL;
+}
+
+/* One shard's junit.xml into the merged suites (created in the order met; reordered later). */
+static int junit_shard(const cshard *c, suite *su, size_t *nsu, size_t cap, const char **pre,
+                       size_t *npre, char *err, size_t errlen) {
+  const char *p = c->junit, *first = strstr(p, "\n  <testsuite ");
+  const char *end_all = strstr(p, "</testsuites>\n");
+  if (!end_all) return bad(err, errlen, c->dir, "junit.xml: malformed");
+  const size_t np = first && first < end_all ? (size_t)(first + 1 - p) : (size_t)(end_all - p);
+  if (*pre && (np != *npre || strncmp(*pre, p, np)))
+    return bad(err, errlen, c->dir, "junit.xml: another header than the first shard's");
+  *pre = p, *npre = np;
+  p += np;
+  while (!strncmp(p, "  <testsuite name=\"", 19)) {
+    const char *q = strchr(p + 19, '"'), *eol = strchr(p, '\n');
+    suite h = {{0}, 0, 0, 0, 0, 0, NULL, 0, 0};
+    if (!q || !eol || (size_t)(q - p - 19) >= sizeof h.name ||
+        sscanf(q, "\" tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" skipped=\"%lld\" time=\"%lf\">",
+               &h.tests, &h.failures, &h.errors, &h.skipped, &h.time) != 5)
+      return bad(err, errlen, c->dir, "junit.xml: malformed testsuite");
+    memcpy(h.name, p + 19, (size_t)(q - p - 19));
+    suite *s = find_suite(su, *nsu, h.name);
+    if (!s && *nsu == cap) return bad(err, errlen, c->dir, "junit.xml: too many testsuites");
+    if (!s) s = &su[(*nsu)++], *s = h, s->tests = s->failures = s->errors = s->skipped = 0,
+            s->time = 0;
+    s->tests += h.tests, s->failures += h.failures, s->errors += h.errors;
+    s->skipped += h.skipped, s->time += h.time;
+    p = eol + 1;
+    int64_t k = 0; /* the shard's lines of this backend, in order */
+    while (!strncmp(p, "    <testcase ", 14)) {
+      const char *e = strchr(p, '\n');
+      if (e && e[-1] != '>') e = NULL;
+      if (e && e[-2] != '/') e = strstr(p, "\n    </testcase>\n"), e = e ? e + 16 : NULL;
+      char esc[512];
+      while (k < c->nl && (xml_escape(c->lines[k].backend, esc, sizeof esc), strcmp(esc, h.name)))
+        k++;
+      if (!e || k >= c->nl) return bad(err, errlen, c->dir, "junit.xml: testcases do not match "
+                                       "results.jsonl");
+      if (s->n == s->cap) {
+        size_t nc = s->cap ? 2 * s->cap : 64;
+        entry *x = realloc(s->cases, nc * sizeof *x);
+        if (!x) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+        s->cases = x, s->cap = nc;
+      }
+      s->cases[s->n++] = (entry){c->lines[k].unit, c->lines[k].local, (void *)p,
+                                 (size_t)(e + 1 - p)};
+      k++;
+      p = e + 1;
+    }
+    if (strncmp(p, "  </testsuite>\n", 15)) return bad(err, errlen, c->dir, "junit.xml: "
+                                                       "malformed testsuite end");
+    p += 15;
+  }
+  if (strcmp(p, "</testsuites>\n")) return bad(err, errlen, c->dir, "junit.xml: malformed end");
+  return KDA_OK;
+}
+
+static char *merge_junit(const mstate *m, entry *order, int64_t nl, char *err, size_t errlen) {
+  enum { MAXS = 256 };
+  suite *su = calloc(MAXS, sizeof *su);
+  size_t nsu = 0, npre = 0;
+  const char *pre = NULL;
+  int st = su ? KDA_OK : kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  for (int s = 0; !st && s < m->n; s++) st = junit_shard(&m->sh[s], su, &nsu, MAXS, &pre, &npre,
+                                                          err, errlen);
+  char *buf = NULL;
+  size_t len = 0;
+  FILE *f = st ? NULL : open_memstream(&buf, &len);
+  if (f) {
+    fwrite(pre, 1, npre, f);
+    /* suites in the order their backends first report in the merged run */
+    for (int64_t k = 0; k < nl; k++) {
+      char esc[512];
+      xml_escape(((const mline *)order[k].v)->backend, esc, sizeof esc);
+      suite *s = find_suite(su, nsu, esc);
+      if (!s || s->tests < 0) continue;
+      qsort(s->cases, s->n, sizeof *s->cases, by_unit);
+      fprintf(f, "  <testsuite name=\"%s\" tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" "
+              "skipped=\"%lld\" time=\"%.6f\">\n", s->name, s->tests, s->failures, s->errors,
+              s->skipped, s->time);
+      for (size_t j = 0; j < s->n; j++) fwrite(s->cases[j].v, 1, s->cases[j].len, f);
+      fputs("  </testsuite>\n", f);
+      s->tests = -1; /* written */
+    }
+    fputs("</testsuites>\n", f);
+    fclose(f);
+  }
+  for (size_t k = 0; su && k < nsu; k++) free(su[k].cases);
+  free(su);
+  if (!st && !buf) kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  return st ? NULL : buf;
+}
+
+/* ---- Writing and the command. */
+static int write_out(const char *dir, const char *name, const char *text, size_t len) {
+  char path[4200], err[KDA_ERRLEN];
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  kda_atomic *at;
+  FILE *f;
+  if (kda_atomic_open(path, &at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  fwrite(text, 1, len, f);
+  if (kda_atomic_commit(at, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  return 0;
+}
+
+static int check_all(mstate *m, char *err, size_t errlen) {
+  int st = KDA_OK;
+  for (int s = 0; !st && s < m->n; s++) st = load_shard(&m->sh[s], m, s, err, errlen);
+  for (int64_t i = 0; !st && i < m->n_of; i++)
+    if (!m->seen_i[i])
+      st = kda_fail(KDA_EFORMAT, err, errlen, "shard %lld/%lld is missing (no directory given "
+                    "holds it)", (long long)i, (long long)m->n_of);
+  for (int64_t u = 0; !st && u < m->n_units; u++)
+    if (m->owner[u] < 0)
+      st = kda_fail(KDA_EFORMAT, err, errlen, "unit %lld is in no shard (missing unit)",
+                    (long long)u);
+  return st;
+}
+
+/* The lines of every shard in the order of one run. */
+static entry *order_lines(const mstate *m, int64_t *n) {
+  *n = 0;
+  for (int s = 0; s < m->n; s++) *n += m->sh[s].nl;
+  entry *e = calloc((size_t)(*n ? *n : 1), sizeof *e);
+  int64_t k = 0;
+  for (int s = 0; e && s < m->n; s++)
+    for (int64_t j = 0; j < m->sh[s].nl; j++)
+      e[k++] = (entry){m->sh[s].lines[j].unit, j, &m->sh[s].lines[j], 0};
+  if (e) qsort(e, (size_t)*n, sizeof *e, by_unit);
+  return e;
+}
+
+static int merge_run(mstate *m, const char *out) {
+  char err[KDA_ERRLEN] = "";
+  if (check_all(m, err, sizeof err)) return kda_tool_fail(SUB, "%s", err);
+  int64_t nl;
+  entry *order = order_lines(m, &nl);
+  kda_tally t;
+  int32_t status = 0;
+  json_t *sum = order ? merge_summary(m, &t, &status, err, sizeof err) : NULL;
+  char *junit = sum ? merge_junit(m, order, nl, err, sizeof err) : NULL;
+  char *stext = sum ? json_dumps(sum, JSON_INDENT(1)) : NULL;
+  char *jsonl = NULL;
+  size_t jlen = 0;
+  FILE *f = stext && junit ? open_memstream(&jsonl, &jlen) : NULL;
+  for (int64_t k = 0; f && k < nl; k++)
+    fwrite(((const mline *)order[k].v)->text, 1, ((const mline *)order[k].v)->len, f);
+  if (f) fclose(f);
+  int rc = jsonl ? 0 : kda_tool_fail(SUB, "%s", err[0] ? err : "out of memory");
+  if (!rc && mkdir(out, 0777) != 0 && errno != EEXIST)
+    rc = kda_tool_fail(SUB, "%s: cannot create: %s", out, strerror(errno));
+  size_t sl = stext ? strlen(stext) : 0;
+  char *s2 = stext ? realloc(stext, sl + 2) : NULL; /* summary.json ends with a newline */
+  if (s2) stext = s2, stext[sl++] = '\n', stext[sl] = '\0';
+  if (!rc) rc = write_out(out, "results.jsonl", jsonl, jlen);
+  if (!rc) rc = write_out(out, "summary.json", stext, sl);
+  if (!rc) rc = write_out(out, "junit.xml", junit, strlen(junit));
+  if (!rc) kda_report_final(stdout, &t);
+  free(order), free(junit), free(stext), free(jsonl);
+  json_decref(sum);
+  return rc ? rc : status;
+}
+
+int kda_conform_merge_main(int argc, char **argv) {
+  if (argc < 4) return kda_tool_usage(SUB, "--merge needs OUTDIR and a shard output directory");
+  const char *out = argv[2];
+  struct stat so, ss;
+  for (int k = 3; k < argc && stat(out, &so) == 0; k++)
+    if (stat(argv[k], &ss) == 0 && ss.st_dev == so.st_dev && ss.st_ino == so.st_ino)
+      return kda_tool_fail(SUB, "%s: the output is one of the shards", out);
+  mstate m = {calloc((size_t)(argc - 3), sizeof(cshard)), argc - 3, 0, 0, "", NULL, NULL};
+  if (!m.sh) return kda_tool_fail(SUB, "out of memory");
+  for (int s = 0; s < m.n; s++) m.sh[s].dir = argv[3 + s];
+  int rc = merge_run(&m, out);
+  for (int s = 0; s < m.n; s++) {
+    json_decref(m.sh[s].root), json_decref(m.sh[s].summary), json_decref(m.sh[s].parsed);
+    free(m.sh[s].jsonl), free(m.sh[s].junit), free(m.sh[s].lines);
+  }
+  free(m.sh), free(m.owner), free(m.seen_i);
+  return rc;
+}
