@@ -662,24 +662,6 @@ static int cmd_write(const gargs *a) {
 }
 
 /* ---- --verify. */
-static void rm_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[8192];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_tree(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
 typedef struct vstate {
   int64_t files, mismatches, notes;
@@ -823,7 +805,7 @@ static int cmd_verify(const gargs *a) {
     compare_levels(a, tmp, &v);
     compare_generated(a->dir, "", tmp, &v);
   }
-  rm_tree(tmp);
+  kda_tool_rm_tree(tmp);
   free(idx);
   free(infos);
   if (rc != KDA_EXIT_OK) return rc;

@@ -39,6 +39,7 @@
 #include "kda_golden.h"
 #include "kda_golden_shard.h"
 #include "kda_conform_shard.h"
+#include "kda_tool.h"
 
 #define TAG_ASK 1    /* worker -> rank 0: a done report (index -1 on the first ask) */
 #define TAG_GIVE 2   /* rank 0 -> worker: the next catalog index, or -1: stop */
@@ -180,24 +181,6 @@ static void work(run *r) {
 }
 
 /* ---- Rank 0 at the end: merge, clean up. */
-static void rm_tree(const char *path) {
-  struct stat sb;
-  if (lstat(path, &sb) != 0) return;
-  if (S_ISDIR(sb.st_mode)) {
-    DIR *d = opendir(path);
-    struct dirent *e;
-    while (d && (e = readdir(d)) != NULL) {
-      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-      char sub[8192];
-      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
-      rm_tree(sub);
-    }
-    if (d) closedir(d);
-    rmdir(path);
-  } else {
-    unlink(path);
-  }
-}
 
 static int merge(run *r) {
   char **shards = malloc((size_t)r->size * sizeof *shards), err[KDA_ERRLEN];
@@ -417,7 +400,7 @@ static int conform_main(run *r, int argc, char **argv) {
       rc = 2;
     } else {
       rc = conform_merge(r, out);
-      rm_tree(r->tmp);
+      kda_tool_rm_tree(r->tmp);
     }
   }
   free(all);
@@ -468,7 +451,7 @@ int main(int argc, char **argv) {
       } else {
         rc = merge(&r);
       }
-      rm_tree(r.tmp);
+      kda_tool_rm_tree(r.tmp);
     }
   }
   int all = rc < 0 ? 0 : rc; /* every rank exits with rank 0's status */

@@ -9,6 +9,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "kda_npz.h"
 
@@ -94,4 +97,25 @@ char *kda_tool_format_value(double x, int32_t dtype, char *buf, size_t cap) {
     }
   }
   return buf;
+}
+
+/* Removes path and, for a directory, everything under it (symbolic links are removed, never
+ * followed).  Best effort: a temporary tree the tool made itself. */
+void kda_tool_rm_tree(const char *path) {
+  struct stat sb;
+  if (lstat(path, &sb) != 0) return;
+  if (S_ISDIR(sb.st_mode)) {
+    DIR *d = opendir(path);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+      char sub[8192];
+      snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+      kda_tool_rm_tree(sub);
+    }
+    if (d) closedir(d);
+    rmdir(path);
+  } else {
+    unlink(path);
+  }
 }

@@ -55,6 +55,8 @@ int kda_cmd_ref(int argc, char **argv);
 int kda_cmd_gen(int argc, char **argv);
 int kda_cmd_inspect(int argc, char **argv);
 int kda_cmd_conform(int argc, char **argv);
+/* Removes a temporary tree the tool made (symbolic links removed, never followed). */
+void kda_tool_rm_tree(const char *path);
 int kda_cmd_bench(int argc, char **argv); /* tools/kda_cmd_bench.c */
 int kda_cmd_trace(int argc, char **argv);   /* tools/kda_cmd_trace.c */
 int kda_cmd_explore(int argc, char **argv); /* tools/kda_cmd_explore.c */

@@ -31,11 +31,7 @@ static char plugin_dir[4096];
 
 static void setup(void) {
   kda_test_tmpdir_make("stream");
-  char exe[4096];
-  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  if (n <= 0) abort();
-  exe[n] = 0;
-  snprintf(plugin_dir, sizeof plugin_dir, "%s", dirname(exe));
+  fixture_exe_dir(plugin_dir, sizeof plugin_dir);
 }
 
 static void teardown(void) { kda_test_tmpdir_remove(); }

@@ -17,6 +17,8 @@
 #define SAMPLED_FIXTURE_H
 
 #include <jansson.h>
+#include <libgen.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,15 @@
 #include "kda_ref.h"
 
 #define FIX_W 64
+
+/* The directory of the running test program (where the test plugins are built). */
+static inline void fixture_exe_dir(char *dir, size_t cap) {
+  char exe[4096];
+  ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  if (n <= 0) abort();
+  exe[n] = 0;
+  snprintf(dir, cap, "%s", dirname(exe));
+}
 
 static void fixture_die(const char *what, const char *msg) {
   fprintf(stderr, "kda_fixture_sampled: %s: %s\n", what, msg);
