@@ -1,7 +1,7 @@
 /* kda_golden_merge.c: shard directories merged into the golden set one --write writes.
  * SPDX-License-Identifier: MIT
  *
- * SPEC.md §10.5.  Every shard is checked in full before anything is written: a shard.json is
+ * SPEC.md §10.4.  Every shard is checked in full before anything is written: a shard.json is
  * hostile input (its paths become paths, its numbers become the level manifest's), so every
  * key is type-checked, every file path must be one the catalog gives the unit, and every file
  * is hashed.  Then the files are copied (hashed again while copied: a file changed between

@@ -1,4 +1,4 @@
-/* kda_golden_shard.c: the shards of a golden set: partition, shard manifests (SPEC.md §10.5).
+/* kda_golden_shard.c: the shards of a golden set: partition, shard manifests (SPEC.md §10.4).
  * SPDX-License-Identifier: MIT
  *
  * The merge (kda_golden_merge.c) reads what this file writes.  Reals of the golden infos are

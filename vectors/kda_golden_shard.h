@@ -1,5 +1,5 @@
 /* kda_golden_shard.h: golden sets made in shards (processes, MPI ranks, Slurm array tasks)
- * and merged into the bytes one `kda golden --write` writes (docs/scale.md, SPEC.md §10.5).
+ * and merged into the bytes one `kda golden --write` writes (docs/scale.md, SPEC.md §10.4).
  * SPDX-License-Identifier: MIT
  *
  * A work unit is one catalog case: the certifier's record in a case file's manifest (working

@@ -1,5 +1,5 @@
 /* check_scale.c: Check tests of the scale-out primitives: kda golden --write --shard and
- * --merge (docs/scale.md, SPEC.md §10.5), on L0, whose cases take milliseconds.
+ * --merge (docs/scale.md, SPEC.md §10.4), on L0, whose cases take milliseconds.
  * SPDX-License-Identifier: MIT
  *
  * The merged set must equal a single-process --write byte for byte for N = 1, 2, 3, 7, and
