@@ -141,6 +141,17 @@ static int glob_ok(json_t *w, const char *key, const char *value) {
   return !pat || fnmatch(pat, value ? value : "", 0) == 0;
 }
 
+/* A backend pattern matches the report's label NAME[:PARAMS] or the bare NAME (SPEC.md
+ * §7.6): "simd" waives every simd instance, "simd:isa=avx2" only that one. */
+static int backend_ok(json_t *w, const char *label) {
+  if (glob_ok(w, "backend", label)) return 1;
+  const char *colon = label ? strchr(label, ':') : NULL;
+  if (!colon) return 0;
+  char name[64];
+  snprintf(name, sizeof name, "%.*s", (int)(colon - label), label);
+  return glob_ok(w, "backend", name);
+}
+
 int64_t kda_waivers_find(const kda_waivers *ws, const char *case_id, const char *backend,
                          const char *manifest_json) {
   if (!ws) return -1;
@@ -148,7 +159,7 @@ int64_t kda_waivers_find(const kda_waivers *ws, const char *case_id, const char 
   json_t *w;
   json_array_foreach(ws->list, i, w) {
     const char *flag = json_string_value(json_object_get(w, "flag"));
-    if (!glob_ok(w, "case", case_id) || !glob_ok(w, "backend", backend)) continue;
+    if (!glob_ok(w, "case", case_id) || !backend_ok(w, backend)) continue;
     if (flag && !has_flag(manifest_json, flag)) continue;
     return (int64_t)i;
   }

@@ -235,6 +235,9 @@ const kda_call_result *kda_worker_load_result(const kda_worker *w);
 /* The backend's table as read inside the worker (sent to the runner after loading).  Before a
  * successful load the name is the spec's file name and the class is -1. */
 const char *kda_worker_name(const kda_worker *w);
+/* The name the reports give the backend: its name, or NAME:PARAMS when it was opened with
+ * parameters (SPEC.md §7.6), at most 63 bytes; valid until the next call on w. */
+const char *kda_worker_label(kda_worker *w);
 const char *kda_worker_description(const kda_worker *w);
 int32_t kda_worker_class(const kda_worker *w);
 int32_t kda_worker_input_dtype(const kda_worker *w);

@@ -568,7 +568,7 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
 int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
                             const kda_conform_opts *o, kda_case_report *r, char *err,
                             size_t errlen) {
-  report_init(r, c, kda_worker_name(w), "case");
+  report_init(r, c, kda_worker_label(w), "case");
   int32_t wcls = kda_worker_class(w);
   int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
   if (t->stream) return stream_case(w, c, t, o, cls, r, err, errlen);

@@ -459,6 +459,7 @@ struct kda_worker {
   kda_backend_ref ref;
   kda_call_opts opts;
   char name[64], desc[256];
+  char label[64]; /* kda_worker_label's buffer */
   int32_t cls, in_dtype, out_dtype;
   uint32_t abi_version, caps;
   int load_failed;
@@ -745,6 +746,17 @@ const kda_call_result *kda_worker_load_result(const kda_worker *w) {
   return w->load_failed ? &w->load_res : NULL;
 }
 const char *kda_worker_name(const kda_worker *w) { return w->name; }
+/* NAME:PARAMS (SPEC.md §7.6): two instances of one backend with different parameters get
+ * different rows, waivers and baselines.  Truncated to the report's 63 bytes; the caller
+ * refuses two targets whose labels coincide. */
+const char *kda_worker_label(kda_worker *w) {
+  size_t n = 0;
+  for (const char *s = w->name; *s && n + 1 < sizeof w->label; s++) w->label[n++] = *s;
+  if (w->ref.params[0] && n + 1 < sizeof w->label) w->label[n++] = ':';
+  for (const char *s = w->ref.params; *s && n + 1 < sizeof w->label; s++) w->label[n++] = *s;
+  w->label[n] = 0;
+  return w->label;
+}
 const char *kda_worker_description(const kda_worker *w) { return w->desc; }
 int32_t kda_worker_class(const kda_worker *w) { return w->load_failed ? -1 : w->cls; }
 int32_t kda_worker_input_dtype(const kda_worker *w) { return w->in_dtype; }

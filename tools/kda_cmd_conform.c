@@ -629,7 +629,7 @@ static int check_baseline(const conform_args *a, const kda_baseline *bl, const t
   int n_notes = 0;
   for (int i = 0; i <= nt; i++) {
     if (i == nt && !a->candidate) break;
-    const char *name = i < nt ? kda_worker_name(tg[i].w) : "candidate";
+    const char *name = i < nt ? kda_worker_label(tg[i].w) : "candidate";
     int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? kda_worker_class(tg[i].w) : KDA_CLASS_FP32);
     int st = kda_baseline_check(bl, name, cls, err, sizeof err);
     if (st == KDA_ENOTFOUND && n_notes < 8) snprintf(notes[n_notes++], sizeof notes[0], "%s", err);
@@ -700,7 +700,7 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   memset(in, 0, sizeof *in);
   for (int i = 0; i < nt; i++) {
     int32_t cls = a->cls >= 0 ? a->cls : kda_worker_class(tg[i].w);
-    u->targets[i] = (kda_run_target_info){kda_worker_name(tg[i].w), kda_class_name(cls),
+    u->targets[i] = (kda_run_target_info){kda_worker_label(tg[i].w), kda_class_name(cls),
                                           tg[i].params ? tg[i].params : "", tg[i].path};
   }
   if (a->candidate)
@@ -763,6 +763,20 @@ static int start_target(conform_args *a, const char *spec, target *tg, int *nt) 
   return 0;
 }
 
+/* Rows, waivers and baselines are keyed by the label (SPEC.md §7.6): two targets with one
+ * label would be indistinguishable in every report. */
+static int unique_labels(target *tg, int nt) {
+  for (int i = 0; i < nt; i++)
+    for (int j = 0; j < i; j++) {
+      char li[64];
+      snprintf(li, sizeof li, "%s", kda_worker_label(tg[i].w));
+      if (strcmp(li, kda_worker_label(tg[j].w)) == 0)
+        return kda_tool_usage(SUB, "backend '%s' given twice (the reports could not tell the "
+                              "two apart; give them different parameters)", li);
+    }
+  return 0;
+}
+
 static int load_targets(conform_args *a, target *tg, int *nt) {
   *nt = 0;
   int rc = 0;
@@ -772,7 +786,7 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
         rc = start_target(a, kda_backend_builtin(i)->name, tg, nt);
   for (int i = 0; i < a->n_backends + a->n_plugins && !rc; i++)
     rc = start_target(a, i < a->n_backends ? a->backends[i] : a->plugins[i - a->n_backends], tg, nt);
-  return rc;
+  return rc ? rc : unique_labels(tg, *nt);
 }
 
 /* ---- The backend path (SPEC.md §7.8): the up-front parameter check. */
@@ -804,7 +818,7 @@ static int plan_shard(conform_args *a, const path_list *cases, const target *tg,
   if (a->jsonl || a->summary || a->junit)
     return kda_tool_usage(SUB, "--shard writes its reports into --out DIR (not --jsonl, "
                           "--summary, --junit)");
-  for (int i = 0; i < nt; i++) names[i] = kda_worker_name(tg[i].w);
+  for (int i = 0; i < nt; i++) names[i] = kda_worker_label(tg[i].w);
   if (a->candidate) names[nt] = "candidate";
   return kda_conform_shard_plan(a->shard, cases->v, cases->n, names, nt + !!a->candidate, argc,
                                 argv);

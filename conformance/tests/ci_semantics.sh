@@ -68,6 +68,25 @@ run 0 -q $mutant --waivers "$tmp/w1.json" "$c15"
 run 1 -q --strict $mutant --waivers "$tmp/w1.json" "$c15"
 echo "ci_semantics: waivers validated; unused waivers reported; --strict fails on Waived and unused"
 
+# 1b. Labels (SPEC.md §7.6): a backend opened with parameters is NAME:PARAMS in every report;
+# a waiver names the label or the bare name; one label twice is a usage error.
+run 0 -q -b simd -b simd:isa=scalar --jsonl "$tmp/lab.jsonl" --record-baseline "$tmp/lab.json" "$c17"
+grep -q '"backend":"simd",' "$tmp/lab.jsonl" && grep -q '"backend":"simd:isa=scalar",' "$tmp/lab.jsonl" ||
+  fail "results.jsonl does not label the two simd instances apart: $(cut -c1-60 "$tmp/lab.jsonl")"
+grep -q '"simd:isa=scalar"' "$tmp/lab.json" || fail "the baseline is not keyed by the label"
+run 0 -q -b simd -b simd:isa=scalar --strict --baseline "$tmp/lab.json" "$c17"
+grep -q 'no entry in the baseline' "$tmp/out.txt" && fail "a labelled baseline entry was not found"
+run 2 -b simd -b simd "$c17"
+grep -q "backend 'simd' given twice" "$tmp/err.txt" || fail "one label twice: $(cat "$tmp/err.txt")"
+echo '{"waivers": [{"backend": "mutant:mutant=none", "reason": "another instance"}]}' > "$tmp/w2.json"
+run 1 -q $mutant --waivers "$tmp/w2.json" "$c17"
+echo '{"waivers": [{"backend": "mutant:mutant=transposed_state", "reason": "this instance"}]}' \
+  > "$tmp/w2.json"
+run 0 $mutant --waivers "$tmp/w2.json" "$c17"
+grep -q '^WAIVED  mutant:mutant=transposed_state t17-gdn' "$tmp/out.txt" ||
+  fail "the labelled waiver did not apply: $(cut -c1-80 "$tmp/out.txt")"
+echo "ci_semantics: labels name parameters; waivers and baselines follow them"
+
 # 2. Baselines.
 run 0 -q -b ref-f32 --record-baseline "$tmp/base.json" "$c15"
 sed -E 's/("(o|ht)": *)[0-9.eE+-]+/\10.5/g' "$tmp/base.json" > "$tmp/small.json"
@@ -111,7 +130,7 @@ echo '{"waivers": [{"case": "t17-gdn", "backend": "mutant", "reason": "known & <
 sed -E 's/("(o|ht)": *)[0-9.eE+-]+/\10.5/g' "$tmp/two.json" > "$tmp/small2.json"
 run 1 -b ref-f32 $mutant --strict --waivers "$tmp/w.json" --baseline "$tmp/small2.json" -o "$tmp/r" \
   "$c17" "$c15"
-grep -q "^note: .*no baseline for backend 'mutant'" "$tmp/out.txt" ||
+grep -q "^note: .*no baseline for backend 'mutant:mutant=transposed_state'" "$tmp/out.txt" ||
   fail "a kda-baseline/2 map without the backend is not noted"
 command -v xmllint >/dev/null 2>&1 || fail "xmllint is missing (Debian package libxml2-utils)"
 xmllint --noout --schema conformance/tests/junit.xsd "$tmp/r/junit.xml" 2>"$tmp/xmllint.txt" ||
@@ -123,7 +142,7 @@ grep -q '<failure message="strict: waived: known &amp; &lt;transposed&gt;" type=
 grep -q '<failure message="strict: regression.*type="QualityWarning">' "$tmp/r/junit.xml" ||
   fail "JUnit --strict: the QualityWarning is not a <failure>"
 grep -q '<skipped' "$tmp/r/junit.xml" && fail "JUnit --strict: a case is still <skipped>"
-grep -q '<testsuite name="mutant" tests="2" failures="2" errors="0" skipped="0"' \
+grep -q '<testsuite name="mutant:mutant=transposed_state" tests="2" failures="2" errors="0" skipped="0"' \
   "$tmp/r/junit.xml" || fail "JUnit --strict: the mutant's suite does not count 2 failures"
 grep -q '<property name="waiver_link" value="https://example.org/7"/>' "$tmp/r/junit.xml" ||
   fail "JUnit: no waiver link property"
@@ -140,12 +159,13 @@ def bad(msg): print("ci_semantics: summary.json:", msg, file=sys.stderr); sys.ex
 if s["schema"] != "kda-conform-summary/2" or not isinstance(s["kda_version"], str): bad("schema")
 if s["exit_status"] != 1 or s["strict"] is not True: bad("exit status %r" % s["exit_status"])
 names = sorted(b["name"] for b in s["backends"])
-if names != ["mutant", "ref-f32"] or any(b["class"] != "fp32" for b in s["backends"]): bad("backends")
+if names != ["mutant:mutant=transposed_state", "ref-f32"] or any(b["class"] != "fp32" for b in s["backends"]): bad("backends")
 if not [b for b in s["backends"] if b["plugin"] and b["params"] == "mutant=transposed_state"]: bad("plugin")
 g = s["case_set"]["golden"]
 if g["dir"] != "golden/L1" or len(g["sha256sums"]) != 64 or s["case_set"]["files"] != 2: bad("case set")
 fails = {(f["case"], f["backend"], f["verdict"]) for f in s["failing"]}
-want = {("t15-log-prob", "mutant", "Fail"), ("t17-gdn", "mutant", "Waived"),
+mt = "mutant:mutant=transposed_state"  # the label (SPEC.md §7.6)
+want = {("t15-log-prob", mt, "Fail"), ("t17-gdn", mt, "Waived"),
         ("t15-log-prob", "ref-f32", "QualityWarning")}
 if fails != want: bad("failing %r" % sorted(fails))
 if [u["index"] for u in s["unused_waivers"]] != [1]: bad("unused waivers")

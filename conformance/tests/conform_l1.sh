@@ -83,7 +83,7 @@ rc=$?
   fail "an aborting constructor is not a Crash on every case"
 [ "$(grep -c "^FAIL    kda_plugin_noentry.so .*no symbol" "$tmp/w.txt")" = 2 ] ||
   fail "a plugin without an entry is not a Fail on every case"
-[ "$(grep -c '^WARN    faults .*the backend printed' "$tmp/w.txt")" = 2 ] ||
+[ "$(grep -c '^WARN    faults:fault=print .*the backend printed' "$tmp/w.txt")" = 2 ] ||
   fail "a printing backend is not a QualityWarning"
 grep -q '^    | hello from forward on stdout' "$tmp/w.txt" || fail "the backend's output is not shown"
 grep -v '^    | ' "$tmp/w.txt" "$tmp/w.err" | grep -q 'hello from forward' &&
