@@ -71,6 +71,14 @@ __device__ __forceinline__ int64_t state_idx(const cargs &A, int64_t i, int64_t 
 __device__ __forceinline__ void async16(void *dst, const void *src) {
   __pipeline_memcpy_async(dst, src, 16);
 }
+/* e^x of a float64 exponent, |x| < 88.7: expf of x rounded to float, corrected by the
+ * rounding's remainder d (e^(xf + d) = e^xf (1 + d) to d^2 ~ 1e-11).  Rounding x alone would
+ * cost up to |x| 2^-25 of relative error, 40 ulps at |x| = 80, in factors whose product is
+ * near 1 (a pair of nearby tokens far into a strongly decaying block). */
+__device__ __forceinline__ float exp_of(double x) {
+  const float xf = (float)x, e = expf(xf);
+  return fmaf(e, (float)(x - (double)xf), e);
+}
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
 
@@ -131,8 +139,13 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
   for (int u = 0; u < 16; u++) {
     const int t = I * 16 + u, at = t * KSTR + c;
     g += fmax((double)Gs[t * KP + c], -1e4);
-    const float eds = expf((float)(g - r0)), ede = expf((float)(rI - g));
-    const float edd = fminf(1.0f / eds, 5.5e34f); /* e^(r0 - g), at most e^80: no inf */
+    /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
+     * pairs (a row after a slow one is slow).  It was 1 / e^(g - r0) capped at 5.5e34, below
+     * e^80 = 5.54e34: a row whose decay since the block's start fell within 0.01 of 80 on
+     * some channel got that channel's diagonal term 0.7 % off (golden L2 prod-softplus-64k:
+     * 1830 units at one token in 40961, which its sampled truth missed and the speculative
+     * verify's full truth caught). */
+    const float eds = exp_of(g - r0), ede = exp_of(rI - g), edd = exp_of(fmin(r0 - g, 88.0));
     if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
     const float k = Y[at], q = Xm[at];
     Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
@@ -525,12 +538,6 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
   if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
     return 0;
   if (algo == 1) return 1;
-  /* auto takes the recurrent kernel everywhere until the chunked kernels pass the serving
-   * checks: on the H200 (2026-12-01) algo=chunk failed the speculative-verify check of golden
-   * L2 prod-softplus-64k (a 40961-token prefix, then 4 drafts from its final state: 1125
-   * units), which algo=recurrent passes (docs/cuda.md).  The measured rule below (the chunked
-   * kernels 8 % faster at B1 H32) is kept for when they do. */
-  if (algo == 0) return 0;
   /* auto: wide heads (K is padded to 128: small heads gain nothing), long sequences (the
    * recurrent kernel is better at a few tokens a sequence), too few sequences and heads to
    * give the recurrent kernel two work items of 32 columns a multiprocessor (measured on the
