@@ -201,6 +201,13 @@ static const char *const descs[] = {
     "prec=f32 checkpoints=1,3 id=decode-gdn",
     "seed=66 seqlens=1,1,1 H=1 HV=1 K=16 V=16 family=linear beta=prob l2=fla prec=f32 h0=1 "
     "id=decode-linear",
+    /* the row decode kernel computes its own coefficients: every gate, beta and L2 mode */
+    "seed=75 seqlens=1,1,0,1 H=2 HV=4 K=64 V=32 gate=lower_bound lb=-3 alog=0 beta=logit_neg "
+    "l2=ggml prec=f32 h0=1 head_map=mod id=decode-rows-lb",
+    "seed=76 seqlens=1,1,1 H=1 HV=2 K=128 V=64 gate=log beta=prob l2=off prec=f32 h0=1 "
+    "checkpoints=0,2 id=decode-rows-log",
+    "seed=77 seqlens=1,1 H=1 HV=1 K=100 V=8 gate=lower_bound lb=-5 beta=logit l2=fla prec=bf16 "
+    "h0=1 id=decode-rows-lb-alog",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
     /* the chunked kernels (algo=chunk): sequences over several 64-token chunks, starting
