@@ -10,12 +10,15 @@
  * which is SPEC.md §3.1's recurrence token by token (decay, erase, write, readout after the
  * write), regrouped.  Three kernels:
  *   prep  (chunk, value head), parallel: gamma in float64, A and M, then W = (I+A)^-1 (beta k
- *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, one column a thread;
+ *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
  *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
  *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
- * Products are float32 FMA in a fixed order (no atomics in any sum): identical bits run to
- * run, whatever the grid or batch.
+ * Products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16 blocks,
+ * which are 3xTF32 tensor-core products (prep_pairs_tc); no atomics in any sum: identical bits
+ * run to run, whatever the grid or batch.  The scan's state update and the out kernel stay in
+ * FMA: with the out kernel on the tensor cores too, golden/L1 drift-decay-small failed a
+ * prefix resume (94.5 units > 64) and the production cases' errors doubled (docs/cuda.md).
  *
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
@@ -280,8 +283,8 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
  * row t's sum over r < t is split by r mod 4 (entries 0, 1 on half 0, 2, 3 on half 1, two
  * accumulators each), the halves added lo + hi after one shuffle (both lanes get the same
  * bits).  Entries of A at s >= t are zeros and the unsolved x[s] finite, so the unrolled loop
- * needs no guards.  With one thread a column half the block idled and the solve was
- * latency-bound (about 4.7 of prep's 8.4 ms at B1 T32768 H32). */
+ * needs no guards.  The solve is the larger part of prep (prep without it: 3.5 of 8.4 ms at B1
+ * T32768 H32); one thread a column, half the block idle, took 0.45 ms more. */
 __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
                            int half, const float *Xa, const float *F, const float *bs,
                            const float *Am) {
