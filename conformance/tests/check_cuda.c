@@ -201,6 +201,13 @@ static const char *const descs[] = {
     "prec=f32 checkpoints=1,3 id=decode-gdn",
     "seed=66 seqlens=1,1,1 H=1 HV=1 K=16 V=16 family=linear beta=prob l2=fla prec=f32 h0=1 "
     "id=decode-linear",
+    /* the row decode kernel computes its own coefficients: every gate, beta and L2 mode */
+    "seed=75 seqlens=1,1,0,1 H=2 HV=4 K=64 V=32 gate=lower_bound lb=-3 alog=0 beta=logit_neg "
+    "l2=ggml prec=f32 h0=1 head_map=mod id=decode-rows-lb",
+    "seed=76 seqlens=1,1,1 H=1 HV=2 K=128 V=64 gate=log beta=prob l2=off prec=f32 h0=1 "
+    "checkpoints=0,2 id=decode-rows-log",
+    "seed=77 seqlens=1,1 H=1 HV=1 K=100 V=8 gate=lower_bound lb=-5 beta=logit l2=fla prec=bf16 "
+    "h0=1 id=decode-rows-lb-alog",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
     /* the chunked kernels (algo=chunk): sequences over several 64-token chunks, starting
@@ -266,6 +273,103 @@ START_TEST(test_conform) {
 }
 END_TEST
 
+/* The serving-path checks (SPEC.md §7.7: resume, speculative verify, pool decode, causality)
+ * on the chunked kernels, at cuts where the prefix ends one token (or a few) into a chunk:
+ * golden L2 prod-softplus-64k's speculative verify (P = 40961 = 640 * 64 + 1) failed there on
+ * the H200.  T = 512 puts P = floor(5T/8) + 1 at 5 * 64 + 1, T = 410 at 4 * 64 + 1 (with h0),
+ * seqlens 300,103 at 2 * 64 + 60 and 64 + 39.  The generated cases store every output, so an
+ * error in the prefix's final state shows in the drafts' outputs. */
+static const char *const serving_descs[] = {
+    "seed=71 T=512 H=1 HV=1 K=128 V=128 gate=softplus beta=logit l2=fla prec=bf16 "
+    "checkpoints=127,511 id=chunk-spec-321",
+    "seed=72 T=410 H=1 HV=2 K=128 V=128 gate=softplus beta=logit l2=fla prec=bf16 h0=1 "
+    "id=chunk-spec-257-h0",
+    "seed=73 seqlens=300,103 H=1 HV=1 K=128 V=64 gate=lower_bound lb=-5 beta=logit l2=fla "
+    "prec=f32 layout=vk id=chunk-spec-varlen",
+};
+#define N_SERVING (sizeof serving_descs / sizeof serving_descs[0])
+
+START_TEST(test_chunk_serving) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
+  if (!device_here(b, why, sizeof why)) { /* covered by test_conform's NotSupported checks */
+    kda_plugin_unload(pl);
+    return;
+  }
+  kda_gen_desc d;
+  kda_case c;
+  kda_truth t;
+  ck_assert_msg(kda_gen_parse(serving_descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_gen_desc_free(&d);
+  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  static const char *const params[] = {"algo=chunk", "algo=auto", "algo=recurrent"};
+  for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
+    kda_conform_opts o;
+    kda_conform_opts_init(&o);
+    o.repeat = 1, o.prefix = 1;
+    o.call.isolate = 0;
+    kda_case_report r;
+    ck_assert_msg(kda_conform_case(b, params[k], &c, &t, &o, &r, err, sizeof err) == KDA_OK,
+                  "%s", err);
+    fprintf(stderr, "check_cuda: %s %s: %s (o %.3g ht %.3g, prefix %.3g)\n", c.id, params[k],
+            kda_verdict_name(r.verdict), r.score.o.worst, r.score.ht.worst, r.prefix_worst);
+    ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s %s: %s %s", params[k], c.id,
+                  kda_verdict_name(r.verdict), r.reason);
+    ck_assert(r.prefix_done && r.repeat_done && r.repeat_identical);
+    kda_case_report_free(&r);
+  }
+  kda_truth_free(&t);
+  kda_case_free(&c);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
+/* The chunked kernels where a row's decay since its 16-token block's start is at the fast
+ * path's limit (80, SLOW_RANGE in kda_cuda_chunk.cu): log gates of exactly -5 on channels 0-7
+ * (80 at every block's last row, still the fast path) and -5 + 2^-12 on 8-15 (79.996), random
+ * gates in (-1, 0] elsewhere (a channel over 80 would send the whole row to the slow path).
+ * The first chunked kernels capped e^80 at 5.5e34 there (0.7 % off on those channels'
+ * diagonal terms). */
+START_TEST(test_chunk_decay_limit) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
+  if (!device_here(b, why, sizeof why)) {
+    kda_plugin_unload(pl);
+    return;
+  }
+  kda_gen_desc d;
+  kda_case c;
+  kda_truth t;
+  ck_assert(kda_gen_parse("seed=74 T=256 H=1 HV=1 K=128 V=128 gate=log beta=logit l2=fla "
+                          "prec=f32 checkpoints=63,200 id=chunk-decay-limit",
+                          &d, err, sizeof err) == KDA_OK);
+  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_gen_desc_free(&d);
+  for (int64_t tk = 0; tk < c.p.T; tk++)
+    for (int ch = 0; ch < 16; ch++) c.g[tk * c.p.K + ch] = ch < 8 ? -5.0 : -5.0 + 0x1p-12;
+  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.repeat = 1, o.prefix = 1;
+  o.call.isolate = 0;
+  kda_case_report r;
+  ck_assert_msg(kda_conform_case(b, "algo=chunk", &c, &t, &o, &r, err, sizeof err) == KDA_OK,
+                "%s", err);
+  fprintf(stderr, "check_cuda: %s algo=chunk: %s (o %.3g ht %.3g hc %.3g, prefix %.3g)\n", c.id,
+          kda_verdict_name(r.verdict), r.score.o.worst, r.score.ht.worst, r.score.hc.worst,
+          r.prefix_worst);
+  ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s: %s", kda_verdict_name(r.verdict), r.reason);
+  ck_assert(r.score.o.worst < 32.0); /* float32-class, well inside the cap of 64 */
+  kda_case_report_free(&r);
+  kda_truth_free(&t);
+  kda_case_free(&c);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
 /* Without a GPU, describe and the device-buffer slots answer KDA_EUNSUPPORTED with the reason;
  * with one, describe names the device and its sm_XX. */
 START_TEST(test_describe) {
@@ -316,6 +420,8 @@ static Suite *cuda_suite(void) {
   tcase_add_test(tc, test_params_and_nulls);
   tcase_add_test(tc, test_hostile_calls);
   tcase_add_loop_test(tc, test_conform, 0, (int)N_DESCS);
+  tcase_add_loop_test(tc, test_chunk_serving, 0, (int)N_SERVING);
+  tcase_add_test(tc, test_chunk_decay_limit);
   tcase_add_test(tc, test_describe);
   suite_add_tcase(s, tc);
   return s;

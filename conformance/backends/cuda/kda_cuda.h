@@ -50,8 +50,9 @@ typedef struct kda_cuda_opts {
   int32_t no_decode; /* 1: never the decode kernel (every sequence <= 1 token, K <= 128) */
   int64_t max_len;
   int64_t max_grid;
-  int32_t phases; /* the chunked kernels to run, bits 1 prep, 2 scan, 4 out; 0: all (bench_cuda
-                   * times them one by one; results are only right with all three) */
+  int32_t phases; /* the stages to run: 8 the prologue; chunked: 1 prep, 2 scan, 4 out, else any
+                   * of 7 the kernel; 0: all (bench_cuda times them one by one; results are
+                   * only right with all) */
 } kda_cuda_opts;
 
 /* Bytes of scratch one call needs (0 when T = 0). */

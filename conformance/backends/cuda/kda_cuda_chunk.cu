@@ -10,12 +10,15 @@
  * which is SPEC.md §3.1's recurrence token by token (decay, erase, write, readout after the
  * write), regrouped.  Three kernels:
  *   prep  (chunk, value head), parallel: gamma in float64, A and M, then W = (I+A)^-1 (beta k
- *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, one column a thread;
+ *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
  *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
  *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
- * Products are float32 FMA in a fixed order (no atomics in any sum): identical bits run to
- * run, whatever the grid or batch.
+ * Products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16 blocks,
+ * which are 3xTF32 tensor-core products (prep_pairs_tc); no atomics in any sum: identical bits
+ * run to run, whatever the grid or batch.  The scan's state update and the out kernel stay in
+ * FMA: with the out kernel on the tensor cores too, golden/L1 drift-decay-small failed a
+ * prefix resume (94.5 units > 64) and the production cases' errors doubled (docs/cuda.md).
  *
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
@@ -70,6 +73,14 @@ __device__ __forceinline__ int64_t state_idx(const cargs &A, int64_t i, int64_t 
 }
 __device__ __forceinline__ void async16(void *dst, const void *src) {
   __pipeline_memcpy_async(dst, src, 16);
+}
+/* e^x of a float64 exponent, |x| < 88.7: expf of x rounded to float, corrected by the
+ * rounding's remainder d (e^(xf + d) = e^xf (1 + d) to d^2 ~ 1e-11).  Rounding x alone would
+ * cost up to |x| 2^-25 of relative error, 40 ulps at |x| = 80, in factors whose product is
+ * near 1 (a pair of nearby tokens far into a strongly decaying block). */
+__device__ __forceinline__ float exp_of(double x) {
+  const float xf = (float)x, e = expf(xf);
+  return fmaf(e, (float)(x - (double)xf), e);
 }
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
@@ -131,8 +142,13 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
   for (int u = 0; u < 16; u++) {
     const int t = I * 16 + u, at = t * KSTR + c;
     g += fmax((double)Gs[t * KP + c], -1e4);
-    const float eds = expf((float)(g - r0)), ede = expf((float)(rI - g));
-    const float edd = fminf(1.0f / eds, 5.5e34f); /* e^(r0 - g), at most e^80: no inf */
+    /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
+     * pairs (a row after a slow one is slow).  It was 1 / e^(g - r0) capped at 5.5e34, below
+     * e^80 = 5.54e34: a row whose decay since the block's start fell within 0.01 of 80 on
+     * some channel got that channel's diagonal term 0.7 % off (golden L2 prod-softplus-64k:
+     * 1830 units at one token in 40961, which its sampled truth missed and the speculative
+     * verify's full truth caught). */
+    const float eds = exp_of(g - r0), ede = exp_of(rI - g), edd = exp_of(fmin(r0 - g, 88.0));
     if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
     const float k = Y[at], q = Xm[at];
     Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
@@ -144,6 +160,71 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
     if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = (float)exp(r0 - rho[J]);
   F[I * KP + c] = fI;
   if (I == 0) A.gC[ci * KP + c] = (float)exp(rho[3]);
+}
+
+/* ---- The off-diagonal pair blocks on the tensor cores, in 3xTF32 ----
+ * A[t][s] = sum_c Xa[t][c] (E[c] Y[s][c]) and M[t][s] = sum_c Xm[t][c] (E[c] Y[s][c]) for
+ * t in block I, s in block J < I: [16 x 128] by [128 x 16] products.  Each operand x is split
+ * into big = tf32(x) and small = tf32(x - big), and a product is small*big + big*small +
+ * big*big with float32 accumulation (mma.sync m16n8k8): float32-class sums (the small*small
+ * term is below 2^-22 of the product), in a fixed order, so the bits repeat run to run. */
+#ifndef PAIRS_TC
+#define PAIRS_TC 1
+#endif
+__device__ __forceinline__ uint32_t tf32_of(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small) {
+  big = tf32_of(x);
+  small = tf32_of(x - __uint_as_float(big));
+}
+__device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], const uint32_t b[2]) {
+  asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+               "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+               : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
+}
+/* c += x y in 3xTF32 (x: an A fragment, y: a B fragment, both float32). */
+__device__ __forceinline__ void mma_3x(float c[4], const float x[4], const float y[2]) {
+  uint32_t xb[4], xs[4], yb[2], ys[2];
+#pragma unroll
+  for (int i = 0; i < 4; i++) split_tf32(x[i], xb[i], xs[i]);
+  split_tf32(y[0], yb[0], ys[0]), split_tf32(y[1], yb[1], ys[1]);
+  mma_tf32(c, xs, yb);
+  mma_tf32(c, xb, ys);
+  mma_tf32(c, xb, yb);
+}
+
+/* Warp w < 12 takes block pair (I, J) = the (w / 2)-th of (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+ * and the 8 columns s = J 16 + (w % 2) 8 + 0..7; A and M share the B fragments. */
+__device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
+                              const float *Y, const float *E, float *Am) {
+  const int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane >> 2, tg = lane & 3;
+  if (w >= 12) return;
+  const int pi = w / 2, I = pi < 1 ? 1 : pi < 3 ? 2 : 3, J = pi - I * (I - 1) / 2;
+  const int t0 = I * 16, s0 = J * 16 + (w % 2) * 8;
+  const float *e = E + (I * (I - 1) / 2 + J) * KP;
+  float ca[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll 4
+  for (int k = 0; k < KP; k += 8) {
+    /* A fragments: rows t0 + gr (+8), columns k + tg (+4); B: row k + tg (+4), column s0 + gr.
+     * Row strides of KSTR = 132 floats put the 32 lanes in 32 distinct banks. */
+    const int r0 = (t0 + gr) * KSTR + k + tg, r1 = r0 + 8 * KSTR, sb = (s0 + gr) * KSTR + k + tg;
+    const float xa[4] = {Xa[r0], Xa[r1], Xa[r0 + 4], Xa[r1 + 4]};
+    const float xm[4] = {Xm[r0], Xm[r1], Xm[r0 + 4], Xm[r1 + 4]};
+    const float y[2] = {Y[sb] * e[k + tg], Y[sb + 4] * e[k + tg + 4]};
+    mma_3x(ca, xa, y);
+    mma_3x(cm, xm, y);
+  }
+  /* C fragment: rows t0 + gr (+8), columns s0 + 2 tg (+1). */
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int t = t0 + gr + (i >> 1) * 8, sc = s0 + 2 * tg + (i & 1);
+    Am[t * ASTR + sc] = A.erases ? ca[i] : 0.0f; /* no erase: Unew = beta v */
+    A.M[(ci * CT + t) * CT + sc] = cm[i];
+  }
 }
 
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
@@ -160,6 +241,7 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
     for (int J = 0; J < 4; J++) {
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
+      if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
       if (J < I) { /* reference rho_J, between s and t */
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
         const float *e = E + (I * (I - 1) / 2 + J) * KP;
@@ -197,9 +279,15 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
 }
 
 /* x = (I + A)^-1 b for one column (W: b = beta k e^gamma; U: b = beta v), by forward
- * substitution in registers, in a fixed order. */
+ * substitution in registers, two threads a column (lanes 2c and 2c + 1, half = lane & 1):
+ * row t's sum over r < t is split by r mod 4 (entries 0, 1 on half 0, 2, 3 on half 1, two
+ * accumulators each), the halves added lo + hi after one shuffle (both lanes get the same
+ * bits).  Entries of A at s >= t are zeros and the unsolved x[s] finite, so the unrolled loop
+ * needs no guards.  The solve is the larger part of prep (prep without it: 3.5 of 8.4 ms at B1
+ * T32768 H32); one thread a column, half the block idle, took 0.45 ms more. */
 __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
-                           const float *Xa, const float *F, const float *bs, const float *Am) {
+                           int half, const float *Xa, const float *F, const float *bs,
+                           const float *Am) {
   const bool wcol = col < KP;
   const int j = col - KP;
   float x[CT];
@@ -211,22 +299,22 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
   if (A.erases) {
 #pragma unroll
     for (int t = 1; t < CT; t++) {
-      float acc = x[t];
+      float c0 = 0.0f, c1 = 0.0f;
 #pragma unroll
-      for (int r = 0; r < t; r += 4) { /* row t of A, 4 entries a load */
-        const float4 a4 = ld4(Am + t * ASTR + r);
-        acc = fmaf(-a4.x, x[r], acc);
-        if (r + 1 < t) acc = fmaf(-a4.y, x[r + 1], acc);
-        if (r + 2 < t) acc = fmaf(-a4.z, x[r + 2], acc);
-        if (r + 3 < t) acc = fmaf(-a4.w, x[r + 3], acc);
+      for (int r = 0; r < t; r += 4) { /* row t of A: 2 entries a load and a thread */
+        const float2 a2 = *reinterpret_cast<const float2 *>(Am + t * ASTR + r + 2 * half);
+        const float x0 = half ? x[r + 2] : x[r], x1 = half ? x[r + 3] : x[r + 1];
+        c0 = fmaf(-a2.x, x0, c0), c1 = fmaf(-a2.y, x1, c1);
       }
-      x[t] = acc;
+      const float mine = c0 + c1, other = __shfl_xor_sync(0xffffffffu, mine, 1);
+      x[t] += half ? other + mine : mine + other;
     }
   }
   float *dst = wcol ? A.W + ci * CT * KP + col : A.U + ci * CT * A.VP + j;
   const int64_t stride = wcol ? KP : A.VP;
 #pragma unroll
-  for (int t = 0; t < CT; t++) dst[t * stride] = x[t];
+  for (int t = 0; t < CT; t++)
+    if ((t & 1) == half) dst[t * stride] = x[t]; /* the halves store alternate rows */
 }
 
 /* Raw k into Y, q into Xm and the gates into Gs, by asynchronous copies (every load of the
@@ -274,10 +362,11 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   __syncthreads();
   prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
   __syncthreads();
+  if (PAIRS_TC) prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
   prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, Am);
   __syncthreads();
-  for (int col = tid; col < KP + A.VP; col += NTP)
-    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, Xa, F, bs, Am);
+  for (int col = tid / 2; col < KP + A.VP; col += NTP / 2) /* warp-uniform: 16 columns a warp */
+    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am);
 }
 
 /* ==== scan ==== */
@@ -454,7 +543,6 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
       if (j0 + jg + cc < A.V) o[j0 + jg + cc] = acc[r][cc];
   }
 }
-
 /* ==== Host side ==== */
 
 /* Walks the plan; fills it when plan is not NULL (n_total: the count, to place seq_first). */
@@ -525,12 +613,6 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
   if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
     return 0;
   if (algo == 1) return 1;
-  /* auto takes the recurrent kernel everywhere until the chunked kernels pass the serving
-   * checks: on the H200 (2026-12-01) algo=chunk failed the speculative-verify check of golden
-   * L2 prod-softplus-64k (a 40961-token prefix, then 4 drafts from its final state: 1125
-   * units), which algo=recurrent passes (docs/cuda.md).  The measured rule below (the chunked
-   * kernels 8 % faster at B1 H32) is kept for when they do. */
-  if (algo == 0) return 0;
   /* auto: wide heads (K is padded to 128: small heads gain nothing), long sequences (the
    * recurrent kernel is better at a few tokens a sequence), too few sequences and heads to
    * give the recurrent kernel two work items of 32 columns a multiprocessor (measured on the

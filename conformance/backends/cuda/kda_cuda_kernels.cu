@@ -38,7 +38,7 @@
 /* ==== Scratch layout ==== */
 
 typedef struct scratch_map {
-  size_t qh, kh, a, b, ckpt, lg, total; /* byte offsets */
+  size_t qh, kh, a, b, ckpt, lg, ea, total; /* byte offsets */
 } scratch_map;
 
 static size_t round_up(size_t x) { return (x + ALIGN_BYTES - 1) / ALIGN_BYTES * ALIGN_BYTES; }
@@ -56,7 +56,8 @@ static scratch_map scratch_layout(const kda_problem *p) {
   m.b = m.a + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
   m.ckpt = m.b + round_up(T * (size_t)p->HV * sizeof(float));
   m.lg = m.ckpt + round_up(T * sizeof(int32_t)); /* g_eff, for the chunked kernels */
-  m.total = m.lg + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
+  m.ea = m.lg + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
+  m.total = m.ea + round_up((size_t)p->HV * sizeof(double)); /* e^A_log, once a head */
   return m;
 }
 
@@ -87,6 +88,42 @@ __device__ static double dev_sigmoid(double y) {
   return e / (1.0 + e);
 }
 
+/* g_eff of raw gate x at value head hv, channel c (SPEC.md §4.1), in float64; ea is
+ * e^A_log[hv] (1 without A_log: ea * y is then y exactly). */
+__device__ static double dev_gate(double x, double ea, const float *dt_bias, int64_t hv, int64_t c,
+                                  int64_t GW, int32_t gate_mode, double lb) {
+  if (gate_mode == KDA_GATE_LOG) return x;
+  const double y = x + (double)dt_bias[hv * GW + c];
+  if (gate_mode == KDA_GATE_SOFTPLUS) return -(ea * dev_softplus(y));
+  return lb * dev_sigmoid(ea * y);
+}
+__device__ static double dev_ea(const float *A_log, int64_t hv, int32_t has_A_log) {
+  return has_A_log ? exp((double)A_log[hv]) : 1.0;
+}
+
+/* ea[hv] = e^A_log[hv] (dev_ea), once a head rather than once an element. */
+__global__ void kda_cuda_coef_ea(const float *A_log, double *ea, int64_t HV, int32_t has_A_log) {
+  const int64_t hv = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (hv < HV) ea[hv] = dev_ea(A_log, hv, has_A_log);
+}
+
+/* beta_eff (SPEC.md §4.2). */
+__device__ static float dev_beta(double x, int32_t mode) {
+  return (float)(mode == KDA_BETA_PROB ? x : mode == KDA_BETA_LOGIT ? dev_sigmoid(x)
+                                                                    : 2.0 * dev_sigmoid(x));
+}
+
+/* 1 / the L2 norm of row x of K floats (SPEC.md §4.3), by one warp: per-lane float64 sums over
+ * i = lane, lane + 32, ... and an xor-butterfly, so every lane gets the same bits. */
+__device__ static double dev_inv_norm(const float *x, int64_t K, int32_t l2_mode, double eps) {
+  if (l2_mode == KDA_L2_OFF) return 1.0;
+  const int lane = threadIdx.x % 32;
+  double ss = 0.0;
+  for (int64_t i = lane; i < K; i += 32) ss += (double)x[i] * (double)x[i];
+  for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+  return 1.0 / (l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps));
+}
+
 /* qh = scale * L2(q), kh = L2(k): one warp per (t, h); the sum of squares is a per-lane sum
  * over i = lane, lane + 32, ... and an xor-butterfly (every lane gets the same bits). */
 __global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, float *kh,
@@ -98,16 +135,9 @@ __global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, floa
   for (int which = 0; which < 2; which++) {
     const float *x = (which ? k : q) + row * K;
     float *y = (which ? kh : qh) + row * K;
-    double d = 1.0;
-    if (l2_mode != KDA_L2_OFF) {
-      double ss = 0.0;
-      for (int64_t i = lane; i < K; i += 32) ss += (double)x[i] * (double)x[i];
-      for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-      d = l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps);
-    }
     /* x * (1/d) in double is within 2^-52 of x / d, far below float's rounding, and spares
      * a float64 division an element (the prologue's largest cost at prefill sizes). */
-    const double inv = 1.0 / d;
+    const double inv = dev_inv_norm(x, K, l2_mode, eps);
     for (int64_t i = lane; i < K; i += 32) {
       const double xi = (double)x[i] * inv;
       y[i] = (float)(which ? xi : scale * xi);
@@ -117,21 +147,22 @@ __global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, floa
 
 /* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0.  Also g_eff itself,
  * rounded once, for the chunked kernels' cumulative decays. */
-__global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const float *dt_bias,
+__global__ void kda_cuda_coef_gate(const float *g, const double *ea, const float *dt_bias,
                                    float *a, float *lg, int64_t n, int64_t HV, int64_t GW,
-                                   int32_t gate_mode, int32_t has_A_log, double lb) {
+                                   int32_t gate_mode, double lb) {
   const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
-  const int64_t c = e % GW, hv = (e / GW) % HV;
-  double ge = g[e];
-  if (gate_mode != KDA_GATE_LOG) {
-    const double y = ge + (double)dt_bias[hv * GW + c];
-    if (gate_mode == KDA_GATE_SOFTPLUS) {
-      ge = -(exp((double)A_log[hv]) * dev_softplus(y));
-    } else {
-      ge = lb * dev_sigmoid(has_A_log ? exp((double)A_log[hv]) * y : y);
-    }
+  /* 32-bit divisions when the indices fit (every benchmark shape): a 64-bit division is a
+   * long software sequence, and two of them an element were most of this kernel's time. */
+  int64_t c, hv;
+  if (n <= 0xffffffffLL) {
+    const uint32_t e32 = (uint32_t)e, gw = (uint32_t)GW, q = e32 / gw;
+    c = e32 - q * gw, hv = q % (uint32_t)HV;
+  } else {
+    c = e % GW, hv = (e / GW) % HV;
   }
+  const double ge = dev_gate(g[e], gate_mode == KDA_GATE_LOG ? 1.0 : ea[hv], dt_bias, hv, c, GW,
+                             gate_mode, lb);
   if (a) a[e] = (float)exp(ge); /* NULL for the chunked kernels, which use g_eff alone */
   lg[e] = (float)ge;
 }
@@ -140,9 +171,7 @@ __global__ void kda_cuda_coef_gate(const float *g, const float *A_log, const flo
 __global__ void kda_cuda_coef_beta(const float *beta, float *b, int64_t n, int32_t mode) {
   const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (e >= n) return;
-  const double x = beta[e];
-  b[e] = (float)(mode == KDA_BETA_PROB ? x : mode == KDA_BETA_LOGIT ? dev_sigmoid(x)
-                                                                    : 2.0 * dev_sigmoid(x));
+  b[e] = dev_beta(beta[e], mode);
 }
 
 /* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
@@ -714,9 +743,12 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
       p->scale, p->l2_eps);
   if (GW > 0) {
     const int64_t n = T * p->HV * GW;
+    double *ea = (double *)(base + m->ea);
+    if (p->gate_mode != KDA_GATE_LOG)
+      kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, ea, p->HV, p->has_A_log);
     kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
-        d->g, d->A_log, d->dt_bias, chunked ? NULL : (float *)(base + m->a), (float *)(base + m->lg), n, p->HV, GW, p->gate_mode,
-        p->has_A_log, p->lower_bound);
+        d->g, ea, d->dt_bias, chunked ? NULL : (float *)(base + m->a), (float *)(base + m->lg), n,
+        p->HV, GW, p->gate_mode, p->lower_bound);
   }
   kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
       d->beta, (float *)(base + m->b), T * p->HV, p->beta_mode);
@@ -811,11 +843,13 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   int st = kda_cuda_why_not(p, ks, err, errlen);
   if (st) return st;
   const scratch_map m = scratch_layout(p);
-  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, d->plan && d->n_chunks > 0, stream);
+  const int chunked = d->plan && d->n_chunks > 0;
+  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
   if (d->plan && d->n_chunks > 0) return launch_chunks(p, d, &m, o->phases, stream, err, errlen);
+  if (o->phases && !(o->phases & 7)) return KDA_OK; /* bench_cuda: the prologue alone */
 
   const int64_t vt = THREADS / ks, coltiles = (p->V + vt - 1) / vt;
   const int64_t tb = o->max_len < 1 ? 1 : o->max_len < KDA_CUDA_TOKENS ? o->max_len
