@@ -28,6 +28,7 @@ struct kda_cert_ws {
   int64_t K, V, GW;
   kda_mpfr_coef co;
   kda_cert_gate gate;
+  kda_cert_dd dd;   /* the dd decay factors (kda_cert_dd.c); MPFR (gate) where they cannot */
   kda_mpfr_pool m;  /* [K] q mids, [K] k mids, [K] a mids, beta lo, hi, mid, tmp */
   kda_mpfr_vecnorm qn, kn;
   mpfr_t amax, ea, eb;
@@ -87,6 +88,7 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   kda_mpfr_vecnorm_init(&w->kn);
   mpfr_inits2(KDA_MPFR_BOUND_PREC, w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_init(&w->gate, KDA_CERT_COEF_PREC);
+  kda_cert_dd_init(&w->dd);
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   int fail = kda_mpfr_coef_init(&w->co, KDA_CERT_COEF_PREC, p->K);
   fail |= kda_mpfr_pool_init(&w->m, 3 * K + 4, KDA_CERT_COEF_PREC);
@@ -168,6 +170,9 @@ static void vec_norms(const kda_mpfr_vecnorm *v, int flushed, int64_t K, double 
   if (flushed) *e = au(*e, mu((double)K, KDA_CERT_FLUSH));
 }
 
+static int mpfr_factor(kda_cert_ws *w, const kda_problem *p, double g, const double *A,
+                       const double *db, gate_entry *out);
+
 /* The cache entry of (ch, g), computed on a miss: the enclosure of SPEC.md §8.3 / §8.12 for one
  * channel, rounded to dd, its error widened by the rounding (or by the flush). */
 static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64_t ch, double g,
@@ -189,19 +194,12 @@ static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64
     }
   }
   gate_entry tmp, *out = slot ? slot : &tmp;
-  mpfr_t *am = w->m.x + 2 * w->K;
-  int r = kda_cert_gate_enclose(&w->gate, p, 1, &g, A, db, am, w->amax, w->ea);
-  if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, 1, &g, A, db, am, w->amax, w->ea);
-  int flushed = 0;
-  if (r || vec_to_dd(w, am, 1, &out->ah, &out->al, &flushed)) {
+  kda_cert_dv a;
+  if (!kda_cert_dd_gate(&w->dd, p, g, A, db, &a, &out->hi, &out->le1)) {
+    out->ah = a.h, out->al = a.l, out->e = a.e, out->bad = 0; /* SPEC.md §8.12 */
+  } else if (mpfr_factor(w, p, g, A, db, out)) {
     if (!slot) return &none;
     *out = none;
-  } else {
-    out->bad = 0;
-    out->hi = bd_up(w->amax);
-    out->e = au(bd_up(w->ea), mu(out->hi, DD_CONV)); /* |mid| <= hi */
-    if (flushed) out->e = au(out->e, KDA_CERT_FLUSH);
-    out->le1 = mpfr_cmp_ui(w->amax, 1) <= 0;
   }
   out->g = bits;
   out->ch = ch;
@@ -210,6 +208,22 @@ static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64
     return &w->gc_spare;
   }
   return out;
+}
+
+/* The MPFR enclosure of one factor (SPEC.md §8.3) rounded to dd: -1 when out of range. */
+static int mpfr_factor(kda_cert_ws *w, const kda_problem *p, double g, const double *A,
+                       const double *db, gate_entry *out) {
+  mpfr_t *am = w->m.x + 2 * w->K;
+  int r = kda_cert_gate_enclose(&w->gate, p, 1, &g, A, db, am, w->amax, w->ea);
+  if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, 1, &g, A, db, am, w->amax, w->ea);
+  int flushed = 0;
+  if (r || vec_to_dd(w, am, 1, &out->ah, &out->al, &flushed)) return -1;
+  out->bad = 0;
+  out->hi = bd_up(w->amax);
+  out->e = au(bd_up(w->ea), mu(out->hi, DD_CONV)); /* |mid| <= hi */
+  if (flushed) out->e = au(out->e, KDA_CERT_FLUSH);
+  out->le1 = mpfr_cmp_ui(w->amax, 1) <= 0;
+  return 0;
 }
 
 static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int64_t hv,
