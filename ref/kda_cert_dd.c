@@ -8,7 +8,7 @@
  * KDA_CERT_UC times the result, all in doubles rounded upward by hand (up()).  exp reduces
  * x = k ln2/64 + r with ln2/64 split so that k C1 is exact, evaluates 12 Taylor terms of exp(r)
  * (|r| < 0.0117, remainder below 2^-118) and multiplies by a table of 2^(j/64) made with MPFR;
- * log1p(z) is one Newton step on exp from libm's log1p, whose remainder is bounded from the
+ * log1p(z) is one Newton step on exp from a deterministic start, its remainder bounded from the
  * computed residual.  Arguments outside the proven range, and any run that raises underflow,
  * overflow or invalid, return 1: the caller uses the MPFR enclosures instead.
  */
@@ -23,16 +23,16 @@
 typedef kda_cert_dv dv;
 
 /* ---- Upward bound arithmetic (SPEC.md §8.12, "Bound arithmetic"). */
-static double up(double x) { return x + fabs(x) * 0x1p-50; }
+static inline double up(double x) { return x + fabs(x) * 0x1p-50; }
 static double au(double a, double b) { return up(a + b); }
 static double mu(double a, double b) { return up(a * b); }
 /* >= |h + l| */
-static double mag(dv x) { return au(fabs(x.h), fabs(x.l)); }
+static inline double mag(dv x) { return au(fabs(x.h), fabs(x.l)); }
 
 static dv exact(double x) { return (dv){x, 0.0, 0.0}; }
 
 /* |z - (x~ + y~)| <= UC |x~ + y~| <= UC |z| / (1 - UC), which mu(UC, mag(z)) covers. */
-static dv dv_add(dv x, dv y) {
+static inline dv dv_add(dv x, dv y) {
   dv z;
   kc_add(x.h, x.l, y.h, y.l, &z.h, &z.l);
   z.e = au(au(x.e, y.e), mu(KDA_CERT_UC, mag(z)));
@@ -40,7 +40,7 @@ static dv dv_add(dv x, dv y) {
 }
 
 /* |x~ y~ - x* y*| <= |x~| e_y + |y*| e_x with |y*| <= |y~| + e_y. */
-static dv dv_mul(dv x, dv y) {
+static inline dv dv_mul(dv x, dv y) {
   dv z;
   kc_mul(x.h, x.l, y.h, y.l, &z.h, &z.l);
   z.e = au(au(mu(mag(x), y.e), mu(au(mag(y), y.e), x.e)), mu(KDA_CERT_UC, mag(z)));
@@ -149,11 +149,23 @@ int kda_cert_dd_exp(const kda_cert_dd *d, kda_cert_dv x, kda_cert_dv *out) {
 
 /* ---- log1p and softplus. */
 
-/* log1p(z*) for z* within z.e of z~ in (0, 1]: N = L0 - 1 + (1 + z~) e^-L0 from L0 = libm's
- * log1p(z.h).  With d = L0 - log1p(z~), (1 + z~) e^-L0 = e^-d and N - log1p(z~) = e^-d - 1 + d
- * in [0, d^2/2 e^|d|]; |d| <= 2 |e^-d - 1| when that is <= 1/2, so the Newton remainder is at
- * most (2 delta)^2 for delta >= |e^-d - 1| <= 1/4.  The argument error passes with factor
- * <= 1 (log1p' <= 1 on [0, 1]).  Below 2^-200, log1p(z) = z within z^2/2. */
+/* A start for Newton on log1p(z), z in (0, 1]: 2 atanh(s), s = z/(2 + z) <= 1/3, by 17 terms
+ * of its series in plain double.  Any start is correct (the step below bounds its own
+ * remainder); this one is a few ulps accurate and, IEEE operations only, the same on every
+ * platform (libm's log1p may differ by an ulp between libms, and would change dd bits). */
+static double log1p_start(double z) {
+  const double s = z / (2.0 + z), u = s * s;
+  double p = 1.0 / 33.0;
+  for (int n = 15; n >= 0; n--) p = p * u + 1.0 / (double)(2 * n + 1);
+  return 2.0 * s * p;
+}
+
+/* log1p(z*) for z* within z.e of z~ in (0, 1]: N = L0 - 1 + (1 + z~) e^-L0 from L0 =
+ * log1p_start(z.h).  With d = L0 - log1p(z~), (1 + z~) e^-L0 = e^-d and N - log1p(z~) =
+ * e^-d - 1 + d in [0, d^2/2 e^|d|].  For delta >= |e^-d - 1|: |d| <= delta / (1 - delta), so
+ * the Newton remainder is at most 0.51 delta^2 when delta <= 2^-40 and (2 delta)^2 when
+ * delta <= 1/4.  The argument error passes with factor <= 1 (log1p' <= 1 on [0, 1]).  Below
+ * 2^-200, log1p(z) = z within z^2/2. */
 static int log1p_run(const kda_cert_dd *d, dv z, dv *out) {
   if (!(z.h > 0.0 && z.h <= 1.0 && z.e <= 0.5 * z.h)) return 1;
   if (z.h < 0x1p-200) { /* z - z^2/2 <= log1p(z) <= z, z^2/2 <= 2^-200 z */
@@ -161,7 +173,7 @@ static int log1p_run(const kda_cert_dd *d, dv z, dv *out) {
     out->e = au(z.e, mu(au(z.h, z.e), 0x1p-200));
     return 0;
   }
-  const double L0 = log1p(z.h);
+  const double L0 = log1p_start(z.h);
   if (!(L0 > 0.0)) return 1;
   dv w;
   if (exp_run(d, exact(-L0), &w)) return 1;
@@ -169,9 +181,9 @@ static int log1p_run(const kda_cert_dd *d, dv z, dv *out) {
   const dv t = dv_add(pr, exact(-1.0));
   const double delta = au(mag(t), t.e);
   if (!(delta <= 0.25)) return 1;
-  const double dm = mu(2.0, delta);
+  const double nt = delta <= 0x1p-40 ? mu(mu(0.51, delta), delta) : mu(mu(4.0, delta), delta);
   dv N = dv_add(t, exact(L0));
-  N.e = au(au(N.e, mu(dm, dm)), z.e);
+  N.e = au(au(N.e, nt), z.e);
   *out = N;
   return 0;
 }

@@ -29,6 +29,7 @@ struct kda_cert_ws {
   kda_mpfr_coef co;
   kda_cert_gate gate;
   kda_cert_dd dd;   /* the dd decay factors (kda_cert_dd.c); MPFR (gate) where they cannot */
+  kda_cert_l2 l2;   /* the dd L2 normalisation (kda_cert_l2.c); MPFR (co) where it cannot */
   kda_mpfr_pool m;  /* [K] q mids, [K] k mids, [K] a mids, beta lo, hi, mid, tmp */
   kda_mpfr_vecnorm qn, kn;
   mpfr_t amax, ea, eb;
@@ -89,6 +90,7 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   mpfr_inits2(KDA_MPFR_BOUND_PREC, w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_init(&w->gate, KDA_CERT_COEF_PREC);
   kda_cert_dd_init(&w->dd);
+  kda_cert_l2_init(&w->l2);
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   int fail = kda_mpfr_coef_init(&w->co, KDA_CERT_COEF_PREC, p->K);
   fail |= kda_mpfr_pool_init(&w->m, 3 * K + 4, KDA_CERT_COEF_PREC);
@@ -124,6 +126,7 @@ void kda_cert_ws_free(kda_cert_ws *w) {
   kda_mpfr_vecnorm_clear(&w->kn);
   mpfr_clears(w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_clear(&w->gate);
+  kda_cert_l2_clear(&w->l2);
   free(w->buf);
   free(w->gc);
   free(w);
@@ -226,6 +229,17 @@ static int mpfr_factor(kda_cert_ws *w, const kda_problem *p, double g, const dou
   return 0;
 }
 
+/* q̂ or k̂ by the MPFR enclosure of SPEC.md §8.3 rounded to dd (where kda_cert_dd_l2 cannot):
+ * -1 when a value is out of the dd range. */
+static int l2_mpfr(kda_cert_ws *w, const kda_problem *p, int is_q, const double *x, mpfr_t *mid,
+                   kda_mpfr_vecnorm *vn, double *h, double *l, double *n, double *e) {
+  int flushed = 0;
+  kda_mpfr_coef_l2(&w->co, p, is_q, w->K, x, mid, vn);
+  if (vec_to_dd(w, mid, w->K, h, l, &flushed)) return -1;
+  vec_norms(vn, flushed, w->K, n, e);
+  return 0;
+}
+
 static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int64_t hv,
                         norms *nm) {
   const kda_problem *p = job->p;
@@ -236,15 +250,20 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
   mpfr_ptr blo = w->m.x[3 * K], bhi = w->m.x[3 * K + 1], bmid = w->m.x[3 * K + 2];
   kda_cert_step *s = &w->st;
   const size_t off = (size_t)((t * p->H + h) * K);
-  kda_mpfr_coef_l2(&w->co, p, 1, K, ts->q + off, qm, &w->qn);
-  kda_mpfr_coef_l2(&w->co, p, 0, K, ts->k + off, km, &w->kn);
-  int fq = 0, fk = 0, fb = 0;
-  if (vec_to_dd(w, qm, K, s->qh, s->ql, &fq) ||
-      vec_to_dd(w, km, K, s->kh, s->kl, &fk))
+  kda_cert_l2_norms dq, dk;
+  if (kda_cert_dd_l2(&w->l2, p, 1, K, ts->q + off, s->qh, s->ql, &dq) == 0) {
+    nm->qn = dq.n, nm->eq = dq.e;
+  } else if (l2_mpfr(w, p, 1, ts->q + off, qm, &w->qn, s->qh, s->ql, &nm->qn, &nm->eq)) {
     return -1;
-  vec_norms(&w->qn, fq, K, &nm->qn, &nm->eq);
-  vec_norms(&w->kn, fk, K, &nm->kn, &nm->ek);
-  nm->kn2lo = bd_dn(w->kn.n2lo);
+  }
+  if (kda_cert_dd_l2(&w->l2, p, 0, K, ts->k + off, s->kh, s->kl, &dk) == 0) {
+    nm->kn = dk.n, nm->ek = dk.e, nm->kn2lo = dk.n2lo;
+  } else if (l2_mpfr(w, p, 0, ts->k + off, km, &w->kn, s->kh, s->kl, &nm->kn, &nm->ek)) {
+    return -1;
+  } else {
+    nm->kn2lo = bd_dn(w->kn.n2lo);
+  }
+  int fb = 0;
   if (GW > 0) {
     const int gated = p->gate_mode != KDA_GATE_LOG;
     const double *A = gated && p->has_A_log ? ts->A_log + hv : NULL;

@@ -102,6 +102,30 @@ int kda_cert_dd_softplus(const kda_cert_dd *d, double g, double b, kda_cert_dv *
 int kda_cert_dd_gate(kda_cert_dd *d, const kda_problem *p, double g, const double *A_log,
                      const double *dt_bias, kda_cert_dv *out, double *hi, int *le1);
 
+/* ---- kda_cert_l2.c: the L2 normalisation of q and k in double-double (SPEC.md §8.12, "L2
+ * normalisation in double-double"). */
+typedef struct kda_cert_l2 {
+  mpfr_t slo, shi, dlo, dhi, t; /* 256-bit scratch */
+  mpfr_t s0, s1;                /* the last enclosure of the sum of squares (+ eps for fla) */
+} kda_cert_l2;
+
+/* ||x̂||+ >= max(||dd||, ||x*||), e >= ||dd - x*||, n2lo <= ||x*||^2. */
+typedef struct kda_cert_l2_norms {
+  double n, e, n2lo;
+} kda_cert_l2_norms;
+
+void kda_cert_l2_init(kda_cert_l2 *w);
+void kda_cert_l2_clear(kda_cert_l2 *w);
+/* x̂ = c L2(x) (c = scale for q, 1 for k) of the n-vector x as dd (h, l) with its norms: 0,
+ * or 1 when MPFR must do it (kda_mpfr_coef_l2). */
+int kda_cert_dd_l2(kda_cert_l2 *w, const kda_problem *p, int is_q, int64_t n, const double *x,
+                   double *h, double *l, kda_cert_l2_norms *out);
+/* Its denominator factor (fla, ggml): r >= 0 in dd with |r~ - r*| <= r.e, where x*_i = x_i r*;
+ * sxlo <= sum x_i^2 <= sxhi; w->s0 <= s* <= w->s1 for the sum the denominator is taken of.
+ * 0, or 1 (MPFR's). */
+int kda_cert_l2_factor(kda_cert_l2 *w, const kda_problem *p, int64_t n, const double *x,
+                       double *sxlo, double *sxhi, kda_cert_dv *r);
+
 /* ---- kda_cert_head.c */
 
 /* What the heads share: the problem, the tensors, and the value array in the order of

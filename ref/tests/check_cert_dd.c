@@ -10,7 +10,9 @@
  * random over the whole proven range (log-uniform magnitudes, both signs, dd arguments with
  * low words) plus the edge cases: 0, tiny, the ends of the range, ties of the reduction, the
  * gate values of golden/L1 gate-values-* and softplus-tails; arguments outside the range must
- * be refused (the caller then uses MPFR).
+ * be refused (the caller then uses MPFR).  The L2 normalisation (fla, ggml, off; q with its
+ * scale, k with the lower bound on its squared norm) likewise against a 500-bit evaluation,
+ * on doubles, float32 and bf16-like vectors, wide exponents, zeros and a dominating element.
  */
 #include <check.h>
 #include <math.h>
@@ -238,16 +240,162 @@ START_TEST(test_factors_against_mpfr) {
 }
 END_TEST
 
+/* ---- The L2 normalisation (kda_cert_l2.c). */
+
+/* ||dd - x*||, ||x*|| and ||x*||^2 at high precision: x* = c x / d, d = sqrt(sum x^2 + eps)
+ * (fla), max(sqrt(sum x^2), eps) (ggml) or 1 (off); each x*_i within 2^-490 |x*_i|. */
+static void l2_ref(const kda_problem *p, int is_q, int n, const double *x, const double *h,
+                   const double *l, double *dist, double *norm, double *norm2) {
+  mpfr_t s, r, xi, d, acc, nacc;
+  mpfr_inits2(2600, s, xi, d, (mpfr_ptr)0);
+  mpfr_inits2(500, r, acc, nacc, (mpfr_ptr)0);
+  mpfr_set_zero(s, 1);
+  for (int i = 0; i < n; i++) { /* exact: the squares span less than 2600 bits */
+    mpfr_set_d(xi, x[i], MPFR_RNDN);
+    mpfr_fma(s, xi, xi, s, MPFR_RNDN);
+  }
+  if (p->l2_mode == KDA_L2_FLA) {
+    mpfr_add_d(s, s, p->l2_eps, MPFR_RNDN);
+    mpfr_rec_sqrt(r, s, MPFR_RNDN);
+  } else if (p->l2_mode == KDA_L2_GGML) {
+    mpfr_sqrt(r, s, MPFR_RNDN);
+    mpfr_set_d(xi, p->l2_eps, MPFR_RNDN);
+    mpfr_max(r, r, xi, MPFR_RNDN);
+    mpfr_ui_div(r, 1, r, MPFR_RNDN);
+  } else {
+    mpfr_set_ui(r, 1, MPFR_RNDN);
+  }
+  if (is_q) mpfr_mul_d(r, r, p->scale, MPFR_RNDN);
+  mpfr_set_zero(acc, 1);
+  mpfr_set_zero(nacc, 1);
+  for (int i = 0; i < n; i++) {
+    mpfr_mul_d(xi, r, x[i], MPFR_RNDN); /* x*_i */
+    mpfr_fma(nacc, xi, xi, nacc, MPFR_RNDN);
+    kda_mpfr_exact_sum(d, h[i], l[i]);
+    mpfr_sub(d, d, xi, MPFR_RNDN);
+    mpfr_fma(acc, d, d, acc, MPFR_RNDN);
+  }
+  *norm2 = mpfr_get_d(nacc, MPFR_RNDN);
+  mpfr_sqrt(acc, acc, MPFR_RNDU);
+  mpfr_sqrt(nacc, nacc, MPFR_RNDN);
+  *dist = mpfr_get_d(acc, MPFR_RNDU);
+  *norm = mpfr_get_d(nacc, MPFR_RNDN);
+  mpfr_clears(s, r, xi, d, acc, nacc, (mpfr_ptr)0);
+}
+
+static kda_cert_l2 W;
+
+/* The denominator alone: the exact sum inside [s0, s1] and [sxlo, sxhi], r* within r.e. */
+static void check_factor_l2(const kda_problem *p, int n, const double *x) {
+  double sxlo, sxhi;
+  kda_cert_dv r;
+  if (kda_cert_l2_factor(&W, p, n, x, &sxlo, &sxhi, &r)) return;
+  mpfr_t s, xi, q;
+  mpfr_inits2(2600, s, xi, (mpfr_ptr)0);
+  mpfr_init2(q, 500);
+  mpfr_set_zero(s, 1);
+  for (int i = 0; i < n; i++) { /* exact */
+    mpfr_set_d(xi, x[i], MPFR_RNDN);
+    mpfr_fma(s, xi, xi, s, MPFR_RNDN);
+  }
+  ck_assert(mpfr_cmp_d(s, sxlo) >= 0 && mpfr_cmp_d(s, sxhi) <= 0);
+  if (p->l2_mode == KDA_L2_FLA) mpfr_add_d(s, s, p->l2_eps, MPFR_RNDN);
+  ck_assert_msg(mpfr_lessequal_p(W.s0, s) && mpfr_lessequal_p(s, W.s1),
+                "l2: the sum of squares is not enclosed (n %d)", n);
+  if (p->l2_mode == KDA_L2_FLA) {
+    mpfr_rec_sqrt(q, s, MPFR_RNDN);
+  } else {
+    mpfr_sqrt(q, s, MPFR_RNDN);
+    mpfr_set_d(xi, p->l2_eps, MPFR_RNDN);
+    mpfr_max(q, q, xi, MPFR_RNDN);
+    mpfr_ui_div(q, 1, q, MPFR_RNDN);
+  }
+  kda_mpfr_exact_sum(xi, r.h, r.l);
+  mpfr_sub(xi, xi, q, MPFR_RNDN);
+  mpfr_abs(xi, xi, MPFR_RNDN);
+  const double slack = r.e == 0.0 ? 0.0 : 0x1p-480 * r.h; /* e = 0: eps decides, r exact */
+  ck_assert_msg(mpfr_cmp_d(xi, r.e - slack) <= 0, "l2: r is not enclosed (e = %a)", r.e);
+  ck_assert_msg(r.e <= 0x1p-104 * r.h, "l2: r width %a against %a", r.e, r.h);
+  mpfr_clears(s, xi, q, (mpfr_ptr)0);
+}
+
+static int check_l2(const kda_problem *p, int is_q, int n, const double *x) {
+  double h[256], l[256], dist, norm, norm2;
+  kda_cert_l2_norms o;
+  if (p->l2_mode != KDA_L2_OFF) check_factor_l2(p, n, x);
+  if (kda_cert_dd_l2(&W, p, is_q, n, x, h, l, &o)) return 0;
+  l2_ref(p, is_q, n, x, h, l, &dist, &norm, &norm2);
+  const double slack = o.e == 0.0 ? 0.0 : 0x1p-480 * norm; /* e = 0: exact (l2 off) */
+  ck_assert_msg(dist + slack <= o.e, "l2 mode %d q %d n %d: distance %a above the bound %a",
+                p->l2_mode, is_q, n, dist, o.e);
+  ck_assert_msg(norm * (1 + 0x1p-50) <= o.n, "l2: norm %a above %a", norm, o.n);
+  ck_assert_msg(o.n2lo <= norm2 * (1 - 0x1p-50), "l2: n2lo %a above %a", o.n2lo, norm2);
+  ck_assert_msg(o.e <= 0x1p-98 * norm, "l2: width %a against %a", o.e, norm); /* 0 for 0 */
+  ck_assert_msg(o.n2lo >= norm2 * (1 - 0x1p-40), "l2: n2lo %a far below %a", o.n2lo, norm2);
+  return 1;
+}
+
+START_TEST(test_l2_against_mpfr) {
+  static const int32_t modes[] = {KDA_L2_FLA, KDA_L2_GGML, KDA_L2_OFF};
+  double x[256];
+  int n_ok = 0, n_try = 0;
+  for (int m = 0; m < 3; m++)
+    for (int it = 0; it < 600; it++) {
+      kda_problem p = {0};
+      p.l2_mode = modes[m];
+      p.l2_eps = it % 7 == 0 ? 0.5 : 1e-6;
+      const int n = it % 5 == 0 ? 1 + (int)(unif() * 8) : it % 11 == 0 ? 256 : 128;
+      p.scale = it % 2 ? 1.0 / sqrt((double)n) : -0.75;
+      for (int i = 0; i < n; i++) {
+        const int kind = it % 4;
+        double v = kind == 0 ? 2 * unif() - 1                          /* doubles */
+                 : kind == 1 ? (double)(float)(4 * unif() - 2)          /* float32 */
+                 : kind == 2 ? logu(-60.0, 40.0)                         /* wide exponents */
+                             : ldexp((double)(int)(256 * unif()) - 128, -7); /* bf16-like */
+        if (unif() < 0.1) v = 0.0;
+        x[i] = v;
+      }
+      if (it % 13 == 0) x[0] = 1e30; /* one element dominates: the others fall below the unit */
+      n_try++;
+      n_ok += check_l2(&p, it % 3 == 0, n, x);
+    }
+  ck_assert_int_eq(n_ok, n_try); /* every one of them is in the dd range */
+  kda_problem p = {0};
+  p.l2_mode = KDA_L2_FLA;
+  p.l2_eps = 1e-6;
+  for (int i = 0; i < 128; i++) x[i] = 0.0;
+  for (int m = 0; m < 3; m++) { /* the zero vector: exactly 0, e = 0 (its outputs are exact) */
+    p.l2_mode = modes[m];
+    ck_assert(check_l2(&p, m % 2, 128, x));
+  }
+  p.l2_mode = KDA_L2_GGML; /* 0 / max(0, 0): the zero vector, as kda_mpfr_coef_l2 says */
+  p.l2_eps = 0.0;
+  kda_cert_l2 w;
+  kda_cert_l2_init(&w);
+  double h[128], l[128];
+  kda_cert_l2_norms o;
+  ck_assert_int_eq(kda_cert_dd_l2(&w, &p, 0, 128, x, h, l, &o), 0);
+  ck_assert(o.n == 0.0 && o.e == 0.0 && h[5] == 0.0 && l[5] == 0.0);
+  kda_cert_l2_clear(&w);
+  p.l2_mode = KDA_L2_FLA;
+  x[3] = 1e-300; /* its square leaves the double range: MPFR's */
+  ck_assert(!check_l2(&p, 0, 128, x));
+}
+END_TEST
+
 int main(void) {
   kda_cert_dd_init(&D);
+  kda_cert_l2_init(&W);
   Suite *s = suite_create("cert_dd");
   TCase *tc = tcase_create("cert_dd");
   tcase_set_timeout(tc, 300);
   tcase_add_test(tc, test_exp_against_mpfr);
   tcase_add_test(tc, test_softplus_against_mpfr);
   tcase_add_test(tc, test_factors_against_mpfr);
+  tcase_add_test(tc, test_l2_against_mpfr);
   suite_add_tcase(s, tc);
   const int status = kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
+  kda_cert_l2_clear(&W);
   mpfr_free_cache();
   return status;
 }
