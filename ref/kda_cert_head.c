@@ -2,10 +2,11 @@
  * error bound (SPEC.md §8.12).
  * SPDX-License-Identifier: MIT
  *
- * Per token the coefficients q̂, k̂, a, b are enclosed by the MPFR code of SPEC.md §8.3 at
- * KDA_CERT_COEF_PREC bits and rounded to dd, their error bounds widened by the rounding; the
- * state step runs in dd (kda_cert_kern.h); the bounds D >= ||S_dd - S*||_F and
- * M >= ||S*||_F follow the recurrence of SPEC.md §8.5 with the dd constants of §8.12, in
+ * Per token the coefficients q̂, k̂, a, b are enclosed in dd (kda_cert_dd.c, kda_cert_l2.c)
+ * or, where those cannot, by the MPFR code of SPEC.md §8.3 at KDA_CERT_COEF_PREC bits rounded
+ * to dd, their error bounds widened by the rounding; the state step runs in dd
+ * (kda_cert_kern.h); the bounds D_j >= ||S_dd[:, j] - S*[:, j]|| and M_j >= ||S*[:, j]|| of
+ * every column follow the recurrence of SPEC.md §8.5 with the dd constants of §8.12, in
  * double arithmetic rounded upward by hand (up()).  Every step runs with the floating-point
  * exception flags cleared; an underflow, overflow or invalid flag at its end (the relative
  * error model would not hold) makes the whole head undecided, and the caller sends it to MPFR.
@@ -28,12 +29,15 @@ struct kda_cert_ws {
   int64_t K, V, GW;
   kda_mpfr_coef co;
   kda_cert_gate gate;
+  kda_cert_dd dd;   /* the dd decay factors (kda_cert_dd.c); MPFR (gate) where they cannot */
+  kda_cert_l2 l2;   /* the dd L2 normalisation (kda_cert_l2.c); MPFR (co) where it cannot */
   kda_mpfr_pool m;  /* [K] q mids, [K] k mids, [K] a mids, beta lo, hi, mid, tmp */
   kda_mpfr_vecnorm qn, kn;
   mpfr_t amax, ea, eb;
   double *buf;      /* every dd array below, in one allocation */
   kda_cert_step st;
-  double D, M;      /* the bounds of the current state */
+  double *D, *M;    /* [V] the bounds of the current state, per column (SPEC.md §8.12) */
+  double *cn;       /* [V] scratch: column norms of the computed state */
   struct gate_entry *gc; /* the decay-factor cache of the current head (gate_factor) */
   uint64_t gc_mask;
   struct gate_entry {
@@ -87,10 +91,12 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   kda_mpfr_vecnorm_init(&w->kn);
   mpfr_inits2(KDA_MPFR_BOUND_PREC, w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_init(&w->gate, KDA_CERT_COEF_PREC);
+  kda_cert_dd_init(&w->dd);
+  kda_cert_l2_init(&w->l2);
   const size_t K = (size_t)p->K, V = (size_t)p->V;
   int fail = kda_mpfr_coef_init(&w->co, KDA_CERT_COEF_PREC, p->K);
   fail |= kda_mpfr_pool_init(&w->m, 3 * K + 4, KDA_CERT_COEF_PREC);
-  w->buf = malloc((2 * K * V + 12 * K + 6 * V) * sizeof(double));
+  w->buf = malloc((2 * K * V + 12 * K + 9 * V) * sizeof(double));
   uint64_t cap = 64; /* about 2 T GW entries, at most 2^19 (32 MiB) */
   while (cap < ((uint64_t)1 << 19) && (double)cap < 2.0 * (double)p->T * (double)w->GW) cap *= 2;
   w->gc = w->GW > 0 ? malloc(cap * sizeof *w->gc) : NULL;
@@ -111,6 +117,7 @@ kda_cert_ws *kda_cert_ws_new(const kda_problem *p) {
   b += 12 * K;
   s->uh = b, s->ul = b + V, s->wh = b + 2 * V, s->wl = b + 3 * V, s->oh = b + 4 * V;
   s->ol = b + 5 * V;
+  w->D = b + 6 * V, w->M = b + 7 * V, w->cn = b + 8 * V;
   return w;
 }
 
@@ -122,6 +129,7 @@ void kda_cert_ws_free(kda_cert_ws *w) {
   kda_mpfr_vecnorm_clear(&w->kn);
   mpfr_clears(w->amax, w->ea, w->eb, (mpfr_ptr)0);
   kda_cert_gate_clear(&w->gate);
+  kda_cert_l2_clear(&w->l2);
   free(w->buf);
   free(w->gc);
   free(w);
@@ -156,7 +164,7 @@ static int vec_to_dd(kda_cert_ws *w, mpfr_t *mid, int64_t n, double *h, double *
 
 /* The norms of one step, in doubles (SPEC.md §8.12, "coefficients"). */
 typedef struct norms {
-  double qn, eq, kn, ek, kn2lo, amax, ea, bmag, eb, blo, bhi, vn;
+  double qn, eq, kn, ek, kn2lo, amax, ea, bmag, eb, blo, bhi;
   int a_le_1;
 } norms;
 
@@ -167,6 +175,9 @@ static void vec_norms(const kda_mpfr_vecnorm *v, int flushed, int64_t K, double 
   *e = au(bd_up(v->e), mu(nm, DD_CONV));
   if (flushed) *e = au(*e, mu((double)K, KDA_CERT_FLUSH));
 }
+
+static int mpfr_factor(kda_cert_ws *w, const kda_problem *p, double g, const double *A,
+                       const double *db, gate_entry *out);
 
 /* The cache entry of (ch, g), computed on a miss: the enclosure of SPEC.md §8.3 / §8.12 for one
  * channel, rounded to dd, its error widened by the rounding (or by the flush). */
@@ -189,19 +200,12 @@ static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64
     }
   }
   gate_entry tmp, *out = slot ? slot : &tmp;
-  mpfr_t *am = w->m.x + 2 * w->K;
-  int r = kda_cert_gate_enclose(&w->gate, p, 1, &g, A, db, am, w->amax, w->ea);
-  if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, 1, &g, A, db, am, w->amax, w->ea);
-  int flushed = 0;
-  if (r || vec_to_dd(w, am, 1, &out->ah, &out->al, &flushed)) {
+  kda_cert_dv a;
+  if (!kda_cert_dd_gate(&w->dd, p, g, A, db, &a, &out->hi, &out->le1)) {
+    out->ah = a.h, out->al = a.l, out->e = a.e, out->bad = 0; /* SPEC.md §8.12 */
+  } else if (mpfr_factor(w, p, g, A, db, out)) {
     if (!slot) return &none;
     *out = none;
-  } else {
-    out->bad = 0;
-    out->hi = bd_up(w->amax);
-    out->e = au(bd_up(w->ea), mu(out->hi, DD_CONV)); /* |mid| <= hi */
-    if (flushed) out->e = au(out->e, KDA_CERT_FLUSH);
-    out->le1 = mpfr_cmp_ui(w->amax, 1) <= 0;
   }
   out->g = bits;
   out->ch = ch;
@@ -210,6 +214,33 @@ static const gate_entry *gate_factor(kda_cert_ws *w, const kda_problem *p, int64
     return &w->gc_spare;
   }
   return out;
+}
+
+/* The MPFR enclosure of one factor (SPEC.md §8.3) rounded to dd: -1 when out of range. */
+static int mpfr_factor(kda_cert_ws *w, const kda_problem *p, double g, const double *A,
+                       const double *db, gate_entry *out) {
+  mpfr_t *am = w->m.x + 2 * w->K;
+  int r = kda_cert_gate_enclose(&w->gate, p, 1, &g, A, db, am, w->amax, w->ea);
+  if (r == 1) r = kda_mpfr_coef_gate(&w->co, p, 1, &g, A, db, am, w->amax, w->ea);
+  int flushed = 0;
+  if (r || vec_to_dd(w, am, 1, &out->ah, &out->al, &flushed)) return -1;
+  out->bad = 0;
+  out->hi = bd_up(w->amax);
+  out->e = au(bd_up(w->ea), mu(out->hi, DD_CONV)); /* |mid| <= hi */
+  if (flushed) out->e = au(out->e, KDA_CERT_FLUSH);
+  out->le1 = mpfr_cmp_ui(w->amax, 1) <= 0;
+  return 0;
+}
+
+/* q̂ or k̂ by the MPFR enclosure of SPEC.md §8.3 rounded to dd (where kda_cert_dd_l2 cannot):
+ * -1 when a value is out of the dd range. */
+static int l2_mpfr(kda_cert_ws *w, const kda_problem *p, int is_q, const double *x, mpfr_t *mid,
+                   kda_mpfr_vecnorm *vn, double *h, double *l, double *n, double *e) {
+  int flushed = 0;
+  kda_mpfr_coef_l2(&w->co, p, is_q, w->K, x, mid, vn);
+  if (vec_to_dd(w, mid, w->K, h, l, &flushed)) return -1;
+  vec_norms(vn, flushed, w->K, n, e);
+  return 0;
 }
 
 static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int64_t hv,
@@ -222,15 +253,20 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
   mpfr_ptr blo = w->m.x[3 * K], bhi = w->m.x[3 * K + 1], bmid = w->m.x[3 * K + 2];
   kda_cert_step *s = &w->st;
   const size_t off = (size_t)((t * p->H + h) * K);
-  kda_mpfr_coef_l2(&w->co, p, 1, K, ts->q + off, qm, &w->qn);
-  kda_mpfr_coef_l2(&w->co, p, 0, K, ts->k + off, km, &w->kn);
-  int fq = 0, fk = 0, fb = 0;
-  if (vec_to_dd(w, qm, K, s->qh, s->ql, &fq) ||
-      vec_to_dd(w, km, K, s->kh, s->kl, &fk))
+  kda_cert_l2_norms dq, dk;
+  if (kda_cert_dd_l2(&w->l2, p, 1, K, ts->q + off, s->qh, s->ql, &dq) == 0) {
+    nm->qn = dq.n, nm->eq = dq.e;
+  } else if (l2_mpfr(w, p, 1, ts->q + off, qm, &w->qn, s->qh, s->ql, &nm->qn, &nm->eq)) {
     return -1;
-  vec_norms(&w->qn, fq, K, &nm->qn, &nm->eq);
-  vec_norms(&w->kn, fk, K, &nm->kn, &nm->ek);
-  nm->kn2lo = bd_dn(w->kn.n2lo);
+  }
+  if (kda_cert_dd_l2(&w->l2, p, 0, K, ts->k + off, s->kh, s->kl, &dk) == 0) {
+    nm->kn = dk.n, nm->ek = dk.e, nm->kn2lo = dk.n2lo;
+  } else if (l2_mpfr(w, p, 0, ts->k + off, km, &w->kn, s->kh, s->kl, &nm->kn, &nm->ek)) {
+    return -1;
+  } else {
+    nm->kn2lo = bd_dn(w->kn.n2lo);
+  }
+  int fb = 0;
   if (GW > 0) {
     const int gated = p->gate_mode != KDA_GATE_LOG;
     const double *A = gated && p->has_A_log ? ts->A_log + hv : NULL;
@@ -263,9 +299,6 @@ static int coefficients(const kda_cert_job *job, kda_cert_ws *w, int64_t t, int6
   nm->eb = au(bd_up(w->eb), mu(bm, DD_CONV));
   if (fb) nm->eb = au(nm->eb, KDA_CERT_FLUSH);
   const double *v = ts->v + (t * p->HV + hv) * w->V;
-  double vn = 0.0;
-  for (int64_t j = 0; j < w->V; j++) vn = au(vn, mu(v[j], v[j]));
-  nm->vn = up(sqrt(vn));
   s->v = v;
   return 0;
 }
@@ -296,30 +329,38 @@ static double growth(const norms *nm, int erase, int *nonexp) {
 /* gamma_n = n ud / (1 - n ud) for the n-term recursive dd sums (n ud < 2^-60). */
 static double gamma_n(int64_t n) { return mu(mu((double)n, KDA_CERT_UD), 1.0 + 0x1p-59); }
 
-/* D <- rho D + epsA Sn + epsB + F, M <- rho M + b ||k|| ||v||. */
+/* Per column j (SPEC.md §8.12, "per column"): D_j <- rho D_j + epsA Sn_j + epsB_j + F_j,
+ * M_j <- rho M_j + b ||k|| |v_j|, with Sn_j = M_j + D_j >= ||S^_{:,j}||. */
 static void bound_step(kda_cert_ws *w, const norms *nm, int erase, double rho) {
   const double ud = KDA_CERT_UD, g = gamma_n(w->K + 1), g2 = gamma_n(2);
-  const double sn = au(w->M, w->D), kn = nm->kn, bm = nm->bmag, vn = nm->vn;
-  double epsa = 0.0, F;
-  const double epsb = mu(au(mu(nm->eb, kn), mu(bm, nm->ek)), vn);
+  const double kn = nm->kn, bm = nm->bmag;
+  const double cb = au(mu(nm->eb, kn), mu(bm, nm->ek)), bk = mu(bm, kn);
+  const double t1 = mu(nm->amax, kn);
+  double epsa = 0.0;
   if (erase) {
-    const double t1 = mu(nm->amax, kn);
     epsa = au(nm->ea, au(mu(mu(nm->eb, kn), t1), mu(mu(bm, nm->ek), t1)));
-    epsa = au(epsa, mu(mu(bm, kn), au(mu(nm->ea, kn), mu(nm->amax, nm->ek))));
-    const double un = au(vn, mu(t1, sn));
-    const double e1 = mu(mu(ud, sn), t1);
-    const double eu = au(e1, mu(g, au(vn, mu(mu(1.0 + ud, t1), sn))));
-    const double ew = mu(bm, au(eu, mu(ud, au(un, eu))));
-    const double wn = mu(mu(bm, 1.0 + ud), au(un, eu));
-    F = au(mu(kn, ew), mu(g2, au(mu(nm->amax, sn), mu(kn, wn))));
-  } else {
-    const double ew = mu(mu(ud, bm), vn), wn = mu(mu(bm, 1.0 + ud), vn);
-    F = au(mu(kn, ew), mu(g2, au(sn, mu(kn, wn))));
+    epsa = au(epsa, mu(bm, au(mu(nm->ea, kn), mu(nm->amax, nm->ek))));
   }
-  w->D = au(au(au(mu(rho, w->D), mu(epsa, sn)), epsb), F);
-  w->M = au(mu(rho, w->M), mu(mu(bm, kn), vn));
-  if (isnan(w->D)) w->D = INFINITY;
-  if (isnan(w->M)) w->M = INFINITY;
+  const double *v = w->st.v;
+  for (int64_t j = 0; j < w->V; j++) {
+    const double vn = fabs(v[j]), sn = au(w->M[j], w->D[j]);
+    double F;
+    if (erase) {
+      const double un = au(vn, mu(t1, sn));
+      const double e1 = mu(mu(ud, sn), t1);
+      const double eu = au(e1, mu(g, au(vn, mu(mu(1.0 + ud, t1), sn))));
+      const double ew = mu(bm, au(eu, mu(ud, au(un, eu))));
+      const double wn = mu(mu(bm, 1.0 + ud), au(un, eu));
+      F = au(mu(kn, ew), mu(g2, au(mu(nm->amax, sn), mu(kn, wn))));
+    } else {
+      const double ew = mu(mu(ud, bm), vn), wn = mu(mu(bm, 1.0 + ud), vn);
+      F = au(mu(kn, ew), mu(g2, au(sn, mu(kn, wn))));
+    }
+    double D = au(au(au(mu(rho, w->D[j]), mu(epsa, sn)), mu(cb, vn)), F);
+    double M = au(mu(rho, w->M[j]), mu(bk, vn));
+    w->D[j] = isnan(D) ? INFINITY : D;
+    w->M[j] = isnan(M) ? INFINITY : M;
+  }
 }
 
 /* ---- Deciding a value: [h + l - e, h + l + e] strictly inside the rounding interval of h,
@@ -370,43 +411,51 @@ static void put_states(head *hd, int64_t offset, int64_t slot) {
   for (int64_t i = 0; i < s->K; i++)
     for (int64_t j = 0; j < s->V; j++)
       put(hd, offset + state_index(hd->job->p, slot, hd->hv, i, j), s->Sh[i * s->V + j],
-          s->Sl[i * s->V + j], hd->w->D);
+          s->Sl[i * s->V + j], hd->w->D[j]);
 }
 
 static void load_state(head *hd, int64_t n) {
   const kda_problem *p = hd->job->p;
   const kda_tensors_f64 *ts = hd->job->t;
   kda_cert_ws *w = hd->w;
-  double m = 0.0;
+  for (int64_t j = 0; j < w->V; j++) w->cn[j] = 0.0;
   for (int64_t i = 0; i < w->K; i++)
     for (int64_t j = 0; j < w->V; j++) {
       const double x = p->has_initial_state ? ts->h0[state_index(p, n, hd->hv, i, j)] : 0.0;
       w->st.Sh[i * w->V + j] = x;
       w->st.Sl[i * w->V + j] = 0.0;
-      m = au(m, mu(x, x));
+      w->cn[j] = au(w->cn[j], mu(x, x));
     }
-  w->M = up(sqrt(m));
-  w->D = 0.0;
+  for (int64_t j = 0; j < w->V; j++) {
+    w->M[j] = up(sqrt(w->cn[j])); /* ||h0_{:,j}|| */
+    w->D[j] = 0.0;
+  }
 }
 
-/* M_t <- min(M_t, ||S^_t||+ + D_t) (SPEC.md §8.12, "a tighter M"): the norm of the computed
- * state plus its error bound is also an upper bound on ||S*_t||, and far below the
- * recurrence's sum of write norms when the state is a random walk (slow decay, no decay),
- * which is what lets long drift heads be decided.  ||S^||+ sums (|Sh| + |Sl|)^2 upward; a
- * square that underflows loses less than 2^-1022 each, covered by adding 2^-500 to the root
- * (K V <= 2^22); the flags it raises are not the step's and are restored. */
+/* M_j <- min(M_j, ||S^_{:,j}||+ + D_j) per column (SPEC.md §8.12, "a tighter M"): the norm of
+ * the computed column plus its error bound is also an upper bound on ||S*_{:,j}||, and far
+ * below the recurrence's sum of write norms when the state is a random walk (slow decay, no
+ * decay), which is what lets long drift heads be decided.  ||S^_{:,j}||+ sums
+ * (|Sh| + |Sl|)^2 upward; a square that underflows loses less than 2^-1022 each, covered by
+ * adding 2^-500 to the root (K <= 2^22); the flags it raises are not the step's and are
+ * restored. */
 static void tighten_M(kda_cert_ws *w) {
   fexcept_t saved;
   fegetexceptflag(&saved, FLAGS);
   const kda_cert_step *s = &w->st;
-  double m = 0.0;
-  for (int64_t i = 0; i < s->K * s->V; i++) {
-    const double a = au(fabs(s->Sh[i]), fabs(s->Sl[i]));
-    m = au(m, mu(a, a));
+  const int64_t V = s->V;
+  double *restrict c = w->cn;
+  for (int64_t j = 0; j < V; j++) c[j] = 0.0;
+  for (int64_t i = 0; i < s->K; i++)
+    for (int64_t j = 0; j < V; j++) {
+      const double a = au(fabs(s->Sh[i * V + j]), fabs(s->Sl[i * V + j]));
+      c[j] = au(c[j], mu(a, a));
+    }
+  for (int64_t j = 0; j < V; j++) {
+    const double n = au(au(up(sqrt(c[j])), 0x1p-500), w->D[j]);
+    if (n < w->M[j]) w->M[j] = n;
   }
-  const double n = au(au(up(sqrt(m)), 0x1p-500), w->D);
   fesetexceptflag(&saved, FLAGS);
-  if (n < w->M) w->M = n;
 }
 
 /* One token of the head: coefficients, bound, dd step, outputs.  -1: out of dd range. */
@@ -428,11 +477,13 @@ static int token(head *hd, int64_t t) {
   hd->job->step(s);
   tighten_M(w);
   /* q̂ = 0 (a zero q row): every output is exactly 0 */
-  const double eo = nm.qn == 0.0 ? 0.0
-                                 : au(au(mu(w->D, nm.qn), mu(w->M, nm.eq)),
-                                      mu(gamma_n(w->K + 1), mu(au(w->M, w->D), nm.qn)));
-  for (int64_t j = 0; j < w->V; j++)
+  const double gq = mu(gamma_n(w->K + 1), nm.qn);
+  for (int64_t j = 0; j < w->V; j++) {
+    const double eo = nm.qn == 0.0 ? 0.0
+                                   : au(au(mu(w->D[j], nm.qn), mu(w->M[j], nm.eq)),
+                                        mu(gq, au(w->M[j], w->D[j])));
     put(hd, (t * p->HV + hd->hv) * w->V + j, s->oh[j], s->ol[j], eo);
+  }
   return fetestexcept(FLAGS) ? -1 : 0;
 }
 

@@ -65,6 +65,67 @@ int kda_cert_gate_enclose(kda_cert_gate *G, const kda_problem *p, int64_t GW, co
                           const double *A_log, const double *dt_bias, mpfr_t *mid,
                           mpfr_ptr amax, mpfr_ptr ea);
 
+/* ---- kda_cert_dd.c: decay factors in double-double with running error bounds (SPEC.md
+ * §8.12, "Decay factors in double-double"); the MPFR enclosures of kda_cert_gate.c remain
+ * for every argument outside the proven range. */
+
+/* A dd number h + l with a bound e >= |h + l - x*| on its distance to the exact x*. */
+typedef struct kda_cert_dv {
+  double h, l, e;
+} kda_cert_dv;
+
+/* The bound on the relative error of one dd operation in the coefficient code: 16 u^2, four
+ * times the largest bound of Joldes, Muller and Popescu for the blocks used (4 u^2). */
+#define KDA_CERT_UC 0x1p-102
+
+/* Constants made once with MPFR (kda_cert_dd_init), and the per-head exp(A_log). */
+typedef struct kda_cert_dd {
+  kda_cert_dv T[64];      /* 2^(j/64) */
+  kda_cert_dv c[12];      /* 1/n!, the Taylor coefficients of exp */
+  double C1;              /* ln2/64 to 32 bits: k C1 is exact for |k| < 2^21 */
+  double C2h, C2l, eC;    /* ln2/64 - C1 in dd, and >= |ln2/64 - C1 - C2h - C2l| */
+  double A_log;           /* the A_log of E below */
+  int E_state;            /* 0: not computed, 1: E valid, -1: out of range (use MPFR) */
+  kda_cert_dv E;          /* exp(A_log) */
+} kda_cert_dd;
+
+void kda_cert_dd_init(kda_cert_dd *d);
+/* exp(x*) for |x* - (x.h + x.l)| <= x.e: 0, or 1 when x is outside the proven range
+ * (|x| > 540, 0 < |x| < 2^-300, x.e > 2^-20, a floating-point flag raised): use MPFR. */
+int kda_cert_dd_exp(const kda_cert_dd *d, kda_cert_dv x, kda_cert_dv *out);
+/* softplus(g + b) in both forms of SPEC.md §8.3: 0, or 1 (use MPFR). */
+int kda_cert_dd_softplus(const kda_cert_dd *d, double g, double b, kda_cert_dv *out);
+/* The decay factor a* = exp(g_eff) of one channel in the log and softplus gate modes (A_log
+ * and dt_bias NULL when absent): its dd value (out), hi >= a* and >= the dd value, and le1 = 1
+ * when a* <= 1 is shown.  0, or 1 when MPFR must do it (another mode, an argument out of
+ * range). */
+int kda_cert_dd_gate(kda_cert_dd *d, const kda_problem *p, double g, const double *A_log,
+                     const double *dt_bias, kda_cert_dv *out, double *hi, int *le1);
+
+/* ---- kda_cert_l2.c: the L2 normalisation of q and k in double-double (SPEC.md §8.12, "L2
+ * normalisation in double-double"). */
+typedef struct kda_cert_l2 {
+  mpfr_t slo, shi, dlo, dhi, t; /* 256-bit scratch */
+  mpfr_t s0, s1;                /* the last enclosure of the sum of squares (+ eps for fla) */
+} kda_cert_l2;
+
+/* ||x̂||+ >= max(||dd||, ||x*||), e >= ||dd - x*||, n2lo <= ||x*||^2. */
+typedef struct kda_cert_l2_norms {
+  double n, e, n2lo;
+} kda_cert_l2_norms;
+
+void kda_cert_l2_init(kda_cert_l2 *w);
+void kda_cert_l2_clear(kda_cert_l2 *w);
+/* x̂ = c L2(x) (c = scale for q, 1 for k) of the n-vector x as dd (h, l) with its norms: 0,
+ * or 1 when MPFR must do it (kda_mpfr_coef_l2). */
+int kda_cert_dd_l2(kda_cert_l2 *w, const kda_problem *p, int is_q, int64_t n, const double *x,
+                   double *h, double *l, kda_cert_l2_norms *out);
+/* Its denominator factor (fla, ggml): r >= 0 in dd with |r~ - r*| <= r.e, where x*_i = x_i r*;
+ * sxlo <= sum x_i^2 <= sxhi; w->s0 <= s* <= w->s1 for the sum the denominator is taken of.
+ * 0, or 1 (MPFR's). */
+int kda_cert_l2_factor(kda_cert_l2 *w, const kda_problem *p, int64_t n, const double *x,
+                       double *sxlo, double *sxhi, kda_cert_dv *r);
+
 /* ---- kda_cert_head.c */
 
 /* What the heads share: the problem, the tensors, and the value array in the order of

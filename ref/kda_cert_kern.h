@@ -64,6 +64,10 @@ static inline void kc_mul_d(double xh, double xl, double y, double *zh, double *
   kc_fast_two_sum(ch, cl3, zh, zl);
 }
 
+/* The step kernel itself only where a kernel file asks for it (KDA_CERT_STEP_NAME): the
+ * coefficient code (kda_cert_dd.c) includes this header for the building blocks alone. */
+#ifdef KDA_CERT_STEP_NAME
+
 /* acc_j += S[i][j] n for one row i. */
 static void kc_dot_row(int64_t V, double nh, double nl, const double *restrict rh,
                        const double *restrict rl, double *restrict ah, double *restrict al) {
@@ -153,3 +157,5 @@ void KDA_CERT_STEP_NAME(const kda_cert_step *s) {
   }
   kc_update(s);
 }
+
+#endif /* KDA_CERT_STEP_NAME */

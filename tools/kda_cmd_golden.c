@@ -41,8 +41,8 @@ static const char help_text[] =
     "       kda golden --write --shard I/N [--level L] [--jobs N] [--certifier C] SHARD_DIR\n"
     "       kda golden --merge OUT SHARD_DIR...\n"
     "       kda golden --list\n"
-    "       kda golden --bench-step [--K N] [--V N] [--T N]\n"
-    "       kda golden --bench-certify [--K N] [--V N] [--T N]\n"
+    "       kda golden --bench-step [--K N] [--V N] [--T N] [--prec P]\n"
+    "       kda golden --bench-certify [--K N] [--V N] [--T N] [--prec P]\n"
     "       kda golden --expand FILE -o OUT.npz\n"
     "\n"
     "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
@@ -94,6 +94,9 @@ static const char help_text[] =
     "                  record the MPFR evaluation\n"
     "      --K N, --V N  the bench problem's head dimensions (default 128, 128; 1 to 4096)\n"
     "      --T N      the bench problem's tokens (default 8; 1 to 2^20)\n"
+    "      --prec P   the bench problem's input precision: bf16 (default; its gates repeat,\n"
+    "                  and the certifier caches their decay factors), f16, f32 or f64 (gates\n"
+    "                  that do not repeat: every decay factor is evaluated)\n"
     "  -o, --output OUT.npz  the case file --expand writes (atomic)\n"
     "  -h, --help      print this help and exit\n"
     "\n"
@@ -111,6 +114,7 @@ typedef struct gargs {
   int64_t jobs;
   const char *dir;
   int64_t bK, bV, bT;
+  const char *bprec; /* --prec: the bench problem's input precision */
   int32_t certifier;
   const char *expand, *output; /* --expand FILE -o OUT */
   int64_t shard_i, shard_n; /* --shard I/N (shard_n 0: none) */
@@ -168,6 +172,13 @@ static int parse_option(gargs *a, int c) {
     if (kda_tool_parse_count(optarg, &a->bT) != 0 || a->bT < 1 || a->bT > ((int64_t)1 << 20))
       return kda_tool_usage(SUB, "bad value '%s' for --T (1 to 2^20)", optarg);
     return -1;
+  case 'P': {
+    int32_t pr;
+    if (kda_precision_parse(optarg, &pr) != KDA_OK || !kda_precision_file_name(pr))
+      return kda_tool_usage(SUB, "bad value '%s' for --prec (bf16, f16, f32 or f64)", optarg);
+    a->bprec = optarg;
+    return -1;
+  }
   case 'e': a->expand = optarg; return set_mode(a, MODE_EXPAND);
   case 'o': a->output = optarg; return -1;
   case 'h': fputs(help_text, stdout); return KDA_EXIT_OK;
@@ -199,9 +210,10 @@ static int parse_args(int argc, char **argv, gargs *a) {
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
       {"expand", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
       {"shard", required_argument, NULL, 's'}, {"merge", no_argument, NULL, 'M'},
+      {"prec", required_argument, NULL, 'P'},
       {NULL, 0, NULL, 0}};
-  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, KDA_CERTIFIER_FAST, NULL, NULL,
-               0, 0, NULL, NULL, 0};
+  *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, "bf16", KDA_CERTIFIER_FAST, NULL,
+               NULL, 0, 0, NULL, NULL, 0};
   opterr = 0;
   optind = 0;
   int c;
@@ -875,7 +887,8 @@ static int cmd_list(void) {
 static int bench_case(const gargs *a, kda_case *c, char *err, size_t errlen) {
   char desc[256];
   snprintf(desc, sizeof desc, "seed=1 T=%lld H=1 K=%lld V=%lld gate=softplus beta=logit l2=fla "
-           "prec=bf16 id=bench-step", (long long)a->bT, (long long)a->bK, (long long)a->bV);
+           "prec=%s id=bench-step", (long long)a->bT, (long long)a->bK, (long long)a->bV,
+           a->bprec);
   kda_gen_desc d;
   int st = kda_gen_parse(desc, &d, err, errlen);
   if (st) return st;

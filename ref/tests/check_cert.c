@@ -104,6 +104,41 @@ START_TEST(test_boundary_goes_to_mpfr) {
 }
 END_TEST
 
+/* The bound is per state column (SPEC.md §8.12): V = 2, column 0 all zeros (its bound stays
+ * 0), column 1 the boundary sequence.  Column 1's last value is undecided under its own bound
+ * and goes to MPFR; column 0's outputs are exact zeros, decided.  A bound that took one
+ * column's figures for another (column 0's D for column 1) would decide it wrongly. */
+START_TEST(test_bound_is_per_column) {
+  tcase c;
+  memset(&c, 0, sizeof c);
+  kda_problem_init(&c.p, 2048, 1, 1, 1, 2);
+  c.p.family = KDA_FAMILY_LINEAR;
+  tc_alloc(&c);
+  const int64_t T = c.p.T;
+  for (int64_t t = 0; t < T; t++) {
+    c.buf[0][t] = c.buf[1][t] = c.buf[4][t] = 1.0;
+    c.buf[2][2 * t] = 0.0;
+    c.buf[2][2 * t + 1] = t == 0 ? 1.0 : t == 1 ? 0x1p-53 + 0x1p-98 : -3 * 0x1p-110;
+  }
+  double *o = dal((size_t)(2 * T)), ht[2];
+  unsigned char *dec = calloc((size_t)(2 * T + 2), 1);
+  kda_tensors_f64 t;
+  tc_tensors(&c, &t, o, ht, NULL);
+  kda_cert_options opt;
+  kda_cert_options_init(&opt);
+  kda_cert_report r;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_cert_forward(&c.p, &t, &opt, &r, dec, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(r.mpfr_ran, 1);
+  ck_assert_int_eq(dec[2 * (T - 1) + 1], 0);
+  ck_assert(dec[2 * (T - 1)] == 1 && o[2 * (T - 1)] == 0.0);
+  ck_assert(o[2 * (T - 1) + 1] == 1.0 && ht[1] == 1.0 && ht[0] == 0.0);
+  free(o);
+  free(dec);
+  tc_free(&c);
+}
+END_TEST
+
 START_TEST(test_wrong_bound_is_caught) {
   tcase c;
   boundary_case(&c);
@@ -311,6 +346,7 @@ int main(void) {
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_boundary_goes_to_mpfr);
   tcase_add_test(tc, test_wrong_bound_is_caught);
+  tcase_add_test(tc, test_bound_is_per_column);
   tcase_add_test(tc, test_fallback_is_per_head_and_prefix);
   tcase_add_test(tc, test_random_against_mpfr);
   tcase_add_test(tc, test_options_and_checks);

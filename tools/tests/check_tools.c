@@ -191,7 +191,7 @@ START_TEST(test_help) {
   expect_help("gen", gen);
   expect_help("inspect", inspect);
   static const char *const golden[] = {"--expand", "--output", "-o", "--write", "--verify",
-                                       "--level", "L2", NULL};
+                                       "--level", "L2", "--prec", NULL};
   expect_help("golden", golden);
   static const char *const conform[] = {"--backend", "-b", "--plugin", "-p", "--params",
                                         "deprecated", "-k GLOB", "flag:", "--list-cases",
@@ -243,6 +243,8 @@ START_TEST(test_usage_errors) {
       {{"golden", "--verify", "--certifier", "dd", NULL}, "kda golden: ",
        "bad value 'dd' for --certifier"},
       {{"golden", "--bench-certify", "--T", "0", NULL}, "kda golden: ", "bad value '0' for --T"},
+      {{"golden", "--bench-certify", "--prec", "tf32", NULL}, "kda golden: ",
+       "bad value 'tf32' for --prec"},
       {{"inspect", NULL}, "kda inspect: ", "missing FILE"},
       {{"inspect", "a.npz", "b.npz", NULL}, "kda inspect: ", "unexpected argument"},
       {{"inspect", "--values", "abc", "a.npz", NULL}, "kda inspect: ", "--values"},
