@@ -135,16 +135,23 @@ static int exp_run(const kda_cert_dd *d, dv x, dv *out) {
   return 0;
 }
 
+void kda_cert_fp_enter(kda_cert_fpregion *f) {
+  fegetexceptflag(&f->saved, FLAGS);
+  feclearexcept(FLAGS);
+}
+
+int kda_cert_fp_leave(const kda_cert_fpregion *f, int r) {
+  if (fetestexcept(FLAGS)) r = 1;
+  fesetexceptflag(&f->saved, FLAGS);
+  return r;
+}
+
 /* exp_run inside a flag-tested region: 1 when a flag was raised (the result is not trusted);
  * the caller's flags are restored. */
 int kda_cert_dd_exp(const kda_cert_dd *d, kda_cert_dv x, kda_cert_dv *out) {
-  fexcept_t saved;
-  fegetexceptflag(&saved, FLAGS);
-  feclearexcept(FLAGS);
-  int r = exp_run(d, x, out);
-  if (fetestexcept(FLAGS)) r = 1;
-  fesetexceptflag(&saved, FLAGS);
-  return r;
+  kda_cert_fpregion f;
+  kda_cert_fp_enter(&f);
+  return kda_cert_fp_leave(&f, exp_run(d, x, out));
 }
 
 /* ---- log1p and softplus. */
@@ -202,13 +209,9 @@ static int softplus_run(const kda_cert_dd *d, double g, double b, dv *out) {
 }
 
 int kda_cert_dd_softplus(const kda_cert_dd *d, double g, double b, kda_cert_dv *out) {
-  fexcept_t saved;
-  fegetexceptflag(&saved, FLAGS);
-  feclearexcept(FLAGS);
-  int r = softplus_run(d, g, b, out);
-  if (fetestexcept(FLAGS)) r = 1;
-  fesetexceptflag(&saved, FLAGS);
-  return r;
+  kda_cert_fpregion f;
+  kda_cert_fp_enter(&f);
+  return kda_cert_fp_leave(&f, softplus_run(d, g, b, out));
 }
 
 /* ---- The decay factor of one channel. */
@@ -249,11 +252,7 @@ static int gate_run(kda_cert_dd *d, const kda_problem *p, double g, const double
 
 int kda_cert_dd_gate(kda_cert_dd *d, const kda_problem *p, double g, const double *A_log,
                      const double *dt_bias, kda_cert_dv *out, double *hi, int *le1) {
-  fexcept_t saved;
-  fegetexceptflag(&saved, FLAGS);
-  feclearexcept(FLAGS);
-  int r = gate_run(d, p, g, A_log, dt_bias, out, hi, le1);
-  if (fetestexcept(FLAGS)) r = 1;
-  fesetexceptflag(&saved, FLAGS);
-  return r;
+  kda_cert_fpregion f;
+  kda_cert_fp_enter(&f);
+  return kda_cert_fp_leave(&f, gate_run(d, p, g, A_log, dt_bias, out, hi, le1));
 }

@@ -9,6 +9,7 @@
 #ifndef KDA_CERT_IMPL_H
 #define KDA_CERT_IMPL_H
 
+#include <fenv.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -90,6 +91,14 @@ typedef struct kda_cert_dd {
 } kda_cert_dd;
 
 void kda_cert_dd_init(kda_cert_dd *d);
+/* A flag-tested region (SPEC.md §8.12): a dd result is trusted only when its evaluation
+ * raised no underflow, overflow or invalid flag; the caller's flags are restored on leaving.
+ * kda_cert_fp_leave returns r, or 1 when a flag was raised inside the region. */
+typedef struct kda_cert_fpregion {
+  fexcept_t saved;
+} kda_cert_fpregion;
+void kda_cert_fp_enter(kda_cert_fpregion *f);
+int kda_cert_fp_leave(const kda_cert_fpregion *f, int r);
 /* exp(x*) for |x* - (x.h + x.l)| <= x.e: 0, or 1 when x is outside the proven range
  * (|x| > 540, 0 < |x| < 2^-300, x.e > 2^-20, a floating-point flag raised): use MPFR. */
 int kda_cert_dd_exp(const kda_cert_dd *d, kda_cert_dv x, kda_cert_dv *out);

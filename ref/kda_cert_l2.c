@@ -13,13 +13,11 @@
  * KDA_CERT_UC).  Out of range (values whose squares leave the double range, no 128-bit
  * integers, a zero denominator, a raised floating-point flag): 1, the caller uses MPFR.
  */
-#include <fenv.h>
 #include <math.h>
 
 #include "kda_cert_impl.h"
 #include "kda_cert_kern.h" /* the dd building blocks (no kernel: KDA_CERT_STEP_NAME unset) */
 
-#define FLAGS (FE_UNDERFLOW | FE_OVERFLOW | FE_INVALID)
 
 static double up(double x) { return x + fabs(x) * 0x1p-50; }
 static double dn(double x) { return x - fabs(x) * 0x1p-50; }
@@ -181,13 +179,9 @@ static int l2_run(kda_cert_l2 *w, const kda_problem *p, int is_q, int64_t n, con
 
 int kda_cert_dd_l2(kda_cert_l2 *w, const kda_problem *p, int is_q, int64_t n, const double *x,
                    double *h, double *l, kda_cert_l2_norms *out) {
-  fexcept_t saved;
-  fegetexceptflag(&saved, FLAGS);
-  feclearexcept(FLAGS);
-  int r = l2_run(w, p, is_q, n, x, h, l, out);
-  if (fetestexcept(FLAGS)) r = 1;
-  fesetexceptflag(&saved, FLAGS);
-  return r;
+  kda_cert_fpregion f;
+  kda_cert_fp_enter(&f);
+  return kda_cert_fp_leave(&f, l2_run(w, p, is_q, n, x, h, l, out));
 }
 #else
 int kda_cert_l2_factor(kda_cert_l2 *w, const kda_problem *p, int64_t n, const double *x,
