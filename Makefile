@@ -125,7 +125,7 @@ check-symbols: $(LIBSO)
 
 # Each installed header, and kda_backend_pool.h (header-only, for plugins), compiles alone as
 # C11 and as C++17 (-Wall -Wextra -Werror -pedantic) with C linkage: plugins may be C++.
-PLUGIN_HEADERS := conformance/kda_backend_pool.h
+PLUGIN_HEADERS := conformance/kda_backend_pool.h conformance/kda_backend_half.h
 .PHONY: check-headers
 check-headers: | $(DEPS_STAMP)
 	@CC="$(CC)" CXX="$(CXX)" CPPFLAGS="-D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(PKG_CFLAGS)" \

@@ -20,10 +20,12 @@
  * Data.  Every tensor the runner passes is a host buffer in SPEC.md §2.3's canonical packed,
  * token-major, C-order layout (h0, ht and hc in the layout the problem's state_layout names).
  * A backend declares one element type for its float inputs and one for its float outputs
- * (KDA_PRECISION_FP64 or _FP32) and the runner converts: inputs are rounded to nearest from
- * the case's float64 values (exact for a case whose input precision the type holds), outputs
- * are widened exactly.  Index arrays (cu_seqlens, checkpoints, state_indices) are always
- * int64.  Version 2 adds optional device-resident copies (buffers_create and the slots after
+ * (KDA_PRECISION_FP64, _FP32, _BF16 or _FP16: see "Element types" below), in its table or,
+ * per parameter string, through its variant slot, and the runner converts: inputs are rounded
+ * to nearest-even from the case's float64 values (exact for a case whose input precision the
+ * type holds; a 16-bit type is never rounded into: a case whose values it does not hold is
+ * NotSupported, SPEC.md §10.3), outputs are widened exactly.  Index arrays (cu_seqlens,
+ * checkpoints, state_indices) are always int64.  Version 2 adds optional device-resident copies (buffers_create and the slots after
  * it), created from and read back into such host buffers, and state pools (a pool call reads
  * and writes states in place in slots named by state_indices; only for a backend whose caps
  * has KDA_CAP_STATE_POOL).
@@ -91,16 +93,45 @@ extern "C" {
 #define KDA_BACKEND_DTYPE_F64 KDA_PRECISION_FP64
 #define KDA_BACKEND_DTYPE_F32 KDA_PRECISION_FP32
 
+/* ---- Element types (SPEC.md §7.8, §10.3).  A buffer of type
+ *   KDA_PRECISION_FP64 holds double (IEEE 754 binary64), _FP32 float (binary32);
+ *   KDA_PRECISION_BF16 holds uint16_t bfloat16 bit patterns: the upper 16 bits of the binary32
+ *     pattern of the value (sign, 8 exponent bits, 7 fraction bits; subnormals down to
+ *     2^-133; widen with kda_bf16_to_float of kda_backend_half.h, i.e. bits << 16);
+ *   KDA_PRECISION_FP16 holds uint16_t IEEE 754 binary16 bit patterns (sign, 5 exponent bits,
+ *     bias 15, 10 fraction bits; subnormals down to 2^-24; kda_f16_to_float).
+ * Host byte order, packed (2 bytes an element).  The runner converts float64 to a 16-bit type
+ * with one round-to-nearest-even step (never through float32), and only values the type holds
+ * exactly reach a backend; it never sends NaN or an infinity (§6.2 rejects such inputs), so a
+ * backend need not handle their patterns on input.  It widens 16-bit outputs exactly: a NaN
+ * pattern is NaN, 0x7F80 / 0x7C00 are +inf (and they are scored as such).
+ * The 16-bit types are the q, k, v, g, beta type (input_dtype) and the o type (output_dtype)
+ * only.  State and parameter tensors stay wide: with a 16-bit input_dtype, A_log, dt_bias and
+ * h0 are float (the case's member precision of A_log and dt_bias is float32 in bf16 and f16
+ * cases, SPEC.md §10.2, and the state is float32, §7.2); with a 16-bit output_dtype, ht, hc
+ * and the pool are float.  KDA_STATE_DTYPE names that wide type. */
+#define KDA_STATE_DTYPE(dtype) \
+  ((dtype) == KDA_PRECISION_FP64 ? KDA_PRECISION_FP64 : KDA_PRECISION_FP32)
+/* Bytes of one element of a buffer of type dtype: 8, 4 or 2 (0 for another value). */
+#define KDA_DTYPE_SIZE(dtype)                                                       \
+  ((dtype) == KDA_PRECISION_FP64   ? 8                                              \
+   : (dtype) == KDA_PRECISION_FP32 ? 4                                              \
+   : ((dtype) == KDA_PRECISION_BF16 || (dtype) == KDA_PRECISION_FP16) ? 2 : 0)
+
 /* The buffers of one forward call.  Float pointers point at elements of the type named by
- * in_dtype (inputs) and out_dtype (outputs), which equal the backend's declared input_dtype
- * and output_dtype.  Inputs a problem does not use are NULL (g for DeltaNet/linear, A_log
+ * in_dtype (inputs) and out_dtype (outputs), with the wide-state rule above, which equal the
+ * input_dtype and output_dtype the runner holds for the backend's parameters (its variant's,
+ * else the table's).  A backend checks them: a runner that predates the variant slot passes
+ * the table's types whatever the parameters.  Inputs a problem does not use are NULL (g for DeltaNet/linear, A_log
  * when has_A_log is 0, dt_bias for the log gate, h0 when has_initial_state is 0).
  * cu_seqlens is never NULL (N + 1 entries); checkpoints is NULL when n_checkpoints is 0;
  * ht is NULL when want_final_state is 0; hc is NULL when n_checkpoints is 0. */
 typedef struct kda_backend_tensors {
   uint32_t struct_size; /* sizeof(kda_backend_tensors) of the runner; appended to only */
-  int32_t in_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of q k v g beta A_log dt_bias h0 */
-  int32_t out_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of o ht hc */
+  int32_t in_dtype;     /* KDA_PRECISION_*: type of q k v g beta (and, when wide, of A_log
+                           dt_bias h0; float when in_dtype is 16-bit) */
+  int32_t out_dtype;    /* KDA_PRECISION_*: type of o (and, when wide, of ht hc pool; float
+                           when out_dtype is 16-bit) */
   int32_t reserved0;    /* zero */
   const void *q, *k, *v, *g, *beta, *A_log, *dt_bias, *h0;
   const int64_t *cu_seqlens;  /* [N + 1] */
@@ -113,7 +144,7 @@ typedef struct kda_backend_tensors {
    * has caps with KDA_CAP_STATE_POOL, and otherwise leaves them NULL / 0.
    * state_indices NULL: an ordinary call (h0 / ht as above; pool NULL, pool_slots 0).
    * state_indices non-NULL: a POOL CALL.  pool holds pool_slots (S >= 1) states
-   * [S, HV, K, V] (in the problem's state_layout, element type out_dtype), h0 and ht are
+   * [S, HV, K, V] (in the problem's state_layout, element type KDA_STATE_DTYPE(out_dtype)), h0 and ht are
    * NULL, and sequence n uses slot s = state_indices[n]:
    *   - 0 <= s < S: it starts from slot s when has_initial_state is 1 (from zero when 0) and,
    *     when want_final_state is 1, writes its final state back into slot s, in place;
@@ -126,7 +157,7 @@ typedef struct kda_backend_tensors {
    * buffer a backend may read after writing.  Checkpoints (hc) work as in an ordinary call. */
   const int64_t *state_indices; /* [N]: the slot of each sequence, or KDA_PAD_SLOT */
   int64_t pool_slots;           /* S: the number of slots in pool */
-  void *pool;                   /* [S, HV, K, V] of out_dtype: read and written in place */
+  void *pool; /* [S, HV, K, V] of KDA_STATE_DTYPE(out_dtype): read and written in place */
 } kda_backend_tensors;
 
 /* A padding entry of state_indices (vLLM's PAD_SLOT_ID). */
@@ -150,6 +181,18 @@ typedef struct kda_backend_info {
   int32_t reserved0;       /* zero */
 } kda_backend_info;
 
+/* The precision class and element types of one parameter string (the variant slot).  The
+ * runner fills struct_size (its sizeof) and the table's precision_class, input_dtype and
+ * output_dtype, and zeroes the rest; the backend changes what its parameters change and
+ * writes nothing past struct_size.  Appended to only. */
+typedef struct kda_backend_variant {
+  uint32_t struct_size;    /* sizeof(kda_backend_variant) of the runner */
+  int32_t precision_class; /* KDA_PRECISION_*: the class these parameters are scored in */
+  int32_t input_dtype;     /* KDA_PRECISION_FP64, _FP32, _BF16 or _FP16 */
+  int32_t output_dtype;    /* KDA_PRECISION_FP64, _FP32, _BF16 or _FP16 */
+  int32_t reserved0;       /* zero */
+} kda_backend_variant;
+
 struct kda_backend {
   /* ---- Version 1. */
   uint32_t abi_version;    /* KDA_BACKEND_ABI_VERSION the table was written for */
@@ -157,8 +200,9 @@ struct kda_backend {
   const char *name;        /* short name, [a-z0-9._-]+ ("ref-f32"); shown in reports */
   const char *description; /* one line, may be NULL */
   int32_t precision_class; /* KDA_PRECISION_*: the class its results are scored in */
-  int32_t input_dtype;     /* KDA_PRECISION_FP64 or _FP32: type of its float inputs */
-  int32_t output_dtype;    /* KDA_PRECISION_FP64 or _FP32: type of its float outputs */
+  int32_t input_dtype;     /* KDA_PRECISION_FP64, _FP32, _BF16 or _FP16: type of its float
+                              inputs ("Element types" above) */
+  int32_t output_dtype;    /* KDA_PRECISION_FP64 or _FP32 (or _BF16 or _FP16): of outputs */
   int32_t reserved0;       /* zero */
 
   /* Creates a handle.  params is a backend-defined string ("" when none is given, never
@@ -235,6 +279,18 @@ struct kda_backend {
    * call fills (older ones) never sees one.  Unknown bits are ignored. */
   uint32_t caps;
   uint32_t reserved1; /* zero */
+  /* Per-parameter class and types (appended to version 2 after caps; read only when
+   * KDA_BACKEND_HAS(b, variant); absent or NULL: every parameter string has the table's
+   * precision_class, input_dtype and output_dtype).  The runner calls it in the worker,
+   * once per parameter string it scores (params as given to open, "" when none), after
+   * loading the plugin and before any open, with *out prefilled as kda_backend_variant says.
+   * Returns KDA_OK with *out set, or KDA_EINVAL for parameters the backend rejects, with a
+   * one-line message in err (errlen bytes): the runner's usage error (exit 2), before any
+   * case.  Any other status fails the backend's load (every case reports it).  Like
+   * kda_backend_entry it must be cheap and must not touch a device; it keeps nothing of out.
+   * What it returns is validated as the table's fields are (a valid class, dtypes of the
+   * four above, reserved0 zero); open(params) must then serve those types. */
+  int32_t (*variant)(const char *params, kda_backend_variant *out, char *err, uint32_t errlen);
   /* Version 2 ends here.  Later versions append here. */
 };
 

@@ -47,6 +47,14 @@ int kda_backend_builtin_is_default(int32_t i);
  * Reads nothing past the version's prefix.  Returns KDA_OK or KDA_EINVAL with a message
  * (KDA_EUNSUPPORTED for an ABI version this runner does not know). */
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen);
+/* The precision class and element types of b opened with params (SPEC.md §7.8): the table's,
+ * or what its variant slot (when present) returns for params, validated as the table's
+ * fields (a write past the record's struct_size is caught too).  Returns KDA_OK; KDA_EINVAL
+ * with *rejected = 1 when the backend rejected params (a usage error), or with *rejected = 0
+ * for what it returned; or the backend's other status.  The caller runs it where plugin code
+ * may run (the worker). */
+int kda_backend_variant_get(const kda_backend *b, const char *params, kda_backend_variant *v,
+                            int *rejected, char *err, size_t errlen);
 
 /* ---- One way to name a backend (SPEC.md §7.8), shared by every subcommand.
  * A spec is "NAME[:PARAMS]" for a built-in, or "PATH[:PARAMS]" for a plugin, where PATH
@@ -232,7 +240,8 @@ int kda_worker_start(const kda_backend_ref *ref, const kda_worker_opts *o, kda_w
 /* The outcome of loading the backend (KDA_CALL_ERROR, _CRASH, _TIMEOUT, _FPENV and why), or
  * NULL when it loaded. */
 const kda_call_result *kda_worker_load_result(const kda_worker *w);
-/* The backend's table as read inside the worker (sent to the runner after loading).  Before a
+/* The backend's table as read inside the worker (sent to the runner after loading), with the
+ * class and element types of its parameters (the variant slot's, else the table's).  Before a
  * successful load the name is the spec's file name and the class is -1. */
 const char *kda_worker_name(const kda_worker *w);
 /* The name the reports give the backend: its name, or NAME:PARAMS when it was opened with
@@ -242,6 +251,14 @@ const char *kda_worker_description(const kda_worker *w);
 int32_t kda_worker_class(const kda_worker *w);
 int32_t kda_worker_input_dtype(const kda_worker *w);
 int32_t kda_worker_output_dtype(const kda_worker *w);
+/* 1 when the backend's variant slot rejected the worker's parameters (KDA_EINVAL, SPEC.md
+ * §7.8): a usage error of the run; kda_worker_load_result says why. */
+int kda_worker_params_rejected(const kda_worker *w);
+/* 1 when every value of in's q k v g beta is exact in w's input type (always for fp64 and
+ * fp32); else 0 with the first value that is not in why.  A 16-bit input type is never
+ * rounded into (SPEC.md §10.3): kda_worker_call declines such a call (NotSupported). */
+int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                            char *why, size_t cap);
 uint32_t kda_worker_abi_version(const kda_worker *w);
 /* The table's capability bits (KDA_CAP_*, kda_backend.h); 0 when it has none or failed to load. */
 uint32_t kda_worker_caps(const kda_worker *w);

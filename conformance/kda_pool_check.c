@@ -191,7 +191,7 @@ int kda_serving_pool(kda_worker *w, const kda_case *c, int32_t cls, kda_pool_res
   double *h = NULL;
   kda_case d = {0};
   pool_plan q = {0};
-  int f32 = kda_worker_output_dtype(w) == KDA_BACKEND_DTYPE_F32;
+  int f32 = KDA_STATE_DTYPE(kda_worker_output_dtype(w)) == KDA_PRECISION_FP32; /* §7.8 */
   int st = decode_states(c, zero, at, f32, &h, err, errlen);
   if (st == KDA_OK) st = kda_serving_part(c, at, end, h, NULL, "pool", &d, err, errlen);
   if (st == KDA_OK && !plan_make(&d, h, &q))

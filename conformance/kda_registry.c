@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "kda_conform.h"
+#include "kda_dtype.h"
 
 extern const kda_backend kda_backend_ref_f64;
 extern const kda_backend kda_backend_ref_f32;
@@ -148,6 +149,22 @@ static int validate_v2(const kda_backend *b, char *err, size_t errlen) {
   return KDA_OK;
 }
 
+/* A precision class and element types, of the table (params "") or of a variant. */
+static int check_types(const char *name, const char *params, int32_t cls, int32_t in,
+                       int32_t out, char *err, size_t errlen) {
+  const char *sep = params && params[0] ? ":" : "";
+  if (!kda_precision_name(cls))
+    return snprintf(err, errlen, "backend '%s%s%.200s' declares unknown precision class %d",
+                    name, sep, params, (int)cls),
+           KDA_EINVAL;
+  if (!kda_dtype_valid(in) || !kda_dtype_valid(out))
+    return snprintf(err, errlen, "backend '%s%s%.200s' declares an unknown buffer dtype "
+                    "(input %d, output %d; fp64 fp32 bf16 fp16 are 0 1 3 4)",
+                    name, sep, params, (int)in, (int)out),
+           KDA_EINVAL;
+  return KDA_OK;
+}
+
 int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
   if (!b) return snprintf(err, errlen, "backend table is NULL"), KDA_EINVAL;
   if (b->abi_version < 1 || b->abi_version > KDA_BACKEND_ABI_VERSION) {
@@ -171,15 +188,55 @@ int kda_backend_validate(const kda_backend *b, char *err, size_t errlen) {
            KDA_EINVAL;
   if (!b->open || !b->close || !b->supports || !b->forward || !b->last_error)
     return snprintf(err, errlen, "backend '%s' lacks a required function", b->name), KDA_EINVAL;
-  if (!kda_precision_name(b->precision_class))
-    return snprintf(err, errlen, "backend '%s' declares unknown precision class %d", b->name,
-                    (int)b->precision_class),
-           KDA_EINVAL;
-  if ((b->input_dtype != KDA_PRECISION_FP64 && b->input_dtype != KDA_PRECISION_FP32) ||
-      (b->output_dtype != KDA_PRECISION_FP64 && b->output_dtype != KDA_PRECISION_FP32))
-    return snprintf(err, errlen, "backend '%s' declares an unknown buffer dtype", b->name),
-           KDA_EINVAL;
+  int st = check_types(b->name, "", b->precision_class, b->input_dtype, b->output_dtype, err,
+                       errlen);
+  if (st != KDA_OK) return st;
   return b->abi_version >= 2 ? validate_v2(b, err, errlen) : KDA_OK;
+}
+
+/* ---- The variant slot (SPEC.md §7.8): the class and types of one parameter string. */
+#define VARIANT_SLACK 64 /* canary bytes after the record: a write past struct_size is caught */
+
+int kda_backend_variant_get(const kda_backend *b, const char *params, kda_backend_variant *v,
+                            int *rejected, char *err, size_t errlen) {
+  *rejected = 0;
+  memset(v, 0, sizeof *v);
+  v->struct_size = sizeof *v;
+  v->precision_class = b->precision_class;
+  v->input_dtype = b->input_dtype, v->output_dtype = b->output_dtype;
+  if (!KDA_BACKEND_HAS(b, variant) || !b->variant) return KDA_OK;
+  union {
+    kda_backend_variant v;
+    unsigned char c[sizeof(kda_backend_variant) + VARIANT_SLACK];
+  } u;
+  memset(u.c, 0xA5, sizeof u.c);
+  u.v = *v;
+  char msg[KDA_ERRLEN] = "";
+  int32_t st = b->variant(params ? params : "", &u.v, msg, sizeof msg);
+  msg[sizeof msg - 1] = 0;
+  for (size_t i = sizeof u.v; i < sizeof u.c; i++)
+    if (u.c[i] != 0xA5)
+      return snprintf(err, errlen, "backend '%s': variant wrote past struct_size (%u bytes)",
+                      b->name, (unsigned)sizeof u.v),
+             KDA_EINVAL;
+  if (st == KDA_EINVAL) {
+    *rejected = 1;
+    return snprintf(err, errlen, "backend '%s' rejects the parameters '%.200s': %.400s",
+                    b->name, params ? params : "", msg[0] ? msg : "(no message)"),
+           KDA_EINVAL;
+  }
+  if (st != KDA_OK)
+    return snprintf(err, errlen, "backend '%s': variant('%.200s') returned %s: %.400s", b->name,
+                    params ? params : "", kda_strstatus(st), msg),
+           st;
+  if (u.v.struct_size != sizeof u.v || u.v.reserved0 != 0)
+    return snprintf(err, errlen, "backend '%s': variant changed struct_size or reserved0",
+                    b->name),
+           KDA_EINVAL;
+  st = check_types(b->name, params, u.v.precision_class, u.v.input_dtype, u.v.output_dtype, err,
+                   errlen);
+  if (st == KDA_OK) *v = u.v;
+  return st;
 }
 
 struct kda_plugin {

@@ -565,12 +565,38 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
   return st;
 }
 
+/* A backend with 16-bit input buffers is given only cases whose q k v g beta it holds
+ * exactly, never rounded ones (SPEC.md §10.3); a streamed case, read chunk by chunk, is judged
+ * by its input precision.  0 and why when the case is not for it. */
+static int input_type_fits(kda_worker *w, const kda_case *c, const kda_truth *t, char *why,
+                           size_t cap) {
+  const int32_t dt = kda_worker_input_dtype(w);
+  if (kda_worker_load_result(w) || (dt != KDA_PRECISION_BF16 && dt != KDA_PRECISION_FP16))
+    return 1;
+  char at[256] = "a streamed case is judged by its input precision";
+  kda_tensors_f64 in;
+  kda_case_tensors(c, &in);
+  if (t->stream ? c->input_precision == dt : kda_worker_inputs_exact(w, &c->p, &in, at, sizeof at))
+    return 1;
+  snprintf(why, cap, "inputs are %s, the backend takes %s buffers (%s)",
+           kda_precision_file_name(c->input_precision), kda_precision_name(dt), at);
+  return 0;
+}
+
 int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
                             const kda_conform_opts *o, kda_case_report *r, char *err,
                             size_t errlen) {
   report_init(r, c, kda_worker_label(w), "case");
   int32_t wcls = kda_worker_class(w);
   int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
+  char why[KDA_ERRLEN];
+  if (!input_type_fits(w, c, t, why, sizeof why)) {
+    r->score.cls = cls;
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, why);
+    int st = finish_case(w, r, err, errlen);
+    apply_waiver(r, c, o);
+    return st;
+  }
   if (t->stream) return stream_case(w, c, t, o, cls, r, err, errlen);
   kda_outputs out;
   int st = kda_outputs_alloc(&c->p, &out, err, errlen);

@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "kda_conform.h"
+#include "kda_dtype.h"
 
 /* RLIMIT_AS cannot coexist with AddressSanitizer, which reserves terabytes of shadow address
  * space at start-up: under ASan the limit is skipped (kda_worker_limits_memory says 0). */
@@ -102,9 +103,9 @@ static void fpctl_diff(const fpctl *a, const fpctl *b, char *buf, size_t cap) {
 /* ---- Protocol: fixed-size messages on a stream socket. */
 #define MAGIC 0x4B444157u /* "KDAW" */
 enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE };
-enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE };
+enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE, ST_VARIANT };
 static const char *const stage_names[] = {"the worker", "load", "open", "supports", "forward",
-                                          "close"};
+                                          "close", "variant"};
 
 /* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints,
  * state_indices (inputs), o ht hc (outputs) and the pool (both); -1 when absent. */
@@ -137,7 +138,8 @@ typedef struct wrep {
   uint32_t magic;
   int32_t type, outcome, status, stage, cls, in_dtype, out_dtype;
   uint32_t abi_version, struct_size;
-  uint32_t caps, reserved0; /* RP_INFO: the table's caps (0 when it has none) */
+  uint32_t caps;  /* RP_INFO: the table's caps (0 when it has none) */
+  int32_t rejected; /* RP_INFO: 1 when the variant slot rejected the parameters (EINVAL) */
   double seconds;
   char name[64], desc[256];
   char msg[KDA_ERRLEN];
@@ -183,6 +185,7 @@ static shm_hdr *volatile g_hdr; /* the region's first page, for the fault handle
 
 typedef struct wchild {
   const kda_backend *b;
+  int32_t in_dtype, out_dtype; /* the variant's (SPEC.md §7.8), else the table's */
   void *handle;
   int ctl, memfd;
   unsigned char *map;
@@ -288,7 +291,7 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
     return rep_set(a, KDA_CALL_ERROR, KDA_ENOMEM, "worker: cannot map the buffers%s%s", 0, 0);
   void *x[N_BUF];
   for (int b = 0; b < N_BUF; b++) x[b] = q->off[b] >= 0 ? c->map + q->off[b] : NULL;
-  kda_backend_tensors t = {sizeof t, c->b->input_dtype, c->b->output_dtype, 0,
+  kda_backend_tensors t = {sizeof t, c->in_dtype, c->out_dtype, 0,
                            x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
                            x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2],
                            x[B_IDX], q->pool_slots, x[B_POOL]};
@@ -385,6 +388,33 @@ static void child_reply(wchild *c, wrep *a) {
   if (send_all(c->ctl, a, sizeof *a, 0) != 0) _exit(0);
 }
 
+/* The class and types of the worker's parameters (the variant slot, SPEC.md §7.8), before any
+ * open; a crash or hang in it is reported in stage "variant" (the region's first page is
+ * mapped for that). */
+static void child_variant(wchild *c, const kda_backend_ref *ref, wrep *a) {
+  if (c->isolated && !c->map) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    void *m = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
+    if (m != MAP_FAILED) c->map = m, c->map_size = pg, g_hdr = (shm_hdr *)m;
+  }
+  kda_backend_variant v;
+  char err[KDA_ERRLEN] = "";
+  fpctl before;
+  fpctl_get(&before);
+  set_stage(c, ST_VARIANT);
+  int rejected = 0;
+  int st = kda_backend_variant_get(c->b, ref->params, &v, &rejected, err, sizeof err);
+  set_stage(c, ST_NONE);
+  if (fp_check(&before, "variant", a)) return;
+  if (st != KDA_OK) {
+    a->rejected = rejected;
+    return rep_set(a, KDA_CALL_ERROR, st, "%s%s", err, NULL);
+  }
+  a->cls = v.precision_class, a->in_dtype = v.input_dtype, a->out_dtype = v.output_dtype;
+  c->in_dtype = v.input_dtype, c->out_dtype = v.output_dtype;
+  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
+}
+
 static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
   memset(a, 0, sizeof *a);
   a->type = RP_INFO;
@@ -402,10 +432,9 @@ static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
   c->b = b;
   snprintf(a->name, sizeof a->name, "%s", b->name);
   snprintf(a->desc, sizeof a->desc, "%s", b->description ? b->description : "");
-  a->cls = b->precision_class, a->in_dtype = b->input_dtype, a->out_dtype = b->output_dtype;
   a->abi_version = b->abi_version, a->struct_size = b->struct_size;
   a->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
-  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
+  child_variant(c, ref, a);
 }
 
 static void child_main(const kda_backend_ref *ref, pid_t parent, int ctl, int memfd, int logw,
@@ -421,7 +450,7 @@ static void child_main(const kda_backend_ref *ref, pid_t parent, int ctl, int me
   if (nul >= 0) dup2(nul, 0), close(nul);
   dup2(logw, 1), dup2(logw, 2);
   if (logw > 2) close(logw);
-  wchild c = {NULL, NULL, ctl, memfd, NULL, 0, 1};
+  wchild c = {NULL, 0, 0, NULL, ctl, memfd, NULL, 0, 1};
   struct sigaction sa;
   memset(&sa, 0, sizeof sa);
   sa.sa_sigaction = on_fault;
@@ -460,9 +489,10 @@ struct kda_worker {
   kda_call_opts opts;
   char name[64], desc[256];
   char label[64]; /* kda_worker_label's buffer */
-  int32_t cls, in_dtype, out_dtype;
+  int32_t cls, in_dtype, out_dtype; /* of the parameters: the variant's, else the table's */
   uint32_t abi_version, caps;
   int load_failed;
+  int params_rejected; /* the variant slot rejected the parameters (KDA_EINVAL) */
   kda_call_result load_res;
   pid_t pid;
   int ctl, logr, alivew;
@@ -582,7 +612,7 @@ static void worker_lost(kda_worker *w, int why, int32_t stage, const wreq *q,
                         kda_call_result *r) {
   const shm_hdr *h = (const shm_hdr *)w->map;
   if (h && h->stage > ST_LOAD && stage != ST_OPEN && stage != ST_CLOSE) stage = h->stage;
-  const char *where = stage_names[stage >= 0 && stage <= ST_CLOSE ? stage : 0];
+  const char *where = stage_names[stage >= 0 && stage <= ST_VARIANT ? stage : 0];
   int self_exit = why == -1 && exited_within(w->pid, EXIT_GRACE_S);
   const char *over = fault_buffer(w, q);
   int wst = kill_and_reap(w);
@@ -637,6 +667,13 @@ static void result_from(kda_call_result *r, const wrep *a) {
   snprintf(r->msg, sizeof r->msg, "%s", a->msg);
 }
 
+/* 1 when a reply's class and element types are valid (kda_backend_variant_get checked them
+ * in the worker, which the backend shares: the runner checks again before it indexes by them). */
+static int types_ok(const wrep *a) {
+  return kda_precision_name(a->cls) && kda_dtype_valid(a->in_dtype) &&
+         kda_dtype_valid(a->out_dtype);
+}
+
 static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
   int sv[2], lp[2], ap[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
@@ -675,6 +712,11 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
   if (a.outcome != KDA_CALL_OK) {
     kill_and_reap(w);
     result_from(r, &a);
+    w->params_rejected = w->starts == 1 && a.rejected == 1;
+    return KDA_OK;
+  }
+  if (w->starts == 1 && !types_ok(&a)) { /* the worker validated them: a forged reply */
+    worker_lost(w, -1, ST_LOAD, NULL, r);
     return KDA_OK;
   }
   if (w->starts == 1) {
@@ -709,10 +751,18 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
       return KDA_OK;
     }
   }
-  w->local = (wchild){b, NULL, -1, -1, w->map, w->map_size, 0};
+  w->local = (wchild){b, 0, 0, NULL, -1, -1, w->map, w->map_size, 0};
   snprintf(w->name, sizeof w->name, "%s", b->name);
   snprintf(w->desc, sizeof w->desc, "%s", b->description ? b->description : "");
-  w->cls = b->precision_class, w->in_dtype = b->input_dtype, w->out_dtype = b->output_dtype;
+  wrep a;
+  memset(&a, 0, sizeof a);
+  child_variant(&w->local, &w->ref, &a);
+  if (a.outcome != KDA_CALL_OK) {
+    result_from(&w->load_res, &a);
+    w->load_failed = 1, w->params_rejected = a.rejected == 1;
+    return KDA_OK;
+  }
+  w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
   w->abi_version = b->abi_version;
   w->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
   return KDA_OK;
@@ -746,6 +796,7 @@ const kda_call_result *kda_worker_load_result(const kda_worker *w) {
   return w->load_failed ? &w->load_res : NULL;
 }
 const char *kda_worker_name(const kda_worker *w) { return w->name; }
+int kda_worker_params_rejected(const kda_worker *w) { return w->params_rejected; }
 /* NAME:PARAMS (SPEC.md §7.6): two instances of one backend with different parameters get
  * different rows, waivers and baselines.  Truncated to the report's 63 bytes; the caller
  * refuses two targets whose labels coincide. */
@@ -815,10 +866,22 @@ typedef struct pool_io {
   double *pool;
 } pool_io;
 
+/* The element type of float buffer b (kda_backend.h, "Element types"): q k v g beta take the
+ * input type and o the output type; A_log dt_bias h0, and ht hc pool, the wide type of theirs
+ * (float for a 16-bit type, SPEC.md §10.3). */
+static int32_t buf_dtype(const kda_worker *w, int b) {
+  if (b < N_FIN) return b < 5 ? w->in_dtype : KDA_STATE_DTYPE(w->in_dtype);
+  return b == B_O ? w->out_dtype : KDA_STATE_DTYPE(w->out_dtype);
+}
+
+static size_t buf_es(const kda_worker *w, int b) {
+  return (size_t)KDA_DTYPE_SIZE(buf_dtype(w, b));
+}
+
 /* Places the inputs, then each output so that its end is followed by a guard page (the
  * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries).  Returns
  * the region's size, or 0 for a problem whose sizes do not fit. */
-static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies, size_t oes,
+static size_t layout(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                      const pool_io *pl, wreq *q) {
   kda_case_sizes s;
   if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
@@ -827,7 +890,8 @@ static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies
   size_t pg = (size_t)sysconf(_SC_PAGESIZE), off = pg;
   for (int b = 0; b < N_BUF; b++) q->off[b] = -1, q->len[b] = 0;
   for (int b = 0; b < N_FIN; b++)
-    if (xs[b]) q->off[b] = (int64_t)off, q->len[b] = ns[b] * ies, off = up(off + q->len[b] + 1, 64);
+    if (xs[b])
+      q->off[b] = (int64_t)off, q->len[b] = ns[b] * buf_es(w, b), off = up(off + q->len[b] + 1, 64);
   q->off[B_CU] = (int64_t)off, q->len[B_CU] = (uint64_t)(p->N + 1) * 8;
   off = up(off + q->len[B_CU], 64);
   if (p->n_checkpoints > 0) {
@@ -846,7 +910,7 @@ static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies
   for (int b = 0; b < N_GUARD; b++) {
     q->guard[b] = -1;
     if (!want[b]) continue;
-    size_t len = (size_t)on[b] * oes, block = up(len ? len : 1, pg);
+    size_t len = (size_t)on[b] * buf_es(w, B_O + b), block = up(len ? len : 1, pg);
     q->off[B_O + b] = (int64_t)(off + block - up(len, 64));
     q->len[B_O + b] = len;
     q->guard[b] = (int64_t)(off + block);
@@ -858,27 +922,21 @@ static size_t layout(const kda_problem *p, const kda_tensors_f64 *in, size_t ies
 static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *pl,
                        const wreq *q) {
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
-  size_t es = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = 0; b < N_FIN; b++) {
     if (q->off[b] < 0) continue;
-    unsigned char *d = w->map + q->off[b];
-    for (uint64_t i = 0; i < q->len[b] / es; i++) {
-      if (es == 8) memcpy(d + 8 * i, &xs[b][i], 8);
-      else ((float *)d)[i] = (float)xs[b][i];
-    }
+    const int32_t dt = buf_dtype(w, b);
+    for (uint64_t i = 0; i < q->len[b] / buf_es(w, b); i++)
+      kda_dtype_put(dt, w->map + q->off[b], (size_t)i, xs[b][i]);
   }
   memcpy(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]);
   if (q->off[B_CK] >= 0) memcpy(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]);
   if (pl) memcpy(w->map + q->off[B_IDX], pl->idx, (size_t)q->len[B_IDX]);
-  size_t oes = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = B_O; b < N_BUF; b++) {
     if (q->off[b] < 0) continue;
     unsigned char *d = w->map + q->off[b];
-    for (uint64_t i = 0; i < q->len[b] / oes; i++) {
-      double x = b == B_POOL ? pl->pool[i] : NAN; /* an unwritten element cannot pass */
-      if (oes == 8) memcpy(d + 8 * i, &x, 8);
-      else ((float *)d)[i] = (float)x;
-    }
+    const int32_t dt = buf_dtype(w, b);
+    for (uint64_t i = 0; i < q->len[b] / buf_es(w, b); i++) /* NaN: an unwritten one fails */
+      kda_dtype_put(dt, d, (size_t)i, b == B_POOL ? pl->pool[i] : NAN);
     memset(d + q->len[b], CANARY, up((size_t)q->len[b], 64) - (size_t)q->len[b]);
   }
 }
@@ -888,14 +946,15 @@ static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *
 static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in,
                                  const pool_io *pl, const wreq *q) {
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
-  size_t es = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = 0; b < N_FIN; b++) {
     if (q->off[b] < 0) continue;
     const unsigned char *d = w->map + q->off[b];
+    const int32_t dt = buf_dtype(w, b);
+    const size_t es = buf_es(w, b);
     for (uint64_t i = 0; i < q->len[b] / es; i++) {
-      float f = (float)xs[b][i];
-      if (es == 8 ? memcmp(d + 8 * i, &xs[b][i], 8) != 0 : memcmp(d + 4 * i, &f, 4) != 0)
-        return buf_names[b];
+      unsigned char want[8]; /* what put_inputs wrote */
+      kda_dtype_put(dt, want, 0, xs[b][i]);
+      if (memcmp(d + es * i, want, es) != 0) return buf_names[b];
     }
   }
   if (memcmp(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]) != 0)
@@ -920,27 +979,51 @@ static const char *overrun(const kda_worker *w, const wreq *q) {
 
 static void widen(const kda_worker *w, const wreq *q, kda_outputs *out) {
   double *dst[3] = {out->o, out->ht, out->hc};
-  size_t es = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
   for (int b = 0; b < 3; b++) {
     if (q->off[B_O + b] < 0 || !dst[b]) continue;
-    const unsigned char *s = w->map + q->off[B_O + b];
-    for (uint64_t i = 0; i < q->len[B_O + b] / es; i++)
-      dst[b][i] = es == 8 ? ((const double *)s)[i] : (double)((const float *)s)[i];
+    const int32_t dt = buf_dtype(w, B_O + b);
+    for (uint64_t i = 0; i < q->len[B_O + b] / buf_es(w, B_O + b); i++)
+      dst[b][i] = kda_dtype_get(dt, w->map + q->off[B_O + b], (size_t)i);
   }
 }
 
 /* The pool as the backend left it, widened exactly into pl->pool. */
 static void widen_pool(const kda_worker *w, const wreq *q, const pool_io *pl) {
-  size_t es = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
-  const unsigned char *s = w->map + q->off[B_POOL];
-  for (uint64_t i = 0; i < q->len[B_POOL] / es; i++)
-    pl->pool[i] = es == 8 ? ((const double *)s)[i] : (double)((const float *)s)[i];
+  const int32_t dt = buf_dtype(w, B_POOL);
+  for (uint64_t i = 0; i < q->len[B_POOL] / buf_es(w, B_POOL); i++)
+    pl->pool[i] = kda_dtype_get(dt, w->map + q->off[B_POOL], (size_t)i);
+}
+
+/* 16-bit input types are never rounded into (SPEC.md §10.3): 1 when every value of q k v g
+ * beta is exact in the backend's input type (always for fp64 / fp32, which round as before);
+ * otherwise 0 and why names the first value that is not. */
+int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                            char *why, size_t cap) {
+  if (!kda_dtype_is_half(w->in_dtype)) return 1;
+  kda_case_sizes s;
+  if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 1; /* the call reports the sizes */
+  const double *xs[5] = {in->q, in->k, in->v, in->g, in->beta};
+  const uint64_t ns[5] = {s.q, s.k, s.v, s.g, s.beta};
+  for (int b = 0; b < 5; b++)
+    for (uint64_t i = 0; xs[b] && i < ns[b]; i++)
+      if (!kda_dtype_holds(w->in_dtype, xs[b][i]))
+        return snprintf(why, cap, "%s[%llu] = %.9g is not exact in %s", buf_names[b],
+                        (unsigned long long)i, xs[b][i], kda_precision_name(w->in_dtype)),
+               0;
+  return 1;
 }
 
 static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                      const pool_io *pl, kda_outputs *out, kda_call_result *r, char *err,
                      size_t errlen) {
   memset(r, 0, sizeof *r);
+  char why[256];
+  if (!w->load_failed && !kda_worker_inputs_exact(w, p, in, why, sizeof why)) {
+    r->outcome = KDA_CALL_UNSUPPORTED, r->status = KDA_EUNSUPPORTED;
+    snprintf(r->msg, sizeof r->msg, "the backend takes %s buffers and the runner does not round "
+             "into them: %s", kda_precision_name(w->in_dtype), why);
+    return KDA_OK;
+  }
   int st;
   if (!ready(w, r, err, errlen, &st)) return st;
   wreq q;
@@ -948,9 +1031,7 @@ static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 
   request_init(&q, &a, RQ_CALL);
   q.p = *p;
   q.mem_limit = w->opts.memory_limit;
-  size_t ies = w->in_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
-  size_t oes = w->out_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
-  size_t size = layout(p, in, ies, oes, pl, &q);
+  size_t size = layout(w, p, in, pl, &q);
   if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
   if (region_reserve(w, size) != KDA_OK)
     return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;

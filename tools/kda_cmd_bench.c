@@ -176,6 +176,15 @@ typedef struct target {
 static int target_open(target *t) {
   char err[KDA_ERRLEN] = "";
   void *h = NULL;
+  kda_backend_variant v; /* the parameters' types (SPEC.md §7.8): bench fills fp64/fp32 only */
+  int rejected = 0;
+  if (kda_backend_variant_get(t->b, t->params, &v, &rejected, err, sizeof err) != KDA_OK)
+    return rejected ? kda_tool_usage(SUB, "%s", err) : kda_tool_fail(SUB, "%s", err);
+  if (v.input_dtype != t->b->input_dtype || v.output_dtype != t->b->output_dtype ||
+      KDA_DTYPE_SIZE(v.input_dtype) < 4 || KDA_DTYPE_SIZE(v.output_dtype) < 4)
+    return kda_tool_fail(SUB, "backend '%s': its %s / %s buffers are not benchmarked (kda bench "
+                         "fills fp64 or fp32 buffers of the table's types)", t->b->name,
+                         kda_precision_name(v.input_dtype), kda_precision_name(v.output_dtype));
   if (t->b->open(t->params, &h, err, sizeof err) != KDA_OK)
     return kda_tool_usage(SUB, "backend '%s': %s", t->b->name, err);
   memset(&t->info, 0, sizeof t->info);

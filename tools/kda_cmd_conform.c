@@ -794,10 +794,15 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
 /* Opens every built-in target once, in-process, before the run: a parameter it rejects
  * (KDA_EINVAL) is a usage error caught here once, not a Fail of every case.  Other open
  * failures (e.g. KDA_EUNSUPPORTED on this machine) are left to the cases, which report them.
- * Plugins are not opened here: they are only ever loaded in their worker, and their
- * parameter errors are reported by the cases. */
+ * Plugins are not opened here: they are only ever loaded in their worker, and their open's
+ * parameter errors are reported by the cases; a parameter string their variant slot rejected
+ * in the worker (before any open, SPEC.md §7.8) is a usage error too. */
 static int probe_targets(const target *tg, int nt) {
   for (int i = 0; i < nt; i++) {
+    /* a variant slot that rejected the parameters (SPEC.md §7.8), in the worker: the same */
+    if (kda_worker_params_rejected(tg[i].w))
+      return kda_tool_fail(SUB, "%s%s%s", tg[i].path ? tg[i].path : "", tg[i].path ? ": " : "",
+                           kda_worker_load_result(tg[i].w)->msg);
     const kda_backend *b = tg[i].builtin;
     if (!b) continue;
     void *h = NULL;
