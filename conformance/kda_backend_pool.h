@@ -37,8 +37,8 @@ static inline int32_t kda_pool_validate(const kda_problem *p, const kda_backend_
   if (!t->pool || t->pool_slots < 1 || t->h0 || t->ht)
     return snprintf(err, errlen, "pool call: pool NULL, pool_slots < 1, or h0 / ht given"),
            KDA_EINVAL;
-  if (t->in_dtype != t->out_dtype)
-    return snprintf(err, errlen, "pool call: the gather adapter needs in_dtype == out_dtype"),
+  if (KDA_STATE_DTYPE(t->in_dtype) != KDA_STATE_DTYPE(t->out_dtype)) /* h0 and ht types */
+    return snprintf(err, errlen, "pool call: the gather adapter needs one state type in and out"),
            KDA_EINVAL;
   unsigned char *seen = (unsigned char *)calloc((size_t)t->pool_slots, 1);
   if (!seen) return snprintf(err, errlen, "pool call: out of memory"), KDA_ENOMEM;
@@ -63,7 +63,7 @@ static inline int32_t kda_pool_forward(void *handle, const kda_problem *p,
                                        char *err, size_t errlen) {
   int32_t st = kda_pool_validate(p, t, err, errlen);
   if (st != KDA_OK) return st;
-  const size_t es = t->out_dtype == KDA_PRECISION_FP64 ? 8 : 4;
+  const size_t es = KDA_DTYPE_SIZE(KDA_STATE_DTYPE(t->out_dtype));
   const size_t slot = (size_t)(p->HV * p->K * p->V) * es;
   unsigned char *h0 = (unsigned char *)calloc((size_t)p->N * slot + 1, 1);
   unsigned char *ht = (unsigned char *)malloc((size_t)p->N * slot + 1);

@@ -81,7 +81,12 @@ static void worker_try(kda_worker *w, row *r) {
   kda_tensors_f64 in;
   kda_call_result cr;
   memset(&out, 0, sizeof out);
-  int st = kda_gen_parse("seed=1 T=4 H=1 K=16 V=16", &d, err, sizeof err);
+  char desc[96]; /* inputs exact in a 16-bit input type (the runner never rounds into one) */
+  const int32_t dt = kda_worker_input_dtype(w);
+  snprintf(desc, sizeof desc, "seed=1 T=4 H=1 K=16 V=16%s%s",
+           dt == KDA_PRECISION_BF16 || dt == KDA_PRECISION_FP16 ? " prec=" : "",
+           dt == KDA_PRECISION_BF16 || dt == KDA_PRECISION_FP16 ? kda_precision_file_name(dt) : "");
+  int st = kda_gen_parse(desc, &d, err, sizeof err);
   if (st == KDA_OK) st = kda_gen_case(&d, &c, err, sizeof err), kda_gen_desc_free(&d);
   if (st != KDA_OK) return (void)snprintf(r->why, sizeof r->why, "runner: %s", err);
   kda_case_tensors(&c, &in);
@@ -129,7 +134,8 @@ static void plugin_row(const kda_backend_ref *ref, const kda_call_opts *o, row *
 }
 
 static const char *dtype_text(int32_t dt) {
-  return dt == KDA_BACKEND_DTYPE_F64 ? "f64" : dt == KDA_BACKEND_DTYPE_F32 ? "f32" : "?";
+  const char *n = dt >= 0 ? kda_precision_file_name(dt) : NULL; /* f64 f32 bf16 f16 */
+  return n ? n : "?";
 }
 
 static const char *class_text(int32_t cls) {
