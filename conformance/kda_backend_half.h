@@ -3,7 +3,8 @@
  * SPDX-License-Identifier: MIT
  *
  * Header-only (static functions) so that a plugin can use it without linking libkda, C and
- * C++ alike (make check-headers compiles it both ways).  Integer arithmetic on the bit
+ * C++ alike (make check-headers compiles it both ways); installed next to kda_backend.h but
+ * no part of libkda's exports (it defines no external function).  Integer arithmetic on the bit
  * patterns only, so the results do not depend on the rounding mode, FTZ/DAZ or the
  * compiler's half-precision support.  Widening is exact; narrowing rounds to nearest, ties
  * to even, overflows to an infinity and keeps a NaN a quiet NaN of the same sign.  The
