@@ -716,7 +716,11 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
     return KDA_OK;
   }
   if (w->starts == 1 && !types_ok(&a)) { /* the worker validated them: a forged reply */
-    worker_lost(w, -1, ST_LOAD, NULL, r);
+    kill_and_reap(w);
+    r->outcome = KDA_CALL_CRASH, r->status = KDA_EINVAL;
+    snprintf(r->msg, sizeof r->msg, "the worker's reply names an invalid class or element type "
+             "(%d, %d, %d): the backend wrote into the runner's channel", (int)a.cls,
+             (int)a.in_dtype, (int)a.out_dtype);
     return KDA_OK;
   }
   if (w->starts == 1) {
