@@ -6,7 +6,8 @@
  * asks for SIGKILL when the runner dies, forks a guard that kills the whole group when the
  * runner's end of a pipe closes (so that the backend's own children die with the runner
  * too), redirects stdout/stderr into a pipe the parent drains, and only then loads the plugin
- * (dlopen) and sends the table's identity back.  Requests: OPEN (a handle for one case), CALL
+ * (dlopen), asks its variant slot for the class and element types of the parameters, and sends
+ * the table's identity back with them.  Requests: OPEN (a handle for one case), CALL
  * (supports and forward on buffers in the shared region), CLOSE.  The parent bounds every wait
  * with poll; end-of-file or a short message means the worker died: the parent kills its
  * process group, reaps it with a bounded wait, reports Crash or Timeout with the stage, and
@@ -138,7 +139,7 @@ typedef struct wrep {
   uint32_t magic;
   int32_t type, outcome, status, stage, cls, in_dtype, out_dtype;
   uint32_t abi_version, struct_size;
-  uint32_t caps;  /* RP_INFO: the table's caps (0 when it has none) */
+  uint32_t caps;    /* RP_INFO: the table's caps (0 when it has none) */
   int32_t rejected; /* RP_INFO: 1 when the variant slot rejected the parameters (EINVAL) */
   double seconds;
   char name[64], desc[256];
