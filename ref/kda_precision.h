@@ -3,8 +3,9 @@
  *
  * One enum serves every place that names a precision: the precision class a backend claims
  * and is scored in (kda_backend.h's precision_class), the element type of a backend's float
- * buffers (input_dtype / output_dtype: fp64 or fp32), and the precision a case's inputs are
- * exact in (kda_case's input_precision).  The values are the backend ABI's and never change.
+ * buffers (input_dtype / output_dtype: fp64, fp32, bf16 or fp16), and the precision a case's
+ * inputs are exact in (kda_case's input_precision).  The values are the backend ABI's and
+ * never change.
  *
  * Every precision has two spellings (SPEC.md §10.3): the canonical name ("fp32"), used by
  * reports and `kda conform --class`, and the file spelling ("f32"), the one manifests,
