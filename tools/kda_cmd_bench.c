@@ -25,6 +25,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "kda_backend_half.h"
 #include "kda_conform.h"
 #include "kda_stream.h"
 #include "kda_tool.h"
@@ -169,6 +170,7 @@ typedef struct target {
   int resident;      /* 1: forward_buffers + synchronize on resident buffers */
   int simd_default;  /* 1: one of the default simd rows (thread scaling is reported) */
   int threads;       /* host threads, 0: unknown */
+  int32_t in_dt, out_dt; /* buffer element types of these parameters (the variant slot) */
 } target;
 
 /* Opens t once (a parameter the backend rejects is a usage error, before any output) and
@@ -176,15 +178,11 @@ typedef struct target {
 static int target_open(target *t) {
   char err[KDA_ERRLEN] = "";
   void *h = NULL;
-  kda_backend_variant v; /* the parameters' types (SPEC.md §7.8): bench fills fp64/fp32 only */
+  kda_backend_variant v; /* the element types of these parameters (SPEC.md §7.8) */
   int rejected = 0;
   if (kda_backend_variant_get(t->b, t->params, &v, &rejected, err, sizeof err) != KDA_OK)
     return rejected ? kda_tool_usage(SUB, "%s", err) : kda_tool_fail(SUB, "%s", err);
-  if (v.input_dtype != t->b->input_dtype || v.output_dtype != t->b->output_dtype ||
-      KDA_DTYPE_SIZE(v.input_dtype) < 4 || KDA_DTYPE_SIZE(v.output_dtype) < 4)
-    return kda_tool_fail(SUB, "backend '%s': its %s / %s buffers are not benchmarked (kda bench "
-                         "fills fp64 or fp32 buffers of the table's types)", t->b->name,
-                         kda_precision_name(v.input_dtype), kda_precision_name(v.output_dtype));
+  t->in_dt = v.input_dtype, t->out_dt = v.output_dtype;
   if (t->b->open(t->params, &h, err, sizeof err) != KDA_OK)
     return kda_tool_usage(SUB, "backend '%s': %s", t->b->name, err);
   memset(&t->info, 0, sizeof t->info);
@@ -198,6 +196,10 @@ static int target_open(target *t) {
   if (t->info.threads > 0) t->threads = t->info.threads;
   if (t->info.isa[0]) snprintf(t->label, sizeof t->label, "%s(%.60s)", t->b->name, t->info.isa);
   else snprintf(t->label, sizeof t->label, "%s", t->b->name);
+  if (KDA_DTYPE_SIZE(t->in_dt) == 2) { /* 16-bit inputs: not the table's row */
+    size_t n = strlen(t->label);
+    snprintf(t->label + n, sizeof t->label - n, "[%s]", kda_precision_name(t->in_dt));
+  }
   return 0;
 }
 
@@ -272,15 +274,23 @@ typedef struct host_tensors {
   int fail;      /* an allocation failed */
 } host_tensors;
 
-/* A float64 copy of n floats (NULL for NULL), owned by h. */
-static void *widen(const float *x, size_t n, host_tensors *h, int slot) {
-  if (!x) return NULL;
-  double *y = malloc((n ? n : 1) * sizeof *y);
-  if (y)
-    for (size_t i = 0; i < n; i++) y[i] = (double)x[i];
-  else
-    h->fail = 1;
+/* n floats (NULL for NULL) in element type dt (kda_backend.h): x itself for fp32, else a
+ * copy owned by h (float64 widened, bf16 / fp16 rounded to nearest). */
+static const void *as_dtype(const float *x, size_t n, int32_t dt, host_tensors *h, int slot) {
+  if (!x || dt == KDA_PRECISION_FP32) return x;
+  const size_t es = (size_t)KDA_DTYPE_SIZE(dt);
+  unsigned char *y = malloc((n ? n : 1) * es);
   h->own[slot] = y;
+  if (!y) return h->fail = 1, NULL;
+  for (size_t i = 0; i < n; i++) {
+    if (es == 8) {
+      double v = (double)x[i];
+      memcpy(y + 8 * i, &v, 8);
+    } else {
+      uint16_t b = dt == KDA_PRECISION_BF16 ? kda_bf16_from_float(x[i]) : kda_f16_from_float(x[i]);
+      memcpy(y + 2 * i, &b, 2);
+    }
+  }
   return y;
 }
 
@@ -288,31 +298,26 @@ static void host_free(host_tensors *h) {
   for (int i = 0; i < 10; i++) free(h->own[i]);
 }
 
-static int host_make(const bench_data *d, const kda_backend *b, host_tensors *h) {
+static int host_make(const bench_data *d, const target *tg, host_tensors *h) {
   memset(h, 0, sizeof *h);
   kda_backend_tensors *t = &h->t;
   t->struct_size = sizeof *t;
-  t->in_dtype = b->input_dtype, t->out_dtype = b->output_dtype;
+  const int32_t in = tg->in_dt, out = tg->out_dt;
+  const int32_t sin = KDA_STATE_DTYPE(in), sout = KDA_STATE_DTYPE(out); /* A_log dt_bias h0 ht */
+  t->in_dtype = in, t->out_dtype = out;
   const kda_problem *p = &d->p;
   const size_t qk = (size_t)p->T * p->H * p->K, vv = (size_t)p->T * p->HV * p->V;
   const size_t st = (size_t)p->N * p->HV * p->K * p->V;
   const float *A = p->has_A_log ? d->A_log : NULL, *bias = p->gate_mode != KDA_GATE_LOG ? d->dt_bias : NULL;
-  if (b->input_dtype == KDA_BACKEND_DTYPE_F32) {
-    t->q = d->q, t->k = d->k, t->v = d->v, t->g = d->g, t->beta = d->beta;
-    t->A_log = A, t->dt_bias = bias, t->h0 = d->h0;
-  } else {
-    t->q = widen(d->q, qk, h, 0), t->k = widen(d->k, qk, h, 1), t->v = widen(d->v, vv, h, 2);
-    t->g = widen(d->g, qk, h, 3), t->beta = widen(d->beta, (size_t)p->T * p->HV, h, 4);
-    t->A_log = widen(A, (size_t)p->HV, h, 5), t->dt_bias = widen(bias, (size_t)p->HV * p->K, h, 6);
-    t->h0 = widen(d->h0, st, h, 7);
-  }
-  if (b->output_dtype == KDA_BACKEND_DTYPE_F32) {
-    t->o = d->o, t->ht = d->ht;
-  } else {
-    t->o = h->own[8] = malloc((vv ? vv : 1) * sizeof(double));
-    t->ht = h->own[9] = malloc((st ? st : 1) * sizeof(double));
-    if (!t->o || !t->ht) h->fail = 1;
-  }
+  t->q = as_dtype(d->q, qk, in, h, 0), t->k = as_dtype(d->k, qk, in, h, 1);
+  t->v = as_dtype(d->v, vv, in, h, 2), t->g = as_dtype(d->g, qk, in, h, 3);
+  t->beta = as_dtype(d->beta, (size_t)p->T * p->HV, in, h, 4);
+  t->A_log = as_dtype(A, (size_t)p->HV, sin, h, 5);
+  t->dt_bias = as_dtype(bias, (size_t)p->HV * p->K, sin, h, 6);
+  t->h0 = as_dtype(d->h0, st, sin, h, 7);
+  t->o = out == KDA_PRECISION_FP32 ? d->o : (h->own[8] = malloc((vv ? vv : 1) * 8));
+  t->ht = sout == KDA_PRECISION_FP32 ? d->ht : (h->own[9] = malloc((st ? st : 1) * 8));
+  if (!t->o || !t->ht) h->fail = 1;
   t->cu_seqlens = d->cu;
   if (h->fail) return host_free(h), -1;
   return 0;
@@ -376,7 +381,7 @@ static int time_target(const target *tg, const bench_data *d, timing *out) {
   int rc = 0;
   if (b->supports(h, &d->p, reason, sizeof reason) != KDA_OK) {
     rc = kda_tool_fail(SUB, "backend '%s' does not support this shape: %s", b->name, reason);
-  } else if (host_make(d, b, &ht) != 0) {
+  } else if (host_make(d, tg, &ht) != 0) {
     rc = kda_tool_fail(SUB, "out of memory for the buffers of '%s'", b->name);
   } else {
     if (tg->resident && b->buffers_create(h, &d->p, &ht.t, &buffers) != KDA_OK)
@@ -432,13 +437,14 @@ typedef struct row {
 } row;
 
 /* Bytes one decode call moves: the state in and out, each token's inputs and o. */
-static double decode_bytes(const bench_data *d, const kda_backend *b) {
+static double decode_bytes(const bench_data *d, const target *tg) {
   const kda_problem *p = &d->p;
-  double ei = b->input_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
-  double eo = b->output_dtype == KDA_BACKEND_DTYPE_F64 ? 8 : 4;
+  double ei = KDA_DTYPE_SIZE(tg->in_dt), eo = KDA_DTYPE_SIZE(tg->out_dt);
+  double si = KDA_DTYPE_SIZE(KDA_STATE_DTYPE(tg->in_dt)); /* h0 in, ht out */
+  double so = KDA_DTYPE_SIZE(KDA_STATE_DTYPE(tg->out_dt));
   double state = (double)p->N * p->HV * p->K * p->V;
   double in = (double)p->T * (2.0 * p->H * p->K + p->HV * p->V + p->HV * p->K + p->HV);
-  return state * (ei + eo) + in * ei + (double)p->T * p->HV * p->V * eo;
+  return state * (si + so) + in * ei + (double)p->T * p->HV * p->V * eo;
 }
 
 typedef struct bench_ctx {
@@ -474,7 +480,7 @@ static int bench_row(bench_ctx *cx, const char *what, const target *tg, const be
               : tg->threads > 0 && cx->peak_core > 0 ? cx->peak_core * tg->threads : 0;
   if (!decode && peak > 0) r->of_peak = flops / tm.median / peak;
   if (decode) {
-    r->gbps = decode_bytes(d, tg->b) / tm.median / 1e9;
+    r->gbps = decode_bytes(d, tg) / tm.median / 1e9;
     double bw = tg->info.peak_bytes_per_s > 0 ? tg->info.peak_bytes_per_s
               : bandwidth(&cx->bw, tg->threads > 0 ? tg->threads : 1);
     if (bw > 0) r->of_bw = r->gbps * 1e9 / bw;

@@ -366,6 +366,29 @@ START_TEST(test_bench_backends) {
 }
 END_TEST
 
+/* kda bench on the element types of a variant slot (SPEC.md §7.8): plugin_half checks that
+ * its buffers are of the types its parameters name (else the call fails, exit 2); a parameter
+ * string its variant rejects is a usage error. */
+START_TEST(test_bench_variants) {
+  run_result r = {0, NULL, NULL};
+  char bf16[1100], f64[1100], bad[1100];
+  const char *half = plugin_path("kda_plugin_half.so");
+  snprintf(bf16, sizeof bf16, "%s:input=bf16 output=bf16", half);
+  snprintf(f64, sizeof f64, "%s:input=f64 output=f64", half);
+  snprintf(bad, sizeof bad, "%s:input=bf17", half);
+  kda(&r, "bench", "-T", "16", "--heads", "1", "-K", "8", "--value", "8", "-N", "2",
+      "--stream-mib", "1", "-b", bf16, "-b", f64, NULL);
+  expect_ok(&r, "kda bench -b half:input=bf16");
+  ck_assert_msg(strstr(r.out, "prefill T=16     half[bf16]") && strstr(r.out, "decode N=2       half "),
+                "%s", r.out);
+  kda(&r, "bench", "-T", "16", "--heads", "1", "-K", "8", "--value", "8", "-N", "0", "-b", bad,
+      NULL);
+  ck_assert_msg(r.status == 2 && strstr(r.err, "rejects the parameters 'input=bf17'"),
+                "status %d: %s", r.status, r.err);
+  run_free(&r);
+}
+END_TEST
+
 /* kda conform: specs with parameters, a plugin found on KDA_PLUGIN_PATH, the case filter,
  * --list-cases and --list-backends, mpfr as a backend. */
 START_TEST(test_conform_backend_path) {
@@ -1000,6 +1023,7 @@ static Suite *tools_suite(void) {
   tcase_add_test(tc, test_missing_input);
   tcase_add_test(tc, test_bench_runs);
   tcase_add_test(tc, test_bench_backends);
+  tcase_add_test(tc, test_bench_variants);
   tcase_add_test(tc, test_conform_backend_path);
   tcase_add_test(tc, test_golden_list_sets);
   tcase_add_test(tc, test_ref_any_backend);
