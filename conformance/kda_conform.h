@@ -499,6 +499,7 @@ int64_t kda_waivers_unused(const kda_waivers *w, const kda_case_report *rs, int6
  * be NULL. */
 typedef struct kda_run_target_info {
   const char *name, *class_name, *params, *plugin; /* plugin: its path, NULL for a built-in */
+  const char *input_dtype, *output_dtype; /* buffer element types ("f32", "bf16"), or NULL */
 } kda_run_target_info;
 typedef struct kda_run_info {
   const kda_run_target_info *targets;

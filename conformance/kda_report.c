@@ -196,9 +196,11 @@ static json_t *summary_backends(const kda_run_info *info) {
   json_t *a = json_array();
   for (int64_t i = 0; info && i < info->n_targets; i++) {
     const kda_run_target_info *t = &info->targets[i];
-    json_array_append_new(a, json_pack("{s:o,s:o,s:o,s:o}", "name", jstr(t->name), "class",
-                                       jstr(t->class_name), "params", jstr(t->params), "plugin",
-                                       jstr(t->plugin)));
+    json_array_append_new(a, json_pack("{s:o,s:o,s:o,s:o,s:o,s:o}", "name", jstr(t->name),
+                                       "class", jstr(t->class_name), "params", jstr(t->params),
+                                       "plugin", jstr(t->plugin), "input_dtype",
+                                       jstr(t->input_dtype), "output_dtype",
+                                       jstr(t->output_dtype)));
   }
   return a;
 }

@@ -700,12 +700,15 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   memset(in, 0, sizeof *in);
   for (int i = 0; i < nt; i++) {
     int32_t cls = a->cls >= 0 ? a->cls : kda_worker_class(tg[i].w);
-    u->targets[i] = (kda_run_target_info){kda_worker_label(tg[i].w), kda_class_name(cls),
-                                          tg[i].params ? tg[i].params : "", tg[i].path};
+    const int loaded = !kda_worker_load_result(tg[i].w); /* the variant's types (§7.8) */
+    u->targets[i] = (kda_run_target_info){
+        kda_worker_label(tg[i].w), kda_class_name(cls), tg[i].params ? tg[i].params : "",
+        tg[i].path, loaded ? kda_precision_file_name(kda_worker_input_dtype(tg[i].w)) : NULL,
+        loaded ? kda_precision_file_name(kda_worker_output_dtype(tg[i].w)) : NULL};
   }
   if (a->candidate)
     u->targets[nt] = (kda_run_target_info){"candidate", kda_class_name(a->cls >= 0 ? a->cls
-                                           : KDA_CLASS_FP32), NULL, NULL};
+                                           : KDA_CLASS_FP32), NULL, NULL, NULL, NULL};
   in->targets = u->targets;
   in->n_targets = nt + (a->candidate ? 1 : 0);
   static const char *one[1];

@@ -249,7 +249,8 @@ START_TEST(test_json_numbers_and_summary) {
   kda_tally t;
   memset(&t, 0, sizeof t);
   for (int i = 0; i < 3; i++) kda_tally_add(&t, &rs[i]);
-  const kda_run_target_info tg[2] = {{"a", "fp32", NULL, NULL}, {"b", "bf16", "x=1", "./b.so"}};
+  const kda_run_target_info tg[2] = {{"a", "fp32", NULL, NULL, NULL, NULL},
+                                     {"b", "bf16", "x=1", "./b.so", "bf16", "f32"}};
   const char *paths[1] = {"golden/L1"};
   kda_run_info info = {tg, 2, paths, 1, 2, "golden/L1", "00ff", NULL, "base.json", 1, 1};
   f = open_memstream(&buf, &len);
@@ -262,6 +263,10 @@ START_TEST(test_json_numbers_and_summary) {
   json_t *b = json_array_get(json_object_get(j, "backends"), 1);
   ck_assert_str_eq(json_string_value(json_object_get(b, "plugin")), "./b.so");
   ck_assert_str_eq(json_string_value(json_object_get(b, "class")), "bf16");
+  ck_assert_str_eq(json_string_value(json_object_get(b, "input_dtype")), "bf16");
+  ck_assert_str_eq(json_string_value(json_object_get(b, "output_dtype")), "f32");
+  ck_assert(json_is_null(json_object_get(json_array_get(json_object_get(j, "backends"), 0),
+                                         "input_dtype")));
   json_t *g = json_object_get(json_object_get(j, "case_set"), "golden");
   ck_assert_str_eq(json_string_value(json_object_get(g, "sha256sums")), "00ff");
   ck_assert_int_eq(json_array_size(json_object_get(j, "failing")), 3); /* strict */

@@ -36,8 +36,9 @@ for mode in "" --stream; do
       fail "--stream: a case was declined other than by its input precision"
   fi
   grep -q '"name": "half:input=bf16",' "$tmp/r/summary.json" &&
-    grep -A1 '"name": "half:input=bf16",' "$tmp/r/summary.json" | grep -q '"class": "bf16"' ||
-    fail "summary.json does not score half:input=bf16 in bf16"
+    grep -A1 '"name": "half:input=bf16",' "$tmp/r/summary.json" | grep -q '"class": "bf16"' &&
+    grep -A4 '"name": "half:input=bf16",' "$tmp/r/summary.json" | grep -q '"input_dtype": "bf16"' ||
+    fail "summary.json does not score half:input=bf16 in bf16 on bf16 buffers"
 done
 echo "conform_half: input=bf16 passes the $nb bf16 cases of golden/L1, the $((n - nb)) others NotSupported (also streamed)"
 out=$("$kda" conform -q --no-prefix -p "$plugin:input=f32" golden/L1 2>&1)
