@@ -281,15 +281,17 @@ struct kda_backend {
   uint32_t reserved1; /* zero */
   /* Per-parameter class and types (appended to version 2 after caps; read only when
    * KDA_BACKEND_HAS(b, variant); absent or NULL: every parameter string has the table's
-   * precision_class, input_dtype and output_dtype).  The runner calls it in the worker,
-   * once per parameter string it scores (params as given to open, "" when none), after
-   * loading the plugin and before any open, with *out prefilled as kda_backend_variant says.
+   * precision_class, input_dtype and output_dtype).  The runner calls it in the worker of
+   * each parameter string it scores (params as given to open, "" when none), once after
+   * loading the plugin and before any open (again in a worker restarted after a crash),
+   * with *out prefilled as kda_backend_variant says.
    * Returns KDA_OK with *out set, or KDA_EINVAL for parameters the backend rejects, with a
    * one-line message in err (errlen bytes): the runner's usage error (exit 2), before any
    * case.  Any other status fails the backend's load (every case reports it).  Like
    * kda_backend_entry it must be cheap and must not touch a device; it keeps nothing of out.
-   * What it returns is validated as the table's fields are (a valid class, dtypes of the
-   * four above, reserved0 zero); open(params) must then serve those types. */
+   * What it returns is validated as the table's fields are (a valid class, element types
+   * among fp64 fp32 bf16 fp16, reserved0 zero), must be the same in every worker, and
+   * open(params) must then serve those types. */
   int32_t (*variant)(const char *params, kda_backend_variant *out, char *err, uint32_t errlen);
   /* Version 2 ends here.  Later versions append here. */
 };

@@ -724,6 +724,15 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
              (int)a.in_dtype, (int)a.out_dtype);
     return KDA_OK;
   }
+  if (w->starts > 1 && (a.cls != w->cls || a.in_dtype != w->in_dtype ||
+                        a.out_dtype != w->out_dtype)) { /* buffers laid out for the first */
+    kill_and_reap(w);
+    r->outcome = KDA_CALL_ERROR, r->status = KDA_EINVAL;
+    snprintf(r->msg, sizeof r->msg, "variant answered class %d, types %d / %d in a restarted "
+             "worker, %d, %d / %d at first", (int)a.cls, (int)a.in_dtype, (int)a.out_dtype,
+             (int)w->cls, (int)w->in_dtype, (int)w->out_dtype);
+    return KDA_OK;
+  }
   if (w->starts == 1) {
     int ok = a.name[0] != 0;
     for (const char *c = a.name; *c; c++)

@@ -356,6 +356,30 @@ START_TEST(test_hostile_variants) {
 }
 END_TEST
 
+/* A worker restarted after a crash whose variant answers other types than the first one did
+ * (the runner lays buffers out for the first): that call fails, saying so. */
+START_TEST(test_variant_changes_on_restart) {
+  kda_case cf;
+  kda_truth tf;
+  gen(F32_CASE, &cf, &tf);
+  kda_test_tmpdir_make("half");
+  char params[256];
+  snprintf(params, sizeof params, "crash_forward flip=%s", kda_test_path("flip"));
+  kda_worker *w = start("half", params, 20, 1);
+  ck_assert_msg(!kda_worker_load_result(w), "%s", kda_worker_load_result(w)->msg);
+  ck_assert_int_eq(kda_worker_input_dtype(w), KDA_PRECISION_FP32);
+  kda_case_report r;
+  ck_assert_int_eq(score(w, &cf, &tf, &r), KDA_VERDICT_CRASH);
+  ck_assert_int_eq(score(w, &cf, &tf, &r), KDA_VERDICT_FAIL);
+  ck_assert_msg(strstr(r.reason, "variant answered class 3, types 3 / 1 in a restarted worker"),
+                "%s", r.reason);
+  ck_assert_int_eq(kda_worker_input_dtype(w), KDA_PRECISION_FP32); /* the first answer */
+  kda_worker_stop(w);
+  kda_test_tmpdir_remove();
+  kda_truth_free(&tf), kda_case_free(&cf);
+}
+END_TEST
+
 static Suite *half_suite(void) {
   Suite *s = suite_create("half");
   TCase *tc = tcase_create("core");
@@ -368,6 +392,7 @@ static Suite *half_suite(void) {
   tcase_add_test(tc, test_bf16_cases);
   tcase_add_test(tc, test_inputs_exact_per_value);
   tcase_add_test(tc, test_hostile_variants);
+  tcase_add_test(tc, test_variant_changes_on_restart);
   suite_add_tcase(s, tc);
   return s;
 }

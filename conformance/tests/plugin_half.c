@@ -13,6 +13,9 @@
  *   variant=class   returns class 77          variant=dtype     returns input dtype tf32
  *   variant=overrun writes past struct_size   variant=reserved  sets reserved0
  *   variant=fpenv   leaves FE_UPWARD set      variant=eio       returns KDA_EIO
+ *   flip=PATH       answers input f32 while the file PATH does not exist (and creates it),
+ *                   bf16 once it does: another answer in a restarted worker
+ *   crash_forward   forward dies of a SIGSEGV (a restart for the next call)
  * Any other word is KDA_EINVAL, from variant and open alike.  The table declares fp32 and
  * float32 buffers (what a runner without the variant slot uses).  forward widens every input
  * exactly (kda_backend_half.h), computes in float64 and narrows the outputs, so its error is
@@ -38,7 +41,8 @@ static const char *const variant_names[V_COUNT] = {"none",    "crash",    "hang"
 
 typedef struct hconfig {
   int32_t in, out, cls;
-  int variant;
+  int variant, crash_forward;
+  char flip[256]; /* flip=PATH, "" when not given */
 } hconfig;
 
 typedef struct hhandle {
@@ -64,7 +68,8 @@ static long word_value(const char *s, size_t n, const char *key) {
 }
 
 static int32_t parse(const char *params, hconfig *c, char *err, uint32_t errlen) {
-  *c = (hconfig){KDA_PRECISION_FP32, KDA_PRECISION_FP32, -1, V_NONE};
+  memset(c, 0, sizeof *c);
+  c->in = c->out = KDA_PRECISION_FP32, c->cls = -1, c->variant = V_NONE;
   for (const char *s = params ? params : ""; *s;) {
     s += strspn(s, " ,");
     size_t n = strcspn(s, " ,");
@@ -78,6 +83,14 @@ static int32_t parse(const char *params, hconfig *c, char *err, uint32_t errlen)
     else if ((m = word_value(s, n, "precision")) > 0) dst = &c->cls, val = s + 10, is_class = 1;
     if (dst && (*dst = prec_of(val, (size_t)m, is_class)) >= 0) {
       s += n;
+      continue;
+    }
+    if (n == 13 && strncmp(s, "crash_forward", 13) == 0) {
+      c->crash_forward = 1, s += n;
+      continue;
+    }
+    if ((m = word_value(s, n, "flip")) > 0 && (size_t)m < sizeof c->flip) {
+      memcpy(c->flip, s + 5, (size_t)m), s += n;
       continue;
     }
     int found = -1;
@@ -104,6 +117,11 @@ static int32_t h_variant(const char *params, kda_backend_variant *out, char *err
   int32_t st = parse(params, &c, err, errlen);
   if (st != KDA_OK) return st;
   out->precision_class = c.cls, out->input_dtype = c.in, out->output_dtype = c.out;
+  if (c.flip[0]) {
+    FILE *f = fopen(c.flip, "r");
+    if (f) out->input_dtype = out->precision_class = KDA_PRECISION_BF16, fclose(f);
+    else if ((f = fopen(c.flip, "w"))) fclose(f);
+  }
   switch (c.variant) {
     case V_CRASH: {
       volatile uintptr_t nowhere = 16; /* unknown to the compiler: a real store, a SIGSEGV */
@@ -201,6 +219,10 @@ static int32_t h_plain(void *handle, const kda_problem *p, const kda_backend_ten
 
 static int32_t h_forward(void *handle, const kda_problem *p, const kda_backend_tensors *t) {
   hhandle *h = handle;
+  if (h->cfg.crash_forward) {
+    volatile uintptr_t nowhere = 16;
+    *(int *)nowhere = 1;
+  }
   if (t->in_dtype != h->cfg.in || t->out_dtype != h->cfg.out)
     return snprintf(h->err, sizeof h->err, "buffers of types %d / %d, opened for %d / %d",
                     (int)t->in_dtype, (int)t->out_dtype, (int)h->cfg.in, (int)h->cfg.out),
