@@ -25,10 +25,10 @@
  * to nearest-even from the case's float64 values (exact for a case whose input precision the
  * type holds; a 16-bit type is never rounded into: a case whose values it does not hold is
  * NotSupported, SPEC.md §10.3), outputs are widened exactly.  Index arrays (cu_seqlens,
- * checkpoints, state_indices) are always int64.  Version 2 adds optional device-resident copies (buffers_create and the slots after
- * it), created from and read back into such host buffers, and state pools (a pool call reads
- * and writes states in place in slots named by state_indices; only for a backend whose caps
- * has KDA_CAP_STATE_POOL).
+ * checkpoints, state_indices) are always int64.  Version 2 adds optional device-resident
+ * copies (buffers_create and the slots after it), created from and read back into such host
+ * buffers, and state pools (a pool call reads and writes states in place in slots named by
+ * state_indices; only for a backend whose caps has KDA_CAP_STATE_POOL).
  *
  * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
  * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
@@ -102,8 +102,8 @@ extern "C" {
  *     bias 15, 10 fraction bits; subnormals down to 2^-24; kda_f16_to_float).
  * Host byte order, packed (2 bytes an element).  The runner converts float64 to a 16-bit type
  * with one round-to-nearest-even step (never through float32), and only values the type holds
- * exactly reach a backend; it never sends NaN or an infinity (§6.2 rejects such inputs), so a
- * backend need not handle their patterns on input.  It widens 16-bit outputs exactly: a NaN
+ * exactly reach a backend; cases hold no NaN or infinity (§6.2 rejects such inputs), so a
+ * backend need not expect their patterns on input.  It widens 16-bit outputs exactly: a NaN
  * pattern is NaN, 0x7F80 / 0x7C00 are +inf (and they are scored as such).
  * The 16-bit types are the q, k, v, g, beta type (input_dtype) and the o type (output_dtype)
  * only.  State and parameter tensors stay wide: with a 16-bit input_dtype, A_log, dt_bias and
@@ -122,8 +122,9 @@ extern "C" {
  * in_dtype (inputs) and out_dtype (outputs), with the wide-state rule above, which equal the
  * input_dtype and output_dtype the runner holds for the backend's parameters (its variant's,
  * else the table's).  A backend checks them: a runner that predates the variant slot passes
- * the table's types whatever the parameters.  Inputs a problem does not use are NULL (g for DeltaNet/linear, A_log
- * when has_A_log is 0, dt_bias for the log gate, h0 when has_initial_state is 0).
+ * the table's types whatever the parameters.  Inputs a problem does not use are NULL (g for
+ * DeltaNet/linear, A_log when has_A_log is 0, dt_bias for the log gate, h0 when
+ * has_initial_state is 0).
  * cu_seqlens is never NULL (N + 1 entries); checkpoints is NULL when n_checkpoints is 0;
  * ht is NULL when want_final_state is 0; hc is NULL when n_checkpoints is 0. */
 typedef struct kda_backend_tensors {
