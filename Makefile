@@ -239,7 +239,7 @@ install: all
 	ln -sf libkda.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkda.so.0
 	ln -sf libkda.so.0 $(DESTDIR)$(PREFIX)/lib/libkda.so
 	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kda/
-	install -m 644 conformance/kda_backend_half.h $(DESTDIR)$(PREFIX)/include/kda/ # header-only, for plugins
+	install -m 644 conformance/kda_backend_half.h $(DESTDIR)$(PREFIX)/include/kda/ # for plugins
 	install -m 755 $(KDA) $(DESTDIR)$(PREFIX)/bin/kda
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
 	  tools/kda.pc.in \

@@ -145,8 +145,8 @@ typedef struct kda_backend_tensors {
    * has caps with KDA_CAP_STATE_POOL, and otherwise leaves them NULL / 0.
    * state_indices NULL: an ordinary call (h0 / ht as above; pool NULL, pool_slots 0).
    * state_indices non-NULL: a POOL CALL.  pool holds pool_slots (S >= 1) states
-   * [S, HV, K, V] (in the problem's state_layout, element type KDA_STATE_DTYPE(out_dtype)), h0 and ht are
-   * NULL, and sequence n uses slot s = state_indices[n]:
+   * [S, HV, K, V] (in the problem's state_layout, element type KDA_STATE_DTYPE(out_dtype)),
+   * h0 and ht are NULL, and sequence n uses slot s = state_indices[n]:
    *   - 0 <= s < S: it starts from slot s when has_initial_state is 1 (from zero when 0) and,
    *     when want_final_state is 1, writes its final state back into slot s, in place;
    *   - s == KDA_PAD_SLOT (-1): a padding entry: the sequence's slot is none, it starts from

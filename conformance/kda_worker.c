@@ -892,6 +892,33 @@ static size_t buf_es(const kda_worker *w, int b) {
   return (size_t)KDA_DTYPE_SIZE(buf_dtype(w, b));
 }
 
+/* Element i of a buffer of type dt: the wide types inline (the long cases' inner loops), the
+ * 16-bit ones through kda_dtype.c. */
+static inline void put_elem(int32_t dt, unsigned char *d, size_t i, double x) {
+  if (dt == KDA_PRECISION_FP64) {
+    memcpy(d + 8 * i, &x, 8);
+  } else if (dt == KDA_PRECISION_FP32) {
+    float f = (float)x;
+    memcpy(d + 4 * i, &f, 4);
+  } else {
+    kda_dtype_put(dt, d, i, x);
+  }
+}
+
+static inline double get_elem(int32_t dt, const unsigned char *s, size_t i) {
+  if (dt == KDA_PRECISION_FP64) {
+    double x;
+    memcpy(&x, s + 8 * i, 8);
+    return x;
+  }
+  if (dt == KDA_PRECISION_FP32) {
+    float f;
+    memcpy(&f, s + 4 * i, 4);
+    return (double)f;
+  }
+  return kda_dtype_get(dt, s, i);
+}
+
 /* Places the inputs, then each output so that its end is followed by a guard page (the
  * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries).  Returns
  * the region's size, or 0 for a problem whose sizes do not fit. */
@@ -939,8 +966,8 @@ static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *
   for (int b = 0; b < N_FIN; b++) {
     if (q->off[b] < 0) continue;
     const int32_t dt = buf_dtype(w, b);
-    for (uint64_t i = 0; i < q->len[b] / buf_es(w, b); i++)
-      kda_dtype_put(dt, w->map + q->off[b], (size_t)i, xs[b][i]);
+    const uint64_t n = q->len[b] / buf_es(w, b);
+    for (uint64_t i = 0; i < n; i++) put_elem(dt, w->map + q->off[b], (size_t)i, xs[b][i]);
   }
   memcpy(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]);
   if (q->off[B_CK] >= 0) memcpy(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]);
@@ -949,8 +976,9 @@ static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *
     if (q->off[b] < 0) continue;
     unsigned char *d = w->map + q->off[b];
     const int32_t dt = buf_dtype(w, b);
-    for (uint64_t i = 0; i < q->len[b] / buf_es(w, b); i++) /* NaN: an unwritten one fails */
-      kda_dtype_put(dt, d, (size_t)i, b == B_POOL ? pl->pool[i] : NAN);
+    const uint64_t n = q->len[b] / buf_es(w, b);
+    for (uint64_t i = 0; i < n; i++) /* NaN: an unwritten element cannot pass */
+      put_elem(dt, d, (size_t)i, b == B_POOL ? pl->pool[i] : NAN);
     memset(d + q->len[b], CANARY, up((size_t)q->len[b], 64) - (size_t)q->len[b]);
   }
 }
@@ -967,7 +995,7 @@ static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in,
     const size_t es = buf_es(w, b);
     for (uint64_t i = 0; i < q->len[b] / es; i++) {
       unsigned char want[8]; /* what put_inputs wrote */
-      kda_dtype_put(dt, want, 0, xs[b][i]);
+      put_elem(dt, want, 0, xs[b][i]);
       if (memcmp(d + es * i, want, es) != 0) return buf_names[b];
     }
   }
@@ -996,16 +1024,16 @@ static void widen(const kda_worker *w, const wreq *q, kda_outputs *out) {
   for (int b = 0; b < 3; b++) {
     if (q->off[B_O + b] < 0 || !dst[b]) continue;
     const int32_t dt = buf_dtype(w, B_O + b);
-    for (uint64_t i = 0; i < q->len[B_O + b] / buf_es(w, B_O + b); i++)
-      dst[b][i] = kda_dtype_get(dt, w->map + q->off[B_O + b], (size_t)i);
+    const uint64_t n = q->len[B_O + b] / buf_es(w, B_O + b);
+    for (uint64_t i = 0; i < n; i++) dst[b][i] = get_elem(dt, w->map + q->off[B_O + b], (size_t)i);
   }
 }
 
 /* The pool as the backend left it, widened exactly into pl->pool. */
 static void widen_pool(const kda_worker *w, const wreq *q, const pool_io *pl) {
   const int32_t dt = buf_dtype(w, B_POOL);
-  for (uint64_t i = 0; i < q->len[B_POOL] / buf_es(w, B_POOL); i++)
-    pl->pool[i] = kda_dtype_get(dt, w->map + q->off[B_POOL], (size_t)i);
+  const uint64_t n = q->len[B_POOL] / buf_es(w, B_POOL);
+  for (uint64_t i = 0; i < n; i++) pl->pool[i] = get_elem(dt, w->map + q->off[B_POOL], (size_t)i);
 }
 
 /* 16-bit input types are never rounded into (SPEC.md §10.3): 1 when every value of q k v g

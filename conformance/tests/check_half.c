@@ -141,7 +141,8 @@ START_TEST(test_put_get) {
     for (int i = 0; i < 6; i++) kda_dtype_put(all[d], buf, (size_t)i, xs[i]);
     for (int i = 0; i < 6; i++) {
       double got = kda_dtype_get(all[d], buf, (size_t)i);
-      if (kda_dtype_holds(all[d], xs[i])) ck_assert(got == xs[i] && !signbit(got) == !signbit(xs[i]));
+      if (kda_dtype_holds(all[d], xs[i]))
+        ck_assert(got == xs[i] && !signbit(got) == !signbit(xs[i]));
       else ck_assert(got != xs[i]); /* rounded: 0.1 everywhere but fp64; 3e38 inf in fp16 */
     }
   }

@@ -96,7 +96,8 @@ static int32_t parse(const char *params, hconfig *c, char *err, uint32_t errlen)
     int found = -1;
     if ((m = word_value(s, n, "variant")) > 0)
       for (int v = 0; v < V_COUNT; v++)
-        if (strlen(variant_names[v]) == (size_t)m && strncmp(s + 8, variant_names[v], (size_t)m) == 0)
+        if (strlen(variant_names[v]) == (size_t)m &&
+            strncmp(s + 8, variant_names[v], (size_t)m) == 0)
           found = v;
     if (found < 0) {
       if (errlen)
@@ -108,7 +109,8 @@ static int32_t parse(const char *params, hconfig *c, char *err, uint32_t errlen)
     s += n;
   }
   if (c->cls < 0)
-    c->cls = c->in == KDA_PRECISION_BF16 || c->in == KDA_PRECISION_FP16 ? c->in : KDA_PRECISION_FP32;
+    c->cls = c->in == KDA_PRECISION_BF16 || c->in == KDA_PRECISION_FP16 ? c->in
+             : c->in == KDA_PRECISION_FP64 ? KDA_PRECISION_FP64 : KDA_PRECISION_FP32;
   return KDA_OK;
 }
 
