@@ -153,6 +153,7 @@ static int validate_v2(const kda_backend *b, char *err, size_t errlen) {
 static int check_types(const char *name, const char *params, int32_t cls, int32_t in,
                        int32_t out, char *err, size_t errlen) {
   const char *sep = params && params[0] ? ":" : "";
+  if (!params) params = "";
   if (!kda_precision_name(cls))
     return snprintf(err, errlen, "backend '%s%s%.200s' declares unknown precision class %d",
                     name, sep, params, (int)cls),
