@@ -152,6 +152,47 @@ START_TEST(test_put_get) {
 }
 END_TEST
 
+/* ---- The table and the slot, in-process. */
+static int32_t never_called(const char *params, kda_backend_variant *v, char *err, uint32_t n) {
+  ck_abort_msg("variant read from a table that does not have it");
+  return KDA_EIO;
+}
+
+/* 16-bit element types are valid in a table, tf32 is not; the slot is read only from a version-2
+ * table whose struct_size covers it (an older table's bytes there are not its). */
+START_TEST(test_table_and_slot) {
+  char path[4200], err[KDA_ERRLEN];
+  snprintf(path, sizeof path, "%s/kda_plugin_half.so", plugin_dir);
+  kda_plugin *pl;
+  const kda_backend *hb;
+  ck_assert_msg(kda_plugin_load(path, &pl, &hb, err, sizeof err) == KDA_OK, "%s", err);
+  kda_backend b = *hb;
+  b.input_dtype = KDA_PRECISION_BF16, b.output_dtype = KDA_PRECISION_FP16;
+  ck_assert_msg(kda_backend_validate(&b, err, sizeof err) == KDA_OK, "%s", err);
+  b.input_dtype = KDA_PRECISION_TF32;
+  ck_assert_int_eq(kda_backend_validate(&b, err, sizeof err), KDA_EINVAL);
+  ck_assert_msg(strstr(err, "backend 'half' declares an unknown buffer dtype (input 2"), "%s", err);
+  b = *hb;
+  kda_backend_variant v;
+  int rejected = 1;
+  ck_assert(kda_backend_variant_get(&b, "input=f16", &v, &rejected, err, sizeof err) == KDA_OK);
+  ck_assert(!rejected && v.input_dtype == KDA_PRECISION_FP16 && v.struct_size == sizeof v);
+  ck_assert(kda_backend_variant_get(&b, "x", &v, &rejected, err, sizeof err) == KDA_EINVAL);
+  ck_assert(rejected);
+  b.variant = never_called;
+  b.struct_size = (uint32_t)offsetof(kda_backend, variant); /* compiled before the slot */
+  ck_assert(kda_backend_variant_get(&b, "input=f16", &v, &rejected, err, sizeof err) == KDA_OK);
+  ck_assert_int_eq(v.input_dtype, KDA_PRECISION_FP32); /* the table's */
+  b.struct_size = sizeof b, b.abi_version = 1; /* version 1: nothing past its prefix */
+  ck_assert(kda_backend_variant_get(&b, "input=f16", &v, &rejected, err, sizeof err) == KDA_OK);
+  ck_assert(v.precision_class == KDA_PRECISION_FP32 && v.output_dtype == KDA_PRECISION_FP32);
+  b.abi_version = KDA_BACKEND_ABI_VERSION, b.variant = NULL; /* a NULL slot */
+  ck_assert(kda_backend_variant_get(&b, "input=f16", &v, &rejected, err, sizeof err) == KDA_OK);
+  ck_assert_int_eq(v.input_dtype, KDA_PRECISION_FP32);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
 /* ---- The worker and plugin_half.so. */
 static kda_worker *start(const char *plugin, const char *params, double timeout, int isolate) {
   char spec[4400], err[KDA_ERRLEN];
@@ -389,6 +430,7 @@ static Suite *half_suite(void) {
   tcase_add_test(tc, test_roundtrip_every_pattern);
   tcase_add_test(tc, test_float32_boundaries);
   tcase_add_test(tc, test_put_get);
+  tcase_add_test(tc, test_table_and_slot);
   tcase_add_test(tc, test_variant_types);
   tcase_add_test(tc, test_bf16_cases);
   tcase_add_test(tc, test_inputs_exact_per_value);
