@@ -407,9 +407,11 @@ static void child_variant(wchild *c, const kda_backend_ref *ref, wrep *a) {
   int st = kda_backend_variant_get(c->b, ref->params, &v, &rejected, err, sizeof err);
   set_stage(c, ST_NONE);
   if (fp_check(&before, "variant", a)) return;
-  if (st != KDA_OK) {
+  if (st != KDA_OK) { /* a plugin named by its path, as kda_plugin_load names a bad table */
+    char pre[256] = "";
+    if (!ref->builtin) snprintf(pre, sizeof pre, "%.200s: ", ref->path);
     a->rejected = rejected;
-    return rep_set(a, KDA_CALL_ERROR, st, "%s%s", err, NULL);
+    return rep_set(a, KDA_CALL_ERROR, st, "%s%s", pre, err);
   }
   a->cls = v.precision_class, a->in_dtype = v.input_dtype, a->out_dtype = v.output_dtype;
   c->in_dtype = v.input_dtype, c->out_dtype = v.output_dtype;

@@ -803,9 +803,8 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
 static int probe_targets(const target *tg, int nt) {
   for (int i = 0; i < nt; i++) {
     /* a variant slot that rejected the parameters (SPEC.md §7.8), in the worker: the same */
-    if (kda_worker_params_rejected(tg[i].w))
-      return kda_tool_fail(SUB, "%s%s%s", tg[i].path ? tg[i].path : "", tg[i].path ? ": " : "",
-                           kda_worker_load_result(tg[i].w)->msg);
+    if (kda_worker_params_rejected(tg[i].w)) /* the message names the plugin's path */
+      return kda_tool_fail(SUB, "%s", kda_worker_load_result(tg[i].w)->msg);
     const kda_backend *b = tg[i].builtin;
     if (!b) continue;
     void *h = NULL;
