@@ -35,8 +35,11 @@ typedef struct cuda_handle {
   int64_t grid;    /* cap on the persistent grid, 0: none */
   int32_t decode;  /* 0: never the decode kernel (param decode=0) */
   int32_t algo;    /* 0 auto, 1 chunk (where the chunked kernels can), 2 recurrent */
+  int32_t overlap; /* 0: the decode's prologue never overlaps the kernel (param overlap=0) */
+  int32_t in_dtype; /* q k v g beta: KDA_PRECISION_FP32, _BF16 or _FP16 (param input=) */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
+  kda_cuda_aux aux;    /* the overlapped decode's second stream (aux.stream NULL: none) */
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
   char err[ERRLEN];    /* last_error */
   char reason[ERRLEN];
@@ -50,7 +53,15 @@ typedef struct cuda_buffers {
   void *mem;            /* one allocation holding every tensor and the scratch */
   size_t off_o, off_ht, off_hc;
   int64_t pool_slots;   /* a pool call's S (its pool is d.ht, in place), or 0 */
+  int64_t *host_cu;     /* a host copy of cu_seqlens (the overlapped decode's slices), or NULL */
 } cuda_buffers;
+
+/* Frees what make_buffers allocated (cudaFree synchronises with pending work on the memory). */
+static void free_buffers(cuda_buffers *b) {
+  if (b->mem) cudaFree(b->mem);
+  free(b->host_cu);
+  b->mem = NULL, b->host_cu = NULL;
+}
 
 static int32_t say(char *buf, uint32_t len, int32_t st, const char *msg) {
   if (len) snprintf(buf, len, "%s", msg);
@@ -121,12 +132,16 @@ static int is_pool_call(const kda_backend_tensors *t) {
 }
 
 /* The struct, its dtypes and every pointer the problem needs (inputs; outputs when out). */
-static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t, int out,
-                             char *msg, uint32_t len) {
+static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t, int32_t in_dtype,
+                             int out, char *msg, uint32_t len) {
   if (!t || t->struct_size < sizeof(kda_backend_tensors))
     return say(msg, len, KDA_EINVAL, "cuda: tensors are NULL or too small");
-  if (t->in_dtype != KDA_BACKEND_DTYPE_F32 || (out && t->out_dtype != KDA_BACKEND_DTYPE_F32))
-    return say(msg, len, KDA_EINVAL, "cuda: buffers must be float32");
+  if (t->in_dtype != in_dtype || (out && t->out_dtype != KDA_BACKEND_DTYPE_F32)) {
+    if (len)
+      snprintf(msg, len, "cuda: input buffers must be %s (param input=), outputs float32",
+               in_dtype == KDA_PRECISION_BF16 ? "bfloat16" : in_dtype == KDA_PRECISION_FP16 ? "binary16" : "float32");
+    return KDA_EINVAL;
+  }
   const int T = p->T > 0;
   if ((T && (!t->q || !t->k || !t->v || !t->beta)) || (T && gate_width(p) && !t->g) ||
       (needs_dt_bias(p) && !t->dt_bias) || (needs_dt_bias(p) && p->has_A_log && !t->A_log) ||
@@ -169,6 +184,16 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     } else if (strcmp(w, "decode=0") == 0 || strcmp(w, "decode=1") == 0) {
       h->decode = w[7] == '1';
       continue;
+    } else if (strcmp(w, "overlap=0") == 0 || strcmp(w, "overlap=1") == 0) {
+      h->overlap = w[8] == '1';
+      continue;
+    } else if (strncmp(w, "input=", 6) == 0) {
+      const char *names[3] = {"f32", "bf16", "f16"};
+      const int32_t types[3] = {KDA_PRECISION_FP32, KDA_PRECISION_BF16, KDA_PRECISION_FP16};
+      int found = -1;
+      for (int a = 0; a < 3; a++)
+        if (strcmp(w + 6, names[a]) == 0) found = a;
+      if (found >= 0) { h->in_dtype = types[found]; continue; }
     } else if (strncmp(w, "algo=", 5) == 0) {
       const char *names[3] = {"auto", "chunk", "recurrent"};
       int found = -1;
@@ -182,7 +207,7 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
       long k = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, algo=auto|chunk|recurrent)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, overlap=0|1, algo=auto|chunk|recurrent, input=f32|bf16|f16)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -215,13 +240,15 @@ static void attach(cuda_handle *h) {
     return;
   }
   h->ready = 1;
+  if (kda_cuda_aux_create(&h->aux) != cudaSuccess) /* not fatal: the decode does not overlap */
+    memset(&h->aux, 0, sizeof h->aux), cudaGetLastError();
 }
 
 static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t errlen) {
   if (!handle) return say(err, errlen, KDA_EINVAL, "cuda: handle pointer is NULL");
   cuda_handle *h = (cuda_handle *)calloc(1, sizeof *h);
   if (!h) return say(err, errlen, KDA_ENOMEM, "cuda: out of memory opening the backend");
-  h->decode = 1;
+  h->decode = 1, h->overlap = 1, h->in_dtype = KDA_PRECISION_FP32;
   if (parse_params(h, params, err, errlen) != KDA_OK) return free(h), KDA_EINVAL;
   attach(h);
   *handle = h;
@@ -231,7 +258,7 @@ static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t 
 static void cuda_close(void *handle) {
   cuda_handle *h = (cuda_handle *)handle;
   if (!h) return;
-  if (h->ready) cudaStreamDestroy(h->stream);
+  if (h->ready) kda_cuda_aux_destroy(&h->aux), cudaStreamDestroy(h->stream);
   free(h);
 }
 
@@ -290,7 +317,7 @@ static int32_t cuda_err(cuda_handle *h, int32_t st, const char *what, cudaError_
 static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_backend_tensors *t,
                             cuda_buffers *b) {
   int32_t st = check_problem(p, h->err, sizeof h->err);
-  if (!st) st = check_tensors(p, t, 0, h->err, sizeof h->err);
+  if (!st) st = check_tensors(p, t, h->in_dtype, 0, h->err, sizeof h->err);
   if (!st) st = check_index(p, t, &b->o.max_len, h->err, sizeof h->err);
   if (!st && is_pool_call(t)) st = check_pool(p, t, h->err, sizeof h->err);
   if (st) return st;
@@ -311,7 +338,14 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   const size_t off_pool = off_cs + up(chunked ? kda_cuda_chunk_bytes(p, n_chunks) : 0);
   const size_t pool_bytes = pooled ? (size_t)t->pool_slots * slot_bytes : 0;
   const size_t off_idx = off_pool + up(pool_bytes);
-  const size_t total = off_idx + (pooled ? (size_t)p->N * sizeof(int64_t) : 0);
+  /* 16-bit inputs: their patterns after the rest; each launch widens them into L.q .. L.beta */
+  const int half = h->in_dtype != KDA_PRECISION_FP32;
+  const size_t nqk = (size_t)p->T * (size_t)p->H * (size_t)p->K, nv = (size_t)p->T * (size_t)p->HV * (size_t)p->V;
+  const size_t ng = (size_t)p->T * (size_t)p->HV * (size_t)gate_width(p), nb = (size_t)p->T * (size_t)p->HV;
+  const size_t off_raw = off_idx + up(pooled ? (size_t)p->N * sizeof(int64_t) : 0);
+  const size_t raw_off[5] = {0, up(2 * nqk), 2 * up(2 * nqk), 2 * up(2 * nqk) + up(2 * nv),
+                             2 * up(2 * nqk) + up(2 * nv) + up(2 * ng)};
+  const size_t total = off_raw + (half ? raw_off[4] + up(2 * nb) : 0);
   int32_t *plan = NULL;
   if (chunked && !(plan = (int32_t *)malloc(plan_bytes)))
     return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
@@ -320,15 +354,17 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   if (e != cudaSuccess) free(plan);
   if (e != cudaSuccess) return b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
   char *m = (char *)b->mem;
-  const size_t f = sizeof(float), T = (size_t)p->T, HV = (size_t)p->HV;
+  const size_t f = sizeof(float), HV = (size_t)p->HV;
   const size_t GW = (size_t)gate_width(p), st_bytes = HV * (size_t)p->K * (size_t)p->V * f;
   const int dt = needs_dt_bias(p), al = dt && p->has_A_log;
   const cudaStream_t s = h->stream;
-  const size_t qk = T * (size_t)p->H * (size_t)p->K * f;
-  if ((e = put(m, L.q, t->q, qk, s)) || (e = put(m, L.k, t->k, qk, s)) ||
-      (e = put(m, L.v, t->v, T * HV * (size_t)p->V * f, s)) ||
-      (e = put(m, L.g, GW ? t->g : NULL, T * HV * GW * f, s)) ||
-      (e = put(m, L.beta, t->beta, T * HV * f, s)) ||
+  const size_t es = half ? 2 : f; /* q k v g beta: to L.q .. or, 16-bit, to the raw area */
+  const size_t at[5] = {half ? off_raw + raw_off[0] : L.q, half ? off_raw + raw_off[1] : L.k,
+                        half ? off_raw + raw_off[2] : L.v, half ? off_raw + raw_off[3] : L.g,
+                        half ? off_raw + raw_off[4] : L.beta};
+  if ((e = put(m, at[0], t->q, nqk * es, s)) || (e = put(m, at[1], t->k, nqk * es, s)) ||
+      (e = put(m, at[2], t->v, nv * es, s)) || (e = put(m, at[3], GW ? t->g : NULL, ng * es, s)) ||
+      (e = put(m, at[4], t->beta, nb * es, s)) ||
       (e = put(m, L.A_log, al ? t->A_log : NULL, HV * f, s)) ||
       (e = put(m, L.dt_bias, dt ? t->dt_bias : NULL, HV * GW * f, s)) ||
       (e = put(m, L.h0, p->has_initial_state ? t->h0 : NULL, (size_t)p->N * st_bytes, s)) ||
@@ -348,6 +384,9 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   b->o.ksplit = h->ksplit;
   b->o.max_grid = h->grid;
   b->o.no_decode = !h->decode;
+  if (h->overlap && h->aux.stream && (b->host_cu = (int64_t *)malloc(((size_t)p->N + 1) * sizeof(int64_t))))
+    memcpy(b->host_cu, t->cu_seqlens, ((size_t)p->N + 1) * sizeof(int64_t));
+  b->o.aux = b->host_cu ? &h->aux : NULL, b->o.host_cu = b->host_cu; /* no copy: no overlap */
   kda_cuda_dev *d = &b->d;
   d->q = (const float *)(m + L.q), d->k = (const float *)(m + L.k);
   d->v = (const float *)(m + L.v), d->g = GW ? (const float *)(m + L.g) : NULL;
@@ -359,6 +398,12 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   d->o = (float *)(m + L.o), d->ht = (float *)(m + L.ht), d->hc = (float *)(m + L.hc);
   d->scratch = m + L.scratch;
   d->plan = chunked ? (const int32_t *)(m + off_plan) : NULL;
+  if (half) {
+    d->raw_dtype = h->in_dtype;
+    d->raw_q = (const uint16_t *)(m + at[0]), d->raw_k = (const uint16_t *)(m + at[1]);
+    d->raw_v = (const uint16_t *)(m + at[2]), d->raw_g = GW ? (const uint16_t *)(m + at[3]) : NULL;
+    d->raw_beta = (const uint16_t *)(m + at[4]);
+  }
   d->n_chunks = chunked ? n_chunks : 0;
   d->chunk_scratch = chunked ? m + off_cs : NULL;
   if (pooled) { /* initial and final states are the pool's slots, read and written in place */
@@ -374,7 +419,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
 /* Copies the outputs of b into t's host buffers and waits for them. */
 static int32_t read_buffers(cuda_handle *h, const cuda_buffers *b, const kda_backend_tensors *t) {
   const kda_problem *p = &b->p;
-  int32_t st = check_tensors(p, t, 1, h->err, sizeof h->err);
+  int32_t st = check_tensors(p, t, h->in_dtype, 1, h->err, sizeof h->err);
   if (st) return st;
   const size_t f = sizeof(float), st_bytes = (size_t)p->HV * (size_t)p->K * (size_t)p->V * f;
   const size_t no = (size_t)p->T * (size_t)p->HV * (size_t)p->V * f;
@@ -405,7 +450,7 @@ static int32_t cuda_forward(void *handle, const kda_problem *p, const kda_backen
   if (!h) return KDA_EINVAL;
   h->err[0] = 0;
   int32_t st = check_problem(p, h->err, sizeof h->err);
-  if (!st) st = check_tensors(p, t, 1, h->err, sizeof h->err);
+  if (!st) st = check_tensors(p, t, h->in_dtype, 1, h->err, sizeof h->err);
   if (st) return st;
   cuda_buffers b;
   memset(&b, 0, sizeof b);
@@ -414,7 +459,7 @@ static int32_t cuda_forward(void *handle, const kda_problem *p, const kda_backen
   if (!st) st = read_buffers(h, &b, t);
   if (b.mem) {
     cudaError_t e = cudaStreamSynchronize(h->stream);
-    cudaFree(b.mem);
+    free_buffers(&b);
     if (!st && e) st = cuda_err(h, KDA_EIO, "kernel", e);
   }
   return st;
@@ -453,7 +498,7 @@ static int32_t cuda_buffers_create(void *handle, const kda_problem *p, const kda
   cudaError_t e = st ? cudaSuccess : cudaStreamSynchronize(h->stream);
   if (!st && e) st = cuda_err(h, KDA_EIO, "copy to the device", e);
   if (st) {
-    if (b->mem) cudaFree(b->mem);
+    free_buffers(b);
     free(b);
     return st;
   }
@@ -479,7 +524,7 @@ static int32_t cuda_buffers_read(void *handle, void *buffers, const kda_backend_
 static void cuda_buffers_destroy(void *handle, void *buffers) {
   cuda_buffers *b = (cuda_buffers *)buffers;
   if (!b) return;
-  if (b->mem) cudaFree(b->mem); /* cudaFree synchronises with pending work on the memory */
+  free_buffers(b);
   free(b);
 }
 
@@ -491,11 +536,27 @@ static int32_t cuda_synchronize(void *handle) {
   return e ? cuda_err(h, KDA_EIO, "synchronize", e) : KDA_OK;
 }
 
+/* The class and element types of a parameter string (SPEC.md §7.8): input=bf16|f16 makes q, k,
+ * v, g, beta 16-bit buffers (widened on the device); the class stays fp32 and the outputs and
+ * states float32.  Touches no device. */
+static int32_t cuda_variant(const char *params, kda_backend_variant *out, char *err, uint32_t errlen) {
+  if (!out || out->struct_size < offsetof(kda_backend_variant, output_dtype) + sizeof(int32_t))
+    return say(err, errlen, KDA_EINVAL, "cuda: variant record is NULL or too small");
+  cuda_handle h;
+  memset(&h, 0, sizeof h);
+  h.in_dtype = KDA_PRECISION_FP32;
+  if (parse_params(&h, params, err, errlen) != KDA_OK) return KDA_EINVAL;
+  out->precision_class = KDA_CLASS_FP32;
+  out->input_dtype = h.in_dtype;
+  out->output_dtype = KDA_BACKEND_DTYPE_F32;
+  return KDA_OK;
+}
+
 static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent",
+    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 overlap=0|1 algo=auto|chunk|recurrent input=f32|bf16|f16",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,
@@ -513,6 +574,7 @@ static const kda_backend cuda_table = {
     cuda_synchronize,
     KDA_CAP_STATE_POOL, /* decode (and prefill) in place on a pool of states */
     0,
+    cuda_variant,
 };
 
 extern "C" KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {

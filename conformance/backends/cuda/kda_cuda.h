@@ -39,7 +39,25 @@ typedef struct kda_cuda_dev {
   /* A state pool (SPEC.md §7.8): h0 and ht are the pool, sequence n's state is slot
    * slots[n] (KDA_PAD_SLOT: from zero, final state dropped); NULL: slot n of h0 / ht. */
   const int64_t *slots;
+  /* 16-bit inputs (SPEC.md §7.8 "Element types"): raw_dtype KDA_PRECISION_BF16 or _FP16 and
+   * the bit patterns of q, k, v, g, beta, which each launch first widens (exactly) into the
+   * float arrays above (then scratch of the call); 0: the float arrays are the inputs. */
+  int32_t raw_dtype;
+  const uint16_t *raw_q, *raw_k, *raw_v, *raw_g, *raw_beta;
 } kda_cuda_dev;
+
+/* A second stream and its events, for the overlapped decode (kda_cuda_launch): the
+ * coefficients of a later slice of sequences are computed on stream while the row decode
+ * kernel runs an earlier slice on the call's stream.  Created once per handle. */
+#define KDA_CUDA_SLICES 3
+#define KDA_CUDA_SLICE_MIN 4 /* sequences below which the decode is not split */
+typedef struct kda_cuda_aux {
+  cudaStream_t stream;
+  cudaEvent_t ev[KDA_CUDA_SLICES + 1];
+} kda_cuda_aux;
+/* cudaSuccess or the first error (then nothing is left allocated). */
+cudaError_t kda_cuda_aux_create(kda_cuda_aux *a);
+void kda_cuda_aux_destroy(kda_cuda_aux *a);
 
 /* Options of a launch: ksplit is the number of threads that share one value column's key
  * rows (4, 8 or 16; 0 picks one from the shape); max_len the longest sequence of the call
@@ -50,6 +68,10 @@ typedef struct kda_cuda_opts {
   int32_t no_decode; /* 1: never the decode kernel (every sequence <= 1 token, K <= 128) */
   int64_t max_len;
   int64_t max_grid;
+  /* Overlapped decode (the row decode kernel on at least KDA_CUDA_SLICE_MIN sequences):
+   * aux and the host copy of cu_seqlens; aux NULL: the prologue runs whole before the kernel. */
+  const kda_cuda_aux *aux;
+  const int64_t *host_cu;
   int32_t phases; /* the stages to run: 8 the prologue; chunked: 1 prep, 2 scan, 4 out, else any
                    * of 7 the kernel; 0: all (bench_cuda times them one by one; results are
                    * only right with all) */

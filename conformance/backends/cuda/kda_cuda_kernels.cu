@@ -31,6 +31,7 @@
 
 #include "kda_cuda.h"
 #include "kda_cuda_chunk.h"
+#include "kda_precision.h"
 
 #define THREADS 128
 #define ALIGN_BYTES 256
@@ -182,6 +183,36 @@ __global__ void kda_cuda_ckpt_fill(int32_t *ckpt, int64_t T) {
 __global__ void kda_cuda_ckpt_scatter(int32_t *ckpt, const int64_t *checkpoints, int64_t C) {
   const int64_t c = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (c < C) ckpt[checkpoints[c]] = (int32_t)c;
+}
+
+/* ==== 16-bit inputs ==== */
+
+/* The exact float of a bfloat16 / binary16 pattern (integer arithmetic on the bits, as
+ * kda_backend_half.h: no dependence on FTZ or the half-precision intrinsics). */
+__device__ __forceinline__ float bf16_bits(uint16_t b) { return __uint_as_float((uint32_t)b << 16); }
+__device__ __forceinline__ float f16_bits(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+  if (e == 0x1f) return __uint_as_float(sign | 0x7f800000u | (m << 13));
+  if (e == 0) {
+    const float f = (float)m * 0x1p-24f; /* a subnormal: m 2^-24, exact */
+    return sign ? -f : f;
+  }
+  return __uint_as_float(sign | ((e + 112u) << 23) | (m << 13));
+}
+struct widen_args {
+  const uint16_t *src[5];
+  float *dst[5];
+  int64_t n[5];
+  int32_t bf16;
+};
+/* blockIdx.y: which of q, k, v, g, beta; a grid-stride loop over its elements. */
+__global__ void kda_cuda_widen(const widen_args W) {
+  const int a = blockIdx.y;
+  const uint16_t *s = W.src[a];
+  float *d = W.dst[a];
+  for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < W.n[a];
+       i += (int64_t)gridDim.x * blockDim.x)
+    d[i] = W.bf16 ? bf16_bits(s[i]) : f16_bits(s[i]);
 }
 
 /* ==== The recurrent kernel ==== */
@@ -601,12 +632,12 @@ static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid,
  * staged in shared memory; the sums over i (p_j, then o_j) are a per-thread sum over its 32
  * rows and the four warps' partials added in a fixed order (no atomics). */
 #define DROWS 32
-__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t items,
-                                                                int64_t tiles) {
+__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t n0,
+                                                                int64_t items, int64_t tiles) {
   __shared__ __align__(16) float sk[128], sq[128], sa[128], part[4][128];
   const int g = threadIdx.x % 32, sw = threadIdx.x / 32;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t n = item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
+    const int64_t n = n0 + item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
     const int64_t slot = A.slots ? A.slots[n] : n;
     const bool pad = slot < 0, col = j < A.V;
     const int64_t bos = A.cu[n], eos = A.cu[n + 1], h = A.head_mod ? hv % A.H : hv / A.G;
@@ -690,13 +721,14 @@ static int decode_rows_fits(const kda_problem *p) {
   return p->state_layout == KDA_STATE_KV && p->K <= 4 * DROWS && p->V % 4 == 0;
 }
 
-static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t max_grid,
+/* Sequences n0 .. n0 + N - 1. */
+static cudaError_t launch_decode_rows(const recur_args &A, int64_t n0, int64_t N, int64_t max_grid,
                                       cudaStream_t st) {
   /* One block an item (the scheduler overlaps one block's loads with another's work); tests
    * cap the grid so that blocks take many items in turn. */
   const int64_t tiles = (A.V + 127) / 128, items = N * A.HV * tiles;
   const int64_t grid = max_grid > 0 && items > max_grid ? max_grid : items;
-  kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, items, tiles);
+  if (items > 0) kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, n0, items, tiles);
   return cudaGetLastError();
 }
 
@@ -732,26 +764,38 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* Enqueues the prologue kernels of SPEC.md §4. */
-static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                            int chunked, cudaStream_t st) {
+/* Enqueues the coefficient kernels of SPEC.md §4 for tokens t0 .. t1 - 1 (their rows of qh,
+ * kh, a / lg and b); e^A_log once a head before them when first. */
+static void launch_coefs(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
+                         int chunked, int64_t t0, int64_t t1, int first, cudaStream_t st) {
   char *base = (char *)d->scratch;
-  const int64_t GW = gate_width(p), T = p->T;
-  const int64_t rows = T * p->H;
+  const int64_t GW = gate_width(p), T = t1 - t0;
+  const int64_t rows = T * p->H, qk = t0 * p->H * p->K, gw = t0 * p->HV * GW;
+  double *ea = (double *)(base + m->ea);
+  if (GW > 0 && p->gate_mode != KDA_GATE_LOG && first)
+    kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, ea, p->HV, p->has_A_log);
+  if (T <= 0) return;
   kda_cuda_coef_qk<<<grid_of(rows * 32, THREADS), THREADS, 0, st>>>(
-      d->q, d->k, (float *)(base + m->qh), (float *)(base + m->kh), rows, p->K, p->l2_mode,
-      p->scale, p->l2_eps);
+      d->q + qk, d->k + qk, (float *)(base + m->qh) + qk, (float *)(base + m->kh) + qk, rows,
+      p->K, p->l2_mode, p->scale, p->l2_eps);
   if (GW > 0) {
+    /* offsets of whole tokens: the element index e keeps c = e % GW, hv = e / GW % HV */
     const int64_t n = T * p->HV * GW;
-    double *ea = (double *)(base + m->ea);
-    if (p->gate_mode != KDA_GATE_LOG)
-      kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, ea, p->HV, p->has_A_log);
     kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
-        d->g, ea, d->dt_bias, chunked ? NULL : (float *)(base + m->a), (float *)(base + m->lg), n,
-        p->HV, GW, p->gate_mode, p->lower_bound);
+        d->g + gw, ea, d->dt_bias, chunked ? NULL : (float *)(base + m->a) + gw,
+        (float *)(base + m->lg) + gw, n, p->HV, GW, p->gate_mode, p->lower_bound);
   }
   kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
-      d->beta, (float *)(base + m->b), T * p->HV, p->beta_mode);
+      d->beta + t0 * p->HV, (float *)(base + m->b) + t0 * p->HV, T * p->HV, p->beta_mode);
+}
+
+/* Enqueues the prologue: the coefficients of every token (coefs = 0: the overlapped decode
+ * enqueues them itself, slice by slice) and the token -> checkpoint map. */
+static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
+                            int chunked, int coefs, cudaStream_t st) {
+  char *base = (char *)d->scratch;
+  const int64_t T = p->T;
+  if (coefs) launch_coefs(p, d, m, chunked, 0, T, 1, st);
   if (p->n_checkpoints > 0) {
     kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
     kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
@@ -832,6 +876,56 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   return e != cudaSuccess ? fail(KDA_EIO, err, errlen, "chunked kernel launch", e) : KDA_OK;
 }
 
+/* ==== The overlapped decode ====
+ *
+ * The prologue's float64 coefficients (0.085 ms at B1024 H32, against 1.07 ms for the row
+ * kernel, which is memory bound and leaves the float64 units idle) would otherwise run alone
+ * before the kernel.  Split the sequences into KDA_CUDA_SLICES slices, the first small
+ * (1/16, 3/16, 3/4 of them): slice k's coefficients are computed on the aux stream while the
+ * row kernel runs slice k - 1 on the call's stream (the two kernels share the multiprocessors:
+ * the row kernel leaves registers for a prologue block), so only the first slice's prologue
+ * is exposed.  Each slice's kernel waits for its slice's event; the aux stream first waits
+ * for the call's stream (the inputs).  Every coefficient and every output is what the whole
+ * prologue and one launch give: the slices only reorder independent work. */
+static cudaError_t launch_overlapped(const kda_problem *p, const kda_cuda_dev *d,
+                                     const scratch_map *m, const recur_args &A,
+                                     const kda_cuda_opts *o, cudaStream_t st) {
+  const kda_cuda_aux *x = o->aux;
+  const int64_t N = p->N, cut[KDA_CUDA_SLICES + 1] = {0, N / 16, N / 4, N};
+  cudaError_t e = cudaEventRecord(x->ev[0], st);
+  if (!e) e = cudaStreamWaitEvent(x->stream, x->ev[0], 0);
+  for (int k = 0; k < KDA_CUDA_SLICES && !e; k++) {
+    launch_coefs(p, d, m, 0, o->host_cu[cut[k]], o->host_cu[cut[k + 1]], k == 0, x->stream);
+    e = cudaGetLastError();
+    if (!e) e = cudaEventRecord(x->ev[k + 1], x->stream);
+  }
+  for (int k = 0; k < KDA_CUDA_SLICES && !e; k++) {
+    e = cudaStreamWaitEvent(st, x->ev[k + 1], 0);
+    if (!e) e = launch_decode_rows(A, cut[k], cut[k + 1] - cut[k], o->max_grid, st);
+  }
+  return e;
+}
+
+cudaError_t kda_cuda_aux_create(kda_cuda_aux *a) {
+  memset(a, 0, sizeof *a);
+  cudaError_t e = cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking);
+  int made = 0;
+  for (; !e && made < KDA_CUDA_SLICES + 1; made++)
+    e = cudaEventCreateWithFlags(&a->ev[made], cudaEventDisableTiming);
+  if (e) {
+    for (int i = 0; i < made; i++) cudaEventDestroy(a->ev[i]);
+    if (a->stream) cudaStreamDestroy(a->stream);
+    memset(a, 0, sizeof *a);
+  }
+  return e;
+}
+void kda_cuda_aux_destroy(kda_cuda_aux *a) {
+  if (!a->stream) return;
+  for (int i = 0; i < KDA_CUDA_SLICES + 1; i++) cudaEventDestroy(a->ev[i]);
+  cudaStreamDestroy(a->stream);
+  memset(a, 0, sizeof *a);
+}
+
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen) {
   const int decode = !o->no_decode && o->max_len <= 1 && p->K <= 4 * 32;
@@ -842,9 +936,21 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   }
   int st = kda_cuda_why_not(p, ks, err, errlen);
   if (st) return st;
+  if (d->raw_dtype && p->T > 0 && (!o->phases || (o->phases & 8))) {
+    /* 16-bit inputs: widened into the float arrays, which the buffers' layout reserves */
+    const int64_t GW = gate_width(p);
+    widen_args W = {{d->raw_q, d->raw_k, d->raw_v, d->raw_g, d->raw_beta},
+                    {(float *)d->q, (float *)d->k, (float *)d->v, (float *)d->g, (float *)d->beta},
+                    {p->T * p->H * p->K, p->T * p->H * p->K, p->T * p->HV * p->V,
+                     d->raw_g ? p->T * p->HV * GW : 0, p->T * p->HV},
+                    d->raw_dtype == KDA_PRECISION_BF16};
+    kda_cuda_widen<<<dim3(1024, 5), THREADS, 0, stream>>>(W);
+  }
   const scratch_map m = scratch_layout(p);
-  const int chunked = d->plan && d->n_chunks > 0;
-  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, chunked, stream);
+  const int chunked = d->plan && d->n_chunks > 0, rows_decode = decode && decode_rows_fits(p);
+  const int overlap = rows_decode && o->aux && o->host_cu && p->N >= KDA_CUDA_SLICE_MIN && !o->phases;
+  if (p->T > 0 && (!o->phases || (o->phases & 8)))
+    launch_prologue(p, d, &m, chunked, !overlap, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
@@ -875,8 +981,9 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.items = blocks;
   const int R = rows_for(p->K, ks);
   if (decode) {
-    e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, stream)
-                            : dispatch_decode(A, R, o->max_grid, stream);
+    e = overlap      ? launch_overlapped(p, d, &m, A, o, stream)
+        : rows_decode ? launch_decode_rows(A, 0, p->N, o->max_grid, stream)
+                      : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
     return KDA_OK;
   }
