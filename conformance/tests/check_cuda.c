@@ -76,6 +76,56 @@ START_TEST(test_table) {
 }
 END_TEST
 
+/* The variant slot (SPEC.md §7.8): input=bf16|f16 makes q, k, v, g, beta 16-bit buffers, the
+ * class stays fp32 and the outputs float32; bad parameters are KDA_EINVAL with the message; a
+ * handle refuses buffers of another type than its parameter names (a runner that predates the
+ * slot passes the table's float32).  No device needed. */
+START_TEST(test_variant) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  ck_assert(KDA_BACKEND_HAS(b, variant) && b->variant);
+  static const char *const params[] = {"", "input=f32", "input=bf16", "ksplit=8 input=f16"};
+  static const int32_t types[] = {KDA_PRECISION_FP32, KDA_PRECISION_FP32, KDA_PRECISION_BF16,
+                                  KDA_PRECISION_FP16};
+  char err[KDA_ERRLEN];
+  for (size_t i = 0; i < 4; i++) {
+    kda_backend_variant v;
+    memset(&v, 0, sizeof v);
+    v.struct_size = sizeof v, v.precision_class = b->precision_class;
+    v.input_dtype = b->input_dtype, v.output_dtype = b->output_dtype;
+    ck_assert_int_eq(b->variant(params[i], &v, err, sizeof err), KDA_OK);
+    ck_assert_int_eq(v.precision_class, KDA_CLASS_FP32);
+    ck_assert_int_eq(v.input_dtype, types[i]);
+    ck_assert_int_eq(v.output_dtype, KDA_BACKEND_DTYPE_F32);
+    ck_assert_int_eq(v.reserved0, 0);
+  }
+  kda_backend_variant v;
+  memset(&v, 0, sizeof v);
+  v.struct_size = sizeof v;
+  ck_assert_int_eq(b->variant("input=f8", &v, err, sizeof err), KDA_EINVAL);
+  ck_assert_msg(strstr(err, "input=f8") != NULL, "%s", err);
+  v.struct_size = 8; /* does not cover the types */
+  ck_assert_int_eq(b->variant("", &v, err, sizeof err), KDA_EINVAL);
+  ck_assert_int_eq(b->variant("", NULL, err, sizeof err), KDA_EINVAL);
+  void *h = NULL;
+  ck_assert_int_eq(b->open("input=bf16", &h, err, sizeof err), KDA_OK);
+  kda_problem p;
+  kda_problem_init(&p, 4, 1, 1, 8, 8);
+  float x[32] = {0}, o[32], ht[64];
+  int64_t cu[2] = {0, 4};
+  kda_backend_tensors t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.in_dtype = t.out_dtype = KDA_BACKEND_DTYPE_F32;
+  t.q = t.k = t.v = t.g = t.beta = t.dt_bias = t.A_log = x;
+  t.cu_seqlens = cu, t.o = o, t.ht = ht;
+  ck_assert_int_eq(b->forward(h, &p, &t), KDA_EINVAL);
+  ck_assert_msg(strstr(b->last_error(h), "bfloat16") != NULL, "%s", b->last_error(h));
+  b->close(h);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
 START_TEST(test_params_and_nulls) {
   kda_plugin *pl;
   const kda_backend *b = load(&pl);
@@ -370,6 +420,52 @@ START_TEST(test_chunk_decay_limit) {
 }
 END_TEST
 
+/* 16-bit inputs on the GPU: every bf16 case of descs passes with input=bf16 (also on the
+ * chunked kernels), every f16 case with input=f16, in the fp32 class with --repeat's bit
+ * check; an f32 case given to input=bf16 is NotSupported (its inputs are not bfloat16). */
+START_TEST(test_half_inputs) {
+  kda_plugin *pl;
+  const kda_backend *b = load(&pl);
+  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
+  if (!device_here(b, why, sizeof why)) {
+    kda_plugin_unload(pl);
+    return;
+  }
+  const char *prec = strstr(descs[_i], "prec=");
+  ck_assert(prec != NULL);
+  const int bf = strncmp(prec, "prec=bf16", 9) == 0, f16 = strncmp(prec, "prec=f16", 8) == 0;
+  kda_gen_desc d;
+  kda_case c;
+  kda_truth t;
+  ck_assert_msg(kda_gen_parse(descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
+  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
+  kda_gen_desc_free(&d);
+  if (!c.id) c.id = strdup("case");
+  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  const char *params[2] = {f16 ? "input=f16" : "input=bf16", f16 ? "input=f16 algo=chunk" : "input=bf16 algo=chunk"};
+  for (int k = 0; k < 2; k++) {
+    kda_conform_opts o;
+    kda_conform_opts_init(&o);
+    o.repeat = 1;
+    o.call.isolate = 0;
+    kda_case_report r;
+    ck_assert_msg(kda_conform_case(b, params[k], &c, &t, &o, &r, err, sizeof err) == KDA_OK,
+                  "%s", err);
+    if (bf || f16)
+      ck_assert_msg(r.verdict == KDA_VERDICT_PASS && r.repeat_done && r.repeat_identical,
+                    "%s %s: %s %s (o %g ht %g)", params[k], c.id, kda_verdict_name(r.verdict),
+                    r.reason, r.score.o.worst, r.score.ht.worst);
+    else
+      ck_assert_msg(r.verdict == KDA_VERDICT_NOT_SUPPORTED, "%s %s: %s", params[k], c.id,
+                    kda_verdict_name(r.verdict));
+    kda_case_report_free(&r);
+  }
+  kda_truth_free(&t);
+  kda_case_free(&c);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
 /* Runs the plugin with params in-process on case c: its float64-widened outputs. */
 static void run_cuda(const kda_backend *b, const kda_case *c, const char *params, kda_outputs *out) {
   char err[KDA_ERRLEN];
@@ -467,11 +563,13 @@ static Suite *cuda_suite(void) {
   TCase *tc = tcase_create("core");
   tcase_set_timeout(tc, 600);
   tcase_add_test(tc, test_table);
+  tcase_add_test(tc, test_variant);
   tcase_add_test(tc, test_params_and_nulls);
   tcase_add_test(tc, test_hostile_calls);
   tcase_add_loop_test(tc, test_conform, 0, (int)N_DESCS);
   tcase_add_loop_test(tc, test_chunk_serving, 0, (int)N_SERVING);
   tcase_add_loop_test(tc, test_overlap_identical, 0, (int)N_DESCS);
+  tcase_add_loop_test(tc, test_half_inputs, 0, (int)N_DESCS);
   tcase_add_test(tc, test_chunk_decay_limit);
   tcase_add_test(tc, test_describe);
   suite_add_tcase(s, tc);
