@@ -10,11 +10,11 @@
  * Each figure is the median of REPS timed launches after WARMUP untimed ones; tokens/s,
  * TFLOP/s (8 K V FLOP a token and value head) and GB/s (prefill: bytes of inputs and
  * outputs; decode: state bytes read and written).  A repeated launch must give the same
- * bits (SPEC.md §7.7 --repeat), checked on the outputs of the first and the last launch.
- * Also the card's device-to-device copy bandwidth, as the ceiling for decode.
+ * bits (SPEC.md §7.7 --repeat), checked on the outputs of the first and the last launch; each
+ * line ends with a hash of the output and final-state bits (two builds that print the same
+ * hash computed the same bits).  Also the card's device-to-device copy bandwidth, as the ceiling for decode.
  * Prefill runs the chunked kernels, then the recurrent kernel for each ksplit, and prints the
  * largest difference of their outputs; BENCH_PHASES=1 also times each stage alone.
- * Decode runs with the overlapped prologue (kda_cuda_launch's slices) and, to compare, without.
  * Usage: bench_cuda [ksplit ...]   (default 0, the automatic choice; "bench_cuda 0 4 8" compares);
  * BENCH_ONLY=PREFIX runs only the cases whose name starts with PREFIX (for a profiler).
  * Exit status 0, or 1 on a CUDA error or a nondeterministic result.
@@ -99,9 +99,7 @@ static void compare_outputs(const float *d, size_t n, int chunked) {
 }
 
 /* Runs one case; returns 0, or 1 when two launches gave different bits. */
-static kda_cuda_aux g_aux; /* the overlapped decode's second stream */
-
-static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo, int overlap) {
+static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
   const int64_t H = 32, K = 128, V = 128, HV = 32, N = bc->B, T = bc->B * bc->T1;
   kda_problem p;
   memset(&p, 0, sizeof p);
@@ -138,10 +136,7 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo, i
     CK(cudaMalloc(&d.chunk_scratch, kda_cuda_chunk_bytes(&p, n_chunks)));
     d.plan = dplan, d.n_chunks = n_chunks;
   }
-  kda_cuda_opts o;
-  memset(&o, 0, sizeof o);
-  o.ksplit = ksplit, o.no_decode = no_decode, o.max_len = bc->T1;
-  if (overlap) o.aux = &g_aux, o.host_cu = cu.data();
+  kda_cuda_opts o = {ksplit, no_decode, bc->T1, 0, 0};
   cudaStream_t s;
   CK(cudaStreamCreate(&s));
   cudaEvent_t e0, e1;
@@ -187,10 +182,10 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo, i
   const double flop = 8.0 * K * V * (double)T * HV;
   const double io = 4.0 * (2.0 * T * H * K + 2.0 * T * HV * V + (double)T * HV * K + T * HV);
   const double state = 4.0 * st * (p.has_initial_state ? 2 : 1);
-  printf("%-16s %s%s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s\n",
-         bc->name, chunked ? "chunk " : bc->T1 > 1 ? "recur " : no_decode ? "recur " : "decode",
-         bc->T1 == 1 && !no_decode ? (overlap ? " overlap" : " plain  ") : "", ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
-         state / t * 1e-9, first == last ? "repeat-identical" : "REPEAT-DIFFERS");
+  printf("%-16s %s ksplit=%-2d %10.4f ms  %9.3f Mtok/s  %7.2f TFLOP/s  %7.1f GB/s io  %7.1f GB/s state  %s %016llx\n",
+         bc->name, chunked ? "chunk " : bc->T1 > 1 ? "recur " : no_decode ? "recur " : "decode", ksplit, t * 1e3, T / t * 1e-6, flop / t * 1e-12, io / t * 1e-9,
+         state / t * 1e-9, first == last ? "repeat-identical" : "REPEAT-DIFFERS",
+         (unsigned long long)last);
   cudaFree((void *)d.q), cudaFree((void *)d.k), cudaFree((void *)d.v), cudaFree((void *)d.g);
   cudaFree((void *)d.beta), cudaFree((void *)d.A_log), cudaFree((void *)d.dt_bias);
   cudaFree((void *)d.h0), cudaFree(dcu), cudaFree(d.o), cudaFree(d.ht), cudaFree(d.scratch);
@@ -233,7 +228,6 @@ int main(int argc, char **argv) {
          prop.major, prop.minor, prop.multiProcessorCount, clk / 1000,
          2.0 * 128 * prop.multiProcessorCount * clk * 1e3 * 1e-12);
   copy_bandwidth();
-  CK(kda_cuda_aux_create(&g_aux));
   std::vector<int> ks;
   for (int a = 1; a < argc; a++) ks.push_back(atoi(argv[a]));
   if (ks.empty()) ks.push_back(0);
@@ -246,10 +240,9 @@ int main(int argc, char **argv) {
   for (const bench_case &c : cases) {
     if (only && *only && strncmp(c.name, only, strlen(only)) != 0) continue;
     g_chunk_o.clear();
-    if (c.T1 > 1) bad |= run_case(&c, 0, 0, 1, 1); /* the chunked kernels */
-    for (int k : ks) bad |= run_case(&c, k, 0, 2, 1);
-    if (c.T1 == 1) bad |= run_case(&c, 0, 0, 2, 0); /* decode without the overlap, to compare */
-    if (c.T1 == 1) bad |= run_case(&c, 8, 1, 2, 1); /* the general kernel on decode, to compare */
+    if (c.T1 > 1) bad |= run_case(&c, 0, 0, 1); /* the chunked kernels */
+    for (int k : ks) bad |= run_case(&c, k, 0, 2);
+    if (c.T1 == 1) bad |= run_case(&c, 8, 1, 2); /* the general kernel on decode, to compare */
   }
   return bad;
 }

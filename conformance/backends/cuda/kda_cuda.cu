@@ -35,11 +35,9 @@ typedef struct cuda_handle {
   int64_t grid;    /* cap on the persistent grid, 0: none */
   int32_t decode;  /* 0: never the decode kernel (param decode=0) */
   int32_t algo;    /* 0 auto, 1 chunk (where the chunked kernels can), 2 recurrent */
-  int32_t overlap; /* 0: the decode's prologue never overlaps the kernel (param overlap=0) */
   int32_t in_dtype; /* q k v g beta: KDA_PRECISION_FP32, _BF16 or _FP16 (param input=) */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
-  kda_cuda_aux aux;    /* the overlapped decode's second stream (aux.stream NULL: none) */
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
   char err[ERRLEN];    /* last_error */
   char reason[ERRLEN];
@@ -53,15 +51,7 @@ typedef struct cuda_buffers {
   void *mem;            /* one allocation holding every tensor and the scratch */
   size_t off_o, off_ht, off_hc;
   int64_t pool_slots;   /* a pool call's S (its pool is d.ht, in place), or 0 */
-  int64_t *host_cu;     /* a host copy of cu_seqlens (the overlapped decode's slices), or NULL */
 } cuda_buffers;
-
-/* Frees what make_buffers allocated (cudaFree synchronises with pending work on the memory). */
-static void free_buffers(cuda_buffers *b) {
-  if (b->mem) cudaFree(b->mem);
-  free(b->host_cu);
-  b->mem = NULL, b->host_cu = NULL;
-}
 
 static int32_t say(char *buf, uint32_t len, int32_t st, const char *msg) {
   if (len) snprintf(buf, len, "%s", msg);
@@ -139,7 +129,9 @@ static int32_t check_tensors(const kda_problem *p, const kda_backend_tensors *t,
   if (t->in_dtype != in_dtype || (out && t->out_dtype != KDA_BACKEND_DTYPE_F32)) {
     if (len)
       snprintf(msg, len, "cuda: input buffers must be %s (param input=), outputs float32",
-               in_dtype == KDA_PRECISION_BF16 ? "bfloat16" : in_dtype == KDA_PRECISION_FP16 ? "binary16" : "float32");
+               in_dtype == KDA_PRECISION_BF16   ? "bfloat16"
+               : in_dtype == KDA_PRECISION_FP16 ? "binary16"
+                                                : "float32");
     return KDA_EINVAL;
   }
   const int T = p->T > 0;
@@ -184,9 +176,6 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     } else if (strcmp(w, "decode=0") == 0 || strcmp(w, "decode=1") == 0) {
       h->decode = w[7] == '1';
       continue;
-    } else if (strcmp(w, "overlap=0") == 0 || strcmp(w, "overlap=1") == 0) {
-      h->overlap = w[8] == '1';
-      continue;
     } else if (strncmp(w, "input=", 6) == 0) {
       const char *names[3] = {"f32", "bf16", "f16"};
       const int32_t types[3] = {KDA_PRECISION_FP32, KDA_PRECISION_BF16, KDA_PRECISION_FP16};
@@ -207,7 +196,7 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
       long k = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, overlap=0|1, algo=auto|chunk|recurrent, input=f32|bf16|f16)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, algo=auto|chunk|recurrent, input=f32|bf16|f16)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -240,15 +229,13 @@ static void attach(cuda_handle *h) {
     return;
   }
   h->ready = 1;
-  if (kda_cuda_aux_create(&h->aux) != cudaSuccess) /* not fatal: the decode does not overlap */
-    memset(&h->aux, 0, sizeof h->aux), cudaGetLastError();
 }
 
 static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t errlen) {
   if (!handle) return say(err, errlen, KDA_EINVAL, "cuda: handle pointer is NULL");
   cuda_handle *h = (cuda_handle *)calloc(1, sizeof *h);
   if (!h) return say(err, errlen, KDA_ENOMEM, "cuda: out of memory opening the backend");
-  h->decode = 1, h->overlap = 1, h->in_dtype = KDA_PRECISION_FP32;
+  h->decode = 1, h->in_dtype = KDA_PRECISION_FP32;
   if (parse_params(h, params, err, errlen) != KDA_OK) return free(h), KDA_EINVAL;
   attach(h);
   *handle = h;
@@ -258,7 +245,7 @@ static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t 
 static void cuda_close(void *handle) {
   cuda_handle *h = (cuda_handle *)handle;
   if (!h) return;
-  if (h->ready) kda_cuda_aux_destroy(&h->aux), cudaStreamDestroy(h->stream);
+  if (h->ready) cudaStreamDestroy(h->stream);
   free(h);
 }
 
@@ -340,7 +327,8 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   const size_t off_idx = off_pool + up(pool_bytes);
   /* 16-bit inputs: their patterns after the rest; each launch widens them into L.q .. L.beta */
   const int half = h->in_dtype != KDA_PRECISION_FP32;
-  const size_t nqk = (size_t)p->T * (size_t)p->H * (size_t)p->K, nv = (size_t)p->T * (size_t)p->HV * (size_t)p->V;
+  const size_t nqk = (size_t)p->T * (size_t)p->H * (size_t)p->K;
+  const size_t nv = (size_t)p->T * (size_t)p->HV * (size_t)p->V;
   const size_t ng = (size_t)p->T * (size_t)p->HV * (size_t)gate_width(p), nb = (size_t)p->T * (size_t)p->HV;
   const size_t off_raw = off_idx + up(pooled ? (size_t)p->N * sizeof(int64_t) : 0);
   const size_t raw_off[5] = {0, up(2 * nqk), 2 * up(2 * nqk), 2 * up(2 * nqk) + up(2 * nv),
@@ -384,9 +372,6 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   b->o.ksplit = h->ksplit;
   b->o.max_grid = h->grid;
   b->o.no_decode = !h->decode;
-  if (h->overlap && h->aux.stream && (b->host_cu = (int64_t *)malloc(((size_t)p->N + 1) * sizeof(int64_t))))
-    memcpy(b->host_cu, t->cu_seqlens, ((size_t)p->N + 1) * sizeof(int64_t));
-  b->o.aux = b->host_cu ? &h->aux : NULL, b->o.host_cu = b->host_cu; /* no copy: no overlap */
   kda_cuda_dev *d = &b->d;
   d->q = (const float *)(m + L.q), d->k = (const float *)(m + L.k);
   d->v = (const float *)(m + L.v), d->g = GW ? (const float *)(m + L.g) : NULL;
@@ -459,7 +444,7 @@ static int32_t cuda_forward(void *handle, const kda_problem *p, const kda_backen
   if (!st) st = read_buffers(h, &b, t);
   if (b.mem) {
     cudaError_t e = cudaStreamSynchronize(h->stream);
-    free_buffers(&b);
+    cudaFree(b.mem);
     if (!st && e) st = cuda_err(h, KDA_EIO, "kernel", e);
   }
   return st;
@@ -498,7 +483,7 @@ static int32_t cuda_buffers_create(void *handle, const kda_problem *p, const kda
   cudaError_t e = st ? cudaSuccess : cudaStreamSynchronize(h->stream);
   if (!st && e) st = cuda_err(h, KDA_EIO, "copy to the device", e);
   if (st) {
-    free_buffers(b);
+    if (b->mem) cudaFree(b->mem);
     free(b);
     return st;
   }
@@ -524,7 +509,7 @@ static int32_t cuda_buffers_read(void *handle, void *buffers, const kda_backend_
 static void cuda_buffers_destroy(void *handle, void *buffers) {
   cuda_buffers *b = (cuda_buffers *)buffers;
   if (!b) return;
-  free_buffers(b);
+  if (b->mem) cudaFree(b->mem); /* cudaFree synchronises with pending work on the memory */
   free(b);
 }
 
@@ -537,8 +522,8 @@ static int32_t cuda_synchronize(void *handle) {
 }
 
 /* The class and element types of a parameter string (SPEC.md §7.8): input=bf16|f16 makes q, k,
- * v, g, beta 16-bit buffers (widened on the device); the class stays fp32 and the outputs and
- * states float32.  Touches no device. */
+ * v, g, beta 16-bit buffers (widened on the device); the class stays fp32 and the outputs,
+ * states, A_log and dt_bias float32.  Touches no device. */
 static int32_t cuda_variant(const char *params, kda_backend_variant *out, char *err, uint32_t errlen) {
   if (!out || out->struct_size < offsetof(kda_backend_variant, output_dtype) + sizeof(int32_t))
     return say(err, errlen, KDA_EINVAL, "cuda: variant record is NULL or too small");
@@ -556,7 +541,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 overlap=0|1 algo=auto|chunk|recurrent input=f32|bf16|f16",
+    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent input=f32|bf16|f16",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

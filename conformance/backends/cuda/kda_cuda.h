@@ -46,19 +46,6 @@ typedef struct kda_cuda_dev {
   const uint16_t *raw_q, *raw_k, *raw_v, *raw_g, *raw_beta;
 } kda_cuda_dev;
 
-/* A second stream and its events, for the overlapped decode (kda_cuda_launch): the
- * coefficients of a later slice of sequences are computed on stream while the row decode
- * kernel runs an earlier slice on the call's stream.  Created once per handle. */
-#define KDA_CUDA_SLICES 3
-#define KDA_CUDA_SLICE_MIN 4 /* sequences below which the decode is not split */
-typedef struct kda_cuda_aux {
-  cudaStream_t stream;
-  cudaEvent_t ev[KDA_CUDA_SLICES + 1];
-} kda_cuda_aux;
-/* cudaSuccess or the first error (then nothing is left allocated). */
-cudaError_t kda_cuda_aux_create(kda_cuda_aux *a);
-void kda_cuda_aux_destroy(kda_cuda_aux *a);
-
 /* Options of a launch: ksplit is the number of threads that share one value column's key
  * rows (4, 8 or 16; 0 picks one from the shape); max_len the longest sequence of the call
  * (sizes the staging; <= 1 selects the decode kernel unless no_decode); max_grid caps the persistent grid (0: as many blocks as are resident;
@@ -68,10 +55,6 @@ typedef struct kda_cuda_opts {
   int32_t no_decode; /* 1: never the decode kernel (every sequence <= 1 token, K <= 128) */
   int64_t max_len;
   int64_t max_grid;
-  /* Overlapped decode (the row decode kernel on at least KDA_CUDA_SLICE_MIN sequences):
-   * aux and the host copy of cu_seqlens; aux NULL: the prologue runs whole before the kernel. */
-  const kda_cuda_aux *aux;
-  const int64_t *host_cu;
   int32_t phases; /* the stages to run: 8 the prologue; chunked: 1 prep, 2 scan, 4 out, else any
                    * of 7 the kernel; 0: all (bench_cuda times them one by one; results are
                    * only right with all) */

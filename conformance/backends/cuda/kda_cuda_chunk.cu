@@ -287,13 +287,14 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
  * T32768 H32); one thread a column, half the block idle, took 0.45 ms more. */
 __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
                            int half, const float *Xa, const float *F, const float *bs,
-                           const float *Am) {
+                           const float *Am, const float *Vsm) {
   const bool wcol = col < KP;
   const int j = col - KP;
   float x[CT];
 #pragma unroll
   for (int t = 0; t < CT; t++) {
     if (wcol) x[t] = Xa[t * KSTR + col] * F[(t >> 4) * KP + col];
+    else if (Vsm) x[t] = t < ch.len && j < A.V ? bs[t] * Vsm[t * KSTR + j] : 0.0f;
     else x[t] = t < ch.len && j < A.V ? bs[t] * A.v[((int64_t)(ch.start + t) * A.HV + hv) * A.V + j] : 0.0f;
   }
   if (A.erases) {
@@ -317,10 +318,15 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
     if ((t & 1) == half) dst[t * stride] = x[t]; /* the halves store alternate rows */
 }
 
-/* Raw k into Y, q into Xm and the gates into Gs, by asynchronous copies (every load of the
- * block in flight at once; 16 bytes at a time when K allows); zeros past len and K. */
+#ifndef PREP_VSTAGE
+#define PREP_VSTAGE 1
+#endif
+/* Raw k into Y, q into Xm, the gates into Gs and (Vsm not NULL) the chunk's values into Vsm,
+ * by asynchronous copies (every load of the block in flight at once; 16 bytes at a time when K
+ * and V allow); zeros past len and K.  The values were global loads in the solve, where half
+ * the block waited for them (the largest stall of prep on the H200: long scoreboard). */
 __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, float *Y,
-                          float *Xm, float *Gs) {
+                          float *Xm, float *Gs, float *Vsm) {
   const bool v4 = A.K % 4 == 0, gate_rows = A.decays && !A.gate_scalar;
   const int cw = v4 ? 4 : 1, nc = KP / cw;
   for (int e = threadIdx.x; e < CT * nc; e += NTP) {
@@ -342,6 +348,15 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
     if (!gate_rows || !ok)
       for (int u = 0; u < cw; u++) Gs[t * KP + c + u] = ok ? gate_at(A, ch.start + t, hv, c + u) : 0.0f;
   }
+  const bool vv4 = A.V % 4 == 0;
+  const int vw = vv4 ? 4 : 1, nv = (int)(A.VP / vw);
+  for (int e = threadIdx.x; Vsm && e < CT * nv; e += NTP) { /* columns past V are never read */
+    const int t = e / nv, j = e % nv * vw;
+    if (t >= ch.len || j >= A.V) continue;
+    const float *src = A.v + ((int64_t)(ch.start + t) * A.HV + hv) * A.V + j;
+    if (vv4) __pipeline_memcpy_async(Vsm + t * KSTR + j, src, 16);
+    else __pipeline_memcpy_async(Vsm + t * KSTR + j, src, 4);
+  }
   __pipeline_commit();
 }
 
@@ -351,11 +366,12 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
   float *bs = Am + CT * ASTR;
   int *slow = reinterpret_cast<int *>(bs + CT);
+  float *Vsm = PREP_VSTAGE && A.VP <= KP ? reinterpret_cast<float *>(slow + CT) : NULL; /* V <= 128 */
   const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
   const chunk_at ch = chunk_of(A, blockIdx.x);
   const int64_t h = head_of(A, hv);
   const int tid = threadIdx.x;
-  prep_load(A, ch, h, hv, Y, Xm, Gs);
+  prep_load(A, ch, h, hv, Y, Xm, Gs, Vsm);
   if (tid < CT) bs[tid] = tid < ch.len ? A.b[(int64_t)(ch.start + tid) * A.HV + hv] : 0.0f;
   if (tid < CT) slow[tid] = 0;
   __pipeline_wait_prior(0);
@@ -366,7 +382,7 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, Am);
   __syncthreads();
   for (int col = tid / 2; col < KP + A.VP; col += NTP / 2) /* warp-uniform: 16 columns a warp */
-    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am);
+    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am, Vsm);
 }
 
 /* ==== scan ==== */
@@ -395,6 +411,67 @@ __device__ void scan_store(const cargs &A, const float (*S)[4], float *dst, int 
       const int64_t i = rg * 4 + r, jj = j + cc;
       if (i < A.K && jj < A.V) dst[state_idx(A, i, jj)] = S[r][cc];
     }
+}
+
+/* The scan's two products, with the shared-memory operands of the next step loaded into
+ * registers while the current step's FMAs run (the scan is latency bound on its shared loads:
+ * 8 warps a multiprocessor, short-scoreboard stalls on the H200); the FMAs and their order are
+ * those of the plain loops, so the bits are too. */
+#ifndef SCAN_PREFETCH
+#define SCAN_PREFETCH 1
+#endif
+/* u[r][c] -= sum_k W[t0 + r][k] Ss[k][4 jg + c], over k in order. */
+__device__ __forceinline__ void scan_unew(const float *W, const float *Ss, int t0, int jg, float (*u)[4]) {
+  float4 sc[4], w0 = ld4(W + t0 * KSTR), w1 = ld4(W + (t0 + 1) * KSTR);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + kk * VS + jg * 4);
+#pragma unroll 4
+  for (int k = 0; k < KP; k += 4) {
+    float4 sn[4], n0 = w0, n1 = w1;
+    const int kn = k + 4 < KP ? k + 4 : k; /* the last step reloads its own (unused) */
+    if (SCAN_PREFETCH) {
+      n0 = ld4(W + t0 * KSTR + kn), n1 = ld4(W + (t0 + 1) * KSTR + kn);
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) sn[kk] = ld4(Ss + (kn + kk) * VS + jg * 4);
+    } else {
+      w0 = ld4(W + t0 * KSTR + k), w1 = ld4(W + (t0 + 1) * KSTR + k);
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + (k + kk) * VS + jg * 4);
+    }
+    const float wa[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const float4 s = sc[kk];
+#pragma unroll
+      for (int r = 0; r < 2; r++) {
+        u[r][0] = fmaf(-wa[r][kk], s.x, u[r][0]), u[r][1] = fmaf(-wa[r][kk], s.y, u[r][1]);
+        u[r][2] = fmaf(-wa[r][kk], s.z, u[r][2]), u[r][3] = fmaf(-wa[r][kk], s.w, u[r][3]);
+      }
+    }
+    if (SCAN_PREFETCH) {
+      w0 = n0, w1 = n1;
+#pragma unroll
+      for (int kk = 0; kk < 4; kk++) sc[kk] = sn[kk];
+    }
+  }
+}
+/* S[r][c] += sum_s Kd[s][4 rg + r] Vs[s][4 jg + c], over s in order. */
+__device__ __forceinline__ void scan_write(const float *Kd, const float *Vs, int rg, int jg, float (*S)[4]) {
+  float4 kd = ld4(Kd + rg * 4), v = ld4(Vs + jg * 4);
+#pragma unroll 4
+  for (int s = 0; s < CT; s++) {
+    const int sn = s + 1 < CT ? s + 1 : s;
+    float4 kn = kd, vn = v;
+    if (SCAN_PREFETCH) kn = ld4(Kd + sn * KSTR + rg * 4), vn = ld4(Vs + sn * VS + jg * 4);
+    else kd = ld4(Kd + s * KSTR + rg * 4), v = ld4(Vs + s * VS + jg * 4);
+    const float ka[4] = {kd.x, kd.y, kd.z, kd.w};
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      S[r][0] = fmaf(ka[r], v.x, S[r][0]), S[r][1] = fmaf(ka[r], v.y, S[r][1]);
+      S[r][2] = fmaf(ka[r], v.z, S[r][2]), S[r][3] = fmaf(ka[r], v.w, S[r][3]);
+    }
+    if (SCAN_PREFETCH) kd = kn, v = vn;
+  }
 }
 
 __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
@@ -439,22 +516,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
       const float4 x = ld4(U + (t0 + r) * VS + jg * 4);
       u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
     }
-    if (A.erases) {
-#pragma unroll 4
-      for (int k = 0; k < KP; k += 4) {
-        const float4 w0 = ld4(W + t0 * KSTR + k), w1 = ld4(W + (t0 + 1) * KSTR + k);
-        const float wa[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
-#pragma unroll
-        for (int kk = 0; kk < 4; kk++) {
-          const float4 s = ld4(Ss + (k + kk) * VS + jg * 4);
-#pragma unroll
-          for (int r = 0; r < 2; r++) {
-            u[r][0] = fmaf(-wa[r][kk], s.x, u[r][0]), u[r][1] = fmaf(-wa[r][kk], s.y, u[r][1]);
-            u[r][2] = fmaf(-wa[r][kk], s.z, u[r][2]), u[r][3] = fmaf(-wa[r][kk], s.w, u[r][3]);
-          }
-        }
-      }
-    }
+    if (A.erases) scan_unew(W, Ss, t0, jg, u);
     for (int r = 0; r < 2; r++) {
       const float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
       st4(Vs + (t0 + r) * VS + jg * 4, v);
@@ -465,16 +527,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
       const float gr = G[rg * 4 + r];
       for (int cc = 0; cc < 4; cc++) S[r][cc] *= gr;
     }
-#pragma unroll 4
-    for (int s = 0; s < CT; s++) {
-      const float4 kd = ld4(Kd + s * KSTR + rg * 4), v = ld4(Vs + s * VS + jg * 4);
-      const float ka[4] = {kd.x, kd.y, kd.z, kd.w};
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        S[r][0] = fmaf(ka[r], v.x, S[r][0]), S[r][1] = fmaf(ka[r], v.y, S[r][1]);
-        S[r][2] = fmaf(ka[r], v.z, S[r][2]), S[r][3] = fmaf(ka[r], v.w, S[r][3]);
-      }
-    }
+    scan_write(Kd, Vs, rg, jg, S);
     const int cp = A.plan[4 * c + 2]; /* the state after this chunk's last token (SPEC.md §5) */
     if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
     __syncthreads(); /* this buffer is refilled by the next iteration's copies */
@@ -627,7 +680,8 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
          kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
 }
 
-static const size_t prep_bytes = (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT) * sizeof(float);
+static const size_t prep_bytes =
+    (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float);
 static const size_t scan_bytes = (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS) * sizeof(float);
 static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
 

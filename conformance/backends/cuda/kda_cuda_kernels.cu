@@ -125,55 +125,92 @@ __device__ static double dev_inv_norm(const float *x, int64_t K, int32_t l2_mode
   return 1.0 / (l2_mode == KDA_L2_FLA ? sqrt(ss + eps) : fmax(sqrt(ss), eps));
 }
 
-/* qh = scale * L2(q), kh = L2(k): one warp per (t, h); the sum of squares is a per-lane sum
- * over i = lane, lane + 32, ... and an xor-butterfly (every lane gets the same bits). */
-__global__ void kda_cuda_coef_qk(const float *q, const float *k, float *qh, float *kh,
-                                 int64_t rows, int64_t K, int32_t l2_mode, double scale,
-                                 double eps) {
-  const int64_t row = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) / 32;
+/* The coefficient kernels' arguments: qh, kh over rows (t, h); a or lg over the n gate
+ * elements (t, hv, c < GW); b over the nb betas (t, hv). */
+typedef struct coef_args {
+  const float *q, *k;
+  float *qh, *kh;
+  int64_t rows, K;
+  int32_t l2_mode, gate_mode, beta_mode, reserved;
+  double scale, eps, lb;
+  const float *g, *dt_bias, *beta;
+  const double *ea;
+  float *a, *lg, *b; /* a: the recurrent kernels' e^g_eff; lg: the chunked kernels' g_eff */
+  int64_t n, HV, GW, nb;
+  int64_t blocks_qk, blocks_gate; /* the launch's blocks of each part (coef_part) */
+} coef_args;
+
+/* qh = scale * L2(q), kh = L2(k): one warp per (t, h) (rows of block blk); the sum of squares
+ * is a per-lane sum over i = lane, lane + 32, ... and an xor-butterfly (every lane gets the
+ * same bits). */
+__device__ void coef_qk(const coef_args &C, int64_t blk) {
+  const int64_t row = (blk * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
-  if (row >= rows) return; /* whole warps leave together: blocks hold whole warps */
+  if (row >= C.rows) return; /* whole warps leave together: blocks hold whole warps */
   for (int which = 0; which < 2; which++) {
-    const float *x = (which ? k : q) + row * K;
-    float *y = (which ? kh : qh) + row * K;
+    const float *x = (which ? C.k : C.q) + row * C.K;
+    float *y = (which ? C.kh : C.qh) + row * C.K;
     /* x * (1/d) in double is within 2^-52 of x / d, far below float's rounding, and spares
      * a float64 division an element (the prologue's largest cost at prefill sizes). */
-    const double inv = dev_inv_norm(x, K, l2_mode, eps);
-    for (int64_t i = lane; i < K; i += 32) {
+    const double inv = dev_inv_norm(x, C.K, C.l2_mode, C.eps);
+    for (int64_t i = lane; i < C.K; i += 32) {
       const double xi = (double)x[i] * inv;
-      y[i] = (float)(which ? xi : scale * xi);
+      y[i] = (float)(which ? xi : C.scale * xi);
     }
   }
 }
 
-/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1); exp(-inf) = +0.  Also g_eff itself,
- * rounded once, for the chunked kernels' cumulative decays. */
-__global__ void kda_cuda_coef_gate(const float *g, const double *ea, const float *dt_bias,
-                                   float *a, float *lg, int64_t n, int64_t HV, int64_t GW,
-                                   int32_t gate_mode, double lb) {
-  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= n) return;
+/* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1; exp(-inf) = +0) for the recurrent
+ * kernels, or g_eff itself, rounded once, for the chunked kernels' cumulative decays. */
+__device__ void coef_gate(const coef_args &C, int64_t blk) {
+  const int64_t e = blk * blockDim.x + threadIdx.x;
+  if (e >= C.n) return;
   /* 32-bit divisions when the indices fit (every benchmark shape): a 64-bit division is a
    * long software sequence, and two of them an element were most of this kernel's time. */
   int64_t c, hv;
-  if (n <= 0xffffffffLL) {
-    const uint32_t e32 = (uint32_t)e, gw = (uint32_t)GW, q = e32 / gw;
-    c = e32 - q * gw, hv = q % (uint32_t)HV;
+  if (C.n <= 0xffffffffLL) {
+    const uint32_t e32 = (uint32_t)e, gw = (uint32_t)C.GW, q = e32 / gw;
+    c = e32 - q * gw, hv = q % (uint32_t)C.HV;
   } else {
-    c = e % GW, hv = (e / GW) % HV;
+    c = e % C.GW, hv = (e / C.GW) % C.HV;
   }
-  const double ge = dev_gate(g[e], gate_mode == KDA_GATE_LOG ? 1.0 : ea[hv], dt_bias, hv, c, GW,
-                             gate_mode, lb);
-  if (a) a[e] = (float)exp(ge); /* NULL for the chunked kernels, which use g_eff alone */
-  lg[e] = (float)ge;
+  const double ge = dev_gate(C.g[e], C.gate_mode == KDA_GATE_LOG ? 1.0 : C.ea[hv], C.dt_bias, hv,
+                             c, C.GW, C.gate_mode, C.lb);
+  if (C.a) C.a[e] = (float)exp(ge);
+  if (C.lg) C.lg[e] = (float)ge;
 }
 
 /* beta_eff per (t, hv) (SPEC.md §4.2). */
-__global__ void kda_cuda_coef_beta(const float *beta, float *b, int64_t n, int32_t mode) {
-  const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-  if (e >= n) return;
-  b[e] = dev_beta(beta[e], mode);
+__device__ void coef_beta(const coef_args &C, int64_t blk) {
+  const int64_t e = blk * blockDim.x + threadIdx.x;
+  if (e < C.nb) C.b[e] = dev_beta(C.beta[e], C.beta_mode);
 }
+
+/* One launch for the three (COEF_FUSED): the qk rows are memory bound, the gates float64
+ * bound, so their blocks are interleaved (qk, gate, qk, gate, ... while both last) and share
+ * the multiprocessors; the betas' blocks come last.  Every element is computed as by its own
+ * kernel: the bits are the same. */
+#ifndef COEF_FUSED
+#define COEF_FUSED 1
+#endif
+__device__ __forceinline__ void coef_part(const coef_args &C, int64_t bx) {
+  const int64_t pairs = C.blocks_qk < C.blocks_gate ? C.blocks_qk : C.blocks_gate;
+  if (bx < 2 * pairs) {
+    if (bx % 2 == 0) coef_qk(C, bx / 2);
+    else coef_gate(C, bx / 2);
+    return;
+  }
+  bx -= 2 * pairs;
+  const int64_t qk_left = C.blocks_qk - pairs, gate_left = C.blocks_gate - pairs;
+  if (bx < qk_left) coef_qk(C, pairs + bx);
+  else if (bx < qk_left + gate_left) coef_gate(C, pairs + bx - qk_left);
+  else coef_beta(C, bx - qk_left - gate_left);
+}
+__global__ void kda_cuda_coef(const coef_args C) { coef_part(C, blockIdx.x); }
+/* The three as separate kernels (COEF_FUSED 0, to compare). */
+__global__ void kda_cuda_coef_qk(const coef_args C) { coef_qk(C, blockIdx.x); }
+__global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate(C, blockIdx.x); }
+__global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x); }
 
 /* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
 __global__ void kda_cuda_ckpt_fill(int32_t *ckpt, int64_t T) {
@@ -632,12 +669,12 @@ static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid,
  * staged in shared memory; the sums over i (p_j, then o_j) are a per-thread sum over its 32
  * rows and the four warps' partials added in a fixed order (no atomics). */
 #define DROWS 32
-__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t n0,
-                                                                int64_t items, int64_t tiles) {
+__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t items,
+                                                                int64_t tiles) {
   __shared__ __align__(16) float sk[128], sq[128], sa[128], part[4][128];
   const int g = threadIdx.x % 32, sw = threadIdx.x / 32;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
-    const int64_t n = n0 + item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
+    const int64_t n = item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
     const int64_t slot = A.slots ? A.slots[n] : n;
     const bool pad = slot < 0, col = j < A.V;
     const int64_t bos = A.cu[n], eos = A.cu[n + 1], h = A.head_mod ? hv % A.H : hv / A.G;
@@ -721,14 +758,13 @@ static int decode_rows_fits(const kda_problem *p) {
   return p->state_layout == KDA_STATE_KV && p->K <= 4 * DROWS && p->V % 4 == 0;
 }
 
-/* Sequences n0 .. n0 + N - 1. */
-static cudaError_t launch_decode_rows(const recur_args &A, int64_t n0, int64_t N, int64_t max_grid,
+static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t max_grid,
                                       cudaStream_t st) {
   /* One block an item (the scheduler overlaps one block's loads with another's work); tests
    * cap the grid so that blocks take many items in turn. */
   const int64_t tiles = (A.V + 127) / 128, items = N * A.HV * tiles;
   const int64_t grid = max_grid > 0 && items > max_grid ? max_grid : items;
-  if (items > 0) kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, n0, items, tiles);
+  kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, items, tiles);
   return cudaGetLastError();
 }
 
@@ -764,38 +800,33 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* Enqueues the coefficient kernels of SPEC.md §4 for tokens t0 .. t1 - 1 (their rows of qh,
- * kh, a / lg and b); e^A_log once a head before them when first. */
-static void launch_coefs(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                         int chunked, int64_t t0, int64_t t1, int first, cudaStream_t st) {
-  char *base = (char *)d->scratch;
-  const int64_t GW = gate_width(p), T = t1 - t0;
-  const int64_t rows = T * p->H, qk = t0 * p->H * p->K, gw = t0 * p->HV * GW;
-  double *ea = (double *)(base + m->ea);
-  if (GW > 0 && p->gate_mode != KDA_GATE_LOG && first)
-    kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, ea, p->HV, p->has_A_log);
-  if (T <= 0) return;
-  kda_cuda_coef_qk<<<grid_of(rows * 32, THREADS), THREADS, 0, st>>>(
-      d->q + qk, d->k + qk, (float *)(base + m->qh) + qk, (float *)(base + m->kh) + qk, rows,
-      p->K, p->l2_mode, p->scale, p->l2_eps);
-  if (GW > 0) {
-    /* offsets of whole tokens: the element index e keeps c = e % GW, hv = e / GW % HV */
-    const int64_t n = T * p->HV * GW;
-    kda_cuda_coef_gate<<<grid_of(n, THREADS), THREADS, 0, st>>>(
-        d->g + gw, ea, d->dt_bias, chunked ? NULL : (float *)(base + m->a) + gw,
-        (float *)(base + m->lg) + gw, n, p->HV, GW, p->gate_mode, p->lower_bound);
-  }
-  kda_cuda_coef_beta<<<grid_of(T * p->HV, THREADS), THREADS, 0, st>>>(
-      d->beta + t0 * p->HV, (float *)(base + m->b) + t0 * p->HV, T * p->HV, p->beta_mode);
-}
-
-/* Enqueues the prologue: the coefficients of every token (coefs = 0: the overlapped decode
- * enqueues them itself, slice by slice) and the token -> checkpoint map. */
+/* Enqueues the prologue kernels of SPEC.md §4. */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                            int chunked, int coefs, cudaStream_t st) {
+                            int chunked, cudaStream_t st) {
   char *base = (char *)d->scratch;
-  const int64_t T = p->T;
-  if (coefs) launch_coefs(p, d, m, chunked, 0, T, 1, st);
+  const int64_t GW = gate_width(p), T = p->T;
+  coef_args C;
+  memset(&C, 0, sizeof C);
+  C.q = d->q, C.k = d->k, C.qh = (float *)(base + m->qh), C.kh = (float *)(base + m->kh);
+  C.rows = T * p->H, C.K = p->K, C.l2_mode = p->l2_mode, C.scale = p->scale, C.eps = p->l2_eps;
+  C.g = d->g, C.dt_bias = d->dt_bias, C.ea = (const double *)(base + m->ea);
+  C.a = GW > 0 && !chunked ? (float *)(base + m->a) : NULL;
+  C.lg = GW > 0 && chunked ? (float *)(base + m->lg) : NULL;
+  C.n = GW > 0 ? T * p->HV * GW : 0, C.HV = p->HV, C.GW = GW;
+  C.gate_mode = p->gate_mode, C.lb = p->lower_bound;
+  C.beta = d->beta, C.b = (float *)(base + m->b), C.nb = T * p->HV, C.beta_mode = p->beta_mode;
+  C.blocks_qk = grid_of(C.rows * 32, THREADS), C.blocks_gate = grid_of(C.n, THREADS);
+  const int64_t blocks_beta = grid_of(C.nb, THREADS);
+  if (GW > 0 && p->gate_mode != KDA_GATE_LOG)
+    kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
+                                                                  p->HV, p->has_A_log);
+  if (COEF_FUSED && C.blocks_qk + C.blocks_gate + blocks_beta <= 0x7fffffffLL) {
+    kda_cuda_coef<<<(unsigned)(C.blocks_qk + C.blocks_gate + blocks_beta), THREADS, 0, st>>>(C);
+  } else {
+    kda_cuda_coef_qk<<<(unsigned)C.blocks_qk, THREADS, 0, st>>>(C);
+    if (C.blocks_gate) kda_cuda_coef_gate<<<(unsigned)C.blocks_gate, THREADS, 0, st>>>(C);
+    kda_cuda_coef_beta<<<(unsigned)blocks_beta, THREADS, 0, st>>>(C);
+  }
   if (p->n_checkpoints > 0) {
     kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
     kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
@@ -876,56 +907,6 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   return e != cudaSuccess ? fail(KDA_EIO, err, errlen, "chunked kernel launch", e) : KDA_OK;
 }
 
-/* ==== The overlapped decode ====
- *
- * The prologue's float64 coefficients (0.085 ms at B1024 H32, against 1.07 ms for the row
- * kernel, which is memory bound and leaves the float64 units idle) would otherwise run alone
- * before the kernel.  Split the sequences into KDA_CUDA_SLICES slices, the first small
- * (1/16, 3/16, 3/4 of them): slice k's coefficients are computed on the aux stream while the
- * row kernel runs slice k - 1 on the call's stream (the two kernels share the multiprocessors:
- * the row kernel leaves registers for a prologue block), so only the first slice's prologue
- * is exposed.  Each slice's kernel waits for its slice's event; the aux stream first waits
- * for the call's stream (the inputs).  Every coefficient and every output is what the whole
- * prologue and one launch give: the slices only reorder independent work. */
-static cudaError_t launch_overlapped(const kda_problem *p, const kda_cuda_dev *d,
-                                     const scratch_map *m, const recur_args &A,
-                                     const kda_cuda_opts *o, cudaStream_t st) {
-  const kda_cuda_aux *x = o->aux;
-  const int64_t N = p->N, cut[KDA_CUDA_SLICES + 1] = {0, N / 16, N / 4, N};
-  cudaError_t e = cudaEventRecord(x->ev[0], st);
-  if (!e) e = cudaStreamWaitEvent(x->stream, x->ev[0], 0);
-  for (int k = 0; k < KDA_CUDA_SLICES && !e; k++) {
-    launch_coefs(p, d, m, 0, o->host_cu[cut[k]], o->host_cu[cut[k + 1]], k == 0, x->stream);
-    e = cudaGetLastError();
-    if (!e) e = cudaEventRecord(x->ev[k + 1], x->stream);
-  }
-  for (int k = 0; k < KDA_CUDA_SLICES && !e; k++) {
-    e = cudaStreamWaitEvent(st, x->ev[k + 1], 0);
-    if (!e) e = launch_decode_rows(A, cut[k], cut[k + 1] - cut[k], o->max_grid, st);
-  }
-  return e;
-}
-
-cudaError_t kda_cuda_aux_create(kda_cuda_aux *a) {
-  memset(a, 0, sizeof *a);
-  cudaError_t e = cudaStreamCreateWithFlags(&a->stream, cudaStreamNonBlocking);
-  int made = 0;
-  for (; !e && made < KDA_CUDA_SLICES + 1; made++)
-    e = cudaEventCreateWithFlags(&a->ev[made], cudaEventDisableTiming);
-  if (e) {
-    for (int i = 0; i < made; i++) cudaEventDestroy(a->ev[i]);
-    if (a->stream) cudaStreamDestroy(a->stream);
-    memset(a, 0, sizeof *a);
-  }
-  return e;
-}
-void kda_cuda_aux_destroy(kda_cuda_aux *a) {
-  if (!a->stream) return;
-  for (int i = 0; i < KDA_CUDA_SLICES + 1; i++) cudaEventDestroy(a->ev[i]);
-  cudaStreamDestroy(a->stream);
-  memset(a, 0, sizeof *a);
-}
-
 int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_opts *o,
                     cudaStream_t stream, char *err, size_t errlen) {
   const int decode = !o->no_decode && o->max_len <= 1 && p->K <= 4 * 32;
@@ -937,7 +918,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   int st = kda_cuda_why_not(p, ks, err, errlen);
   if (st) return st;
   if (d->raw_dtype && p->T > 0 && (!o->phases || (o->phases & 8))) {
-    /* 16-bit inputs: widened into the float arrays, which the buffers' layout reserves */
+    /* 16-bit inputs: widened into the float arrays (the buffers' layout reserves them), the
+     * first kernel of the call: everything after reads float32 */
     const int64_t GW = gate_width(p);
     widen_args W = {{d->raw_q, d->raw_k, d->raw_v, d->raw_g, d->raw_beta},
                     {(float *)d->q, (float *)d->k, (float *)d->v, (float *)d->g, (float *)d->beta},
@@ -947,10 +929,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
     kda_cuda_widen<<<dim3(1024, 5), THREADS, 0, stream>>>(W);
   }
   const scratch_map m = scratch_layout(p);
-  const int chunked = d->plan && d->n_chunks > 0, rows_decode = decode && decode_rows_fits(p);
-  const int overlap = rows_decode && o->aux && o->host_cu && p->N >= KDA_CUDA_SLICE_MIN && !o->phases;
-  if (p->T > 0 && (!o->phases || (o->phases & 8)))
-    launch_prologue(p, d, &m, chunked, !overlap, stream);
+  const int chunked = d->plan && d->n_chunks > 0;
+  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
@@ -981,9 +961,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.items = blocks;
   const int R = rows_for(p->K, ks);
   if (decode) {
-    e = overlap      ? launch_overlapped(p, d, &m, A, o, stream)
-        : rows_decode ? launch_decode_rows(A, 0, p->N, o->max_grid, stream)
-                      : dispatch_decode(A, R, o->max_grid, stream);
+    e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, stream)
+                            : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
     return KDA_OK;
   }
