@@ -667,16 +667,17 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
     return 0;
   if (algo == 1) return 1;
   /* auto: wide heads (K is padded to 128: small heads gain nothing), long sequences (the
-   * recurrent kernel is better at a few tokens a sequence), too few sequences and heads to
-   * give the recurrent kernel two work items of 32 columns a multiprocessor (measured on the
-   * H200, docs/cuda.md: B1 H32 is faster chunked, B4 H32 recurrent), and a scratch that fits
-   * comfortably next to the problem's own buffers. */
+   * recurrent kernel is better at a few tokens a sequence), at most 4 work items of 32
+   * columns a multiprocessor for the recurrent kernel (measured on the H200, docs/cuda.md:
+   * B1 and B4 at H32, T8192 and up, are faster chunked; more sequences give the recurrent
+   * kernel the parallelism it lacks at B1), and a scratch that fits comfortably next to the
+   * problem's own buffers. */
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     sms = 132;
   const int64_t items32 = p->N * p->HV * ((p->V + 31) / 32);
-  return p->K > 64 && max_len >= 256 && items32 < 2 * (int64_t)sms &&
+  return p->K > 64 && max_len >= 256 && items32 <= 4 * (int64_t)sms &&
          kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
 }
 

@@ -137,7 +137,6 @@ typedef struct coef_args {
   const double *ea;
   float *a, *lg, *b; /* a: the recurrent kernels' e^g_eff; lg: the chunked kernels' g_eff */
   int64_t n, HV, GW, nb;
-  int64_t blocks_qk, blocks_gate; /* the launch's blocks of each part (coef_part) */
 } coef_args;
 
 /* qh = scale * L2(q), kh = L2(k): one warp per (t, h) (rows of block blk); the sum of squares
@@ -186,28 +185,9 @@ __device__ void coef_beta(const coef_args &C, int64_t blk) {
   if (e < C.nb) C.b[e] = dev_beta(C.beta[e], C.beta_mode);
 }
 
-/* One launch for the three (COEF_FUSED): the qk rows are memory bound, the gates float64
- * bound, so their blocks are interleaved (qk, gate, qk, gate, ... while both last) and share
- * the multiprocessors; the betas' blocks come last.  Every element is computed as by its own
- * kernel: the bits are the same. */
-#ifndef COEF_FUSED
-#define COEF_FUSED 1
-#endif
-__device__ __forceinline__ void coef_part(const coef_args &C, int64_t bx) {
-  const int64_t pairs = C.blocks_qk < C.blocks_gate ? C.blocks_qk : C.blocks_gate;
-  if (bx < 2 * pairs) {
-    if (bx % 2 == 0) coef_qk(C, bx / 2);
-    else coef_gate(C, bx / 2);
-    return;
-  }
-  bx -= 2 * pairs;
-  const int64_t qk_left = C.blocks_qk - pairs, gate_left = C.blocks_gate - pairs;
-  if (bx < qk_left) coef_qk(C, pairs + bx);
-  else if (bx < qk_left + gate_left) coef_gate(C, pairs + bx - qk_left);
-  else coef_beta(C, bx - qk_left - gate_left);
-}
-__global__ void kda_cuda_coef(const coef_args C) { coef_part(C, blockIdx.x); }
-/* The three as separate kernels (COEF_FUSED 0, to compare). */
+/* Three kernels.  One launch for the three, with the memory-bound qk blocks interleaved with
+ * the float64-bound gate blocks, was measured slower (prologue 1.93 -> 2.10 ms at B1 T32768
+ * H32 on the H200; docs/cuda.md). */
 __global__ void kda_cuda_coef_qk(const coef_args C) { coef_qk(C, blockIdx.x); }
 __global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate(C, blockIdx.x); }
 __global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x); }
@@ -815,18 +795,12 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   C.n = GW > 0 ? T * p->HV * GW : 0, C.HV = p->HV, C.GW = GW;
   C.gate_mode = p->gate_mode, C.lb = p->lower_bound;
   C.beta = d->beta, C.b = (float *)(base + m->b), C.nb = T * p->HV, C.beta_mode = p->beta_mode;
-  C.blocks_qk = grid_of(C.rows * 32, THREADS), C.blocks_gate = grid_of(C.n, THREADS);
-  const int64_t blocks_beta = grid_of(C.nb, THREADS);
   if (GW > 0 && p->gate_mode != KDA_GATE_LOG)
     kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
                                                                   p->HV, p->has_A_log);
-  if (COEF_FUSED && C.blocks_qk + C.blocks_gate + blocks_beta <= 0x7fffffffLL) {
-    kda_cuda_coef<<<(unsigned)(C.blocks_qk + C.blocks_gate + blocks_beta), THREADS, 0, st>>>(C);
-  } else {
-    kda_cuda_coef_qk<<<(unsigned)C.blocks_qk, THREADS, 0, st>>>(C);
-    if (C.blocks_gate) kda_cuda_coef_gate<<<(unsigned)C.blocks_gate, THREADS, 0, st>>>(C);
-    kda_cuda_coef_beta<<<(unsigned)blocks_beta, THREADS, 0, st>>>(C);
-  }
+  kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
+  if (C.n) kda_cuda_coef_gate<<<grid_of(C.n, THREADS), THREADS, 0, st>>>(C);
+  kda_cuda_coef_beta<<<grid_of(C.nb, THREADS), THREADS, 0, st>>>(C);
   if (p->n_checkpoints > 0) {
     kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
     kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
