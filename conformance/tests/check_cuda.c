@@ -133,7 +133,7 @@ START_TEST(test_params_and_nulls) {
   char err[KDA_ERRLEN] = "";
   static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
                                     "ksplit=8 bogus", "grid=-1", "grid=99999999999",
-                                    "decode=2", "algo=fast", "algo=", "overlap=2"};
+                                    "decode=2", "algo=fast", "algo=", "input=f8"};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
     ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
@@ -288,7 +288,7 @@ START_TEST(test_conform) {
   /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
   static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
                                        "ksplit=16 grid=2", "decode=0 grid=3",
-                                       "algo=chunk", "overlap=0 grid=3"};
+                                       "algo=chunk"};
   const size_t n_params = sizeof params / sizeof params[0];
   for (size_t k = 0; k < (gpu ? n_params : 1u); k++) {
     kda_conform_opts o;
@@ -466,56 +466,6 @@ START_TEST(test_half_inputs) {
 }
 END_TEST
 
-/* Runs the plugin with params in-process on case c: its float64-widened outputs. */
-static void run_cuda(const kda_backend *b, const kda_case *c, const char *params, kda_outputs *out) {
-  char err[KDA_ERRLEN];
-  kda_tensors_f64 in;
-  kda_case_tensors(c, &in);
-  ck_assert_msg(kda_outputs_alloc(&c->p, out, err, sizeof err) == KDA_OK, "%s", err);
-  kda_call_opts opts = {0.0, 0, 0, 0};
-  kda_call_result r;
-  ck_assert_msg(kda_call_forward(b, params, &c->p, &in, out, &opts, &r, err, sizeof err) == KDA_OK,
-                "%s", err);
-  ck_assert_msg(r.outcome == KDA_CALL_OK, "cuda %s on %s: %s (%s)", params, c->id,
-                kda_call_outcome_name(r.outcome), r.msg);
-}
-static int same_bits(const double *a, const double *b, uint64_t n) {
-  return n == 0 || memcmp(a, b, n * sizeof *a) == 0;
-}
-
-/* The overlapped decode (the prologue of later slices of sequences on a second stream while
- * the row kernel runs earlier ones) only reorders independent work: its outputs are those of
- * overlap=0, bit for bit, on every case of descs (the decode shapes among them run sliced,
- * an empty first slice included), also with a capped grid. */
-START_TEST(test_overlap_identical) {
-  kda_plugin *pl;
-  const kda_backend *b = load(&pl);
-  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
-  if (!device_here(b, why, sizeof why)) {
-    kda_plugin_unload(pl);
-    return;
-  }
-  kda_gen_desc d;
-  kda_case c;
-  ck_assert_msg(kda_gen_parse(descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
-  if (!c.id) c.id = strdup("case");
-  static const char *const pairs[][2] = {{"", "overlap=0"}, {"grid=3", "overlap=0 grid=3"}};
-  for (size_t k = 0; k < 2; k++) {
-    kda_outputs x, y;
-    run_cuda(b, &c, pairs[k][0], &x);
-    run_cuda(b, &c, pairs[k][1], &y);
-    ck_assert_msg(same_bits(x.o, y.o, x.n_o) && same_bits(x.ht, y.ht, x.n_ht) &&
-                      same_bits(x.hc, y.hc, x.n_hc),
-                  "%s: '%s' and '%s' differ", c.id, pairs[k][0], pairs[k][1]);
-    kda_outputs_free(&x), kda_outputs_free(&y);
-  }
-  kda_case_free(&c);
-  kda_plugin_unload(pl);
-}
-END_TEST
-
 /* Without a GPU, describe and the device-buffer slots answer KDA_EUNSUPPORTED with the reason;
  * with one, describe names the device and its sm_XX. */
 START_TEST(test_describe) {
@@ -568,7 +518,6 @@ static Suite *cuda_suite(void) {
   tcase_add_test(tc, test_hostile_calls);
   tcase_add_loop_test(tc, test_conform, 0, (int)N_DESCS);
   tcase_add_loop_test(tc, test_chunk_serving, 0, (int)N_SERVING);
-  tcase_add_loop_test(tc, test_overlap_identical, 0, (int)N_DESCS);
   tcase_add_loop_test(tc, test_half_inputs, 0, (int)N_DESCS);
   tcase_add_test(tc, test_chunk_decay_limit);
   tcase_add_test(tc, test_describe);
