@@ -272,19 +272,26 @@ static const char *const descs[] = {
 };
 #define N_DESCS (sizeof descs / sizeof descs[0])
 
+/* The case of generator description desc, with its id ("case" when it has none); and its
+ * truth when t is not NULL. */
+static void gen_case(const char *desc, kda_case *c, kda_truth *t) {
+  char err[KDA_ERRLEN];
+  kda_gen_desc d;
+  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+  ck_assert_msg(kda_gen_case(&d, c, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+  kda_gen_desc_free(&d);
+  if (!c->id) c->id = strdup("case");
+  if (t) ck_assert_msg(kda_truth_compute(c, NULL, t, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+}
+
 START_TEST(test_conform) {
   kda_plugin *pl;
   const kda_backend *b = load(&pl);
   char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
   const int gpu = device_here(b, why, sizeof why);
-  kda_gen_desc d;
   kda_case c;
   kda_truth t;
-  ck_assert_msg(kda_gen_parse(descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
-  if (!c.id) c.id = strdup("case");
-  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  gen_case(descs[_i], &c, &t);
   /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
   static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
                                        "ksplit=16 grid=2", "decode=0 grid=3",
@@ -347,13 +354,9 @@ START_TEST(test_chunk_serving) {
     kda_plugin_unload(pl);
     return;
   }
-  kda_gen_desc d;
   kda_case c;
   kda_truth t;
-  ck_assert_msg(kda_gen_parse(serving_descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
-  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  gen_case(serving_descs[_i], &c, &t);
   static const char *const params[] = {"algo=chunk", "algo=auto", "algo=recurrent"};
   for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
     kda_conform_opts o;
@@ -434,14 +437,9 @@ START_TEST(test_half_inputs) {
   const char *prec = strstr(descs[_i], "prec=");
   ck_assert(prec != NULL);
   const int bf = strncmp(prec, "prec=bf16", 9) == 0, f16 = strncmp(prec, "prec=f16", 8) == 0;
-  kda_gen_desc d;
   kda_case c;
   kda_truth t;
-  ck_assert_msg(kda_gen_parse(descs[_i], &d, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
-  if (!c.id) c.id = strdup("case");
-  ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
+  gen_case(descs[_i], &c, &t);
   const char *params[2] = {f16 ? "input=f16" : "input=bf16", f16 ? "input=f16 algo=chunk" : "input=bf16 algo=chunk"};
   for (int k = 0; k < 2; k++) {
     kda_conform_opts o;

@@ -6,7 +6,9 @@
  * forward_buffers, buffers_read, buffers_destroy, synchronize) for benchmarks, with the cap
  * KDA_CAP_STATE_POOL (pool calls run in place on a device copy of the pool).  The kernels
  * are in kda_cuda_kernels.cu and kda_cuda_chunk.cu; algo=auto|chunk|recurrent picks between
- * the recurrent and the chunked prefill kernels (kda_cuda_use_chunk).
+ * the recurrent and the chunked prefill kernels (kda_cuda_use_chunk).  The variant slot
+ * answers the element types of a parameter string: input=bf16|f16 takes 16-bit q, k, v, g,
+ * beta buffers (kda_backend.h "Element types"), which every launch widens on the device.
  *
  * CUDA contexts do not survive fork(), and the runner loads a plugin in its parent and calls
  * it in forked children: nothing here touches CUDA before open, so the context is created in

@@ -1,7 +1,7 @@
 /* kda_cuda_kernels.cu: the float32 KDA kernels of the CUDA backend (SPEC.md §3-§5).
  * SPDX-License-Identifier: MIT
  *
- * Two stages on one stream (docs/cuda.md):
+ * Two stages on one stream (docs/cuda.md), after a widening kernel when the inputs are 16-bit:
  *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4
  *      with the formulas of SPEC.md §9.2 evaluated in float64 and rounded to float once:
  *      qh = scale * L2(q) and kh = L2(k) per (t, h); a = exp(g_eff) per (t, hv, gate
