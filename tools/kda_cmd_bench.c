@@ -50,10 +50,12 @@ static const char help_text[] =
     "                        -b simd:threads=1, -b ref-f64, -b ./libx.so:device=0; repeatable\n"
     "                        (default: simd at each of --threads)\n"
     "  -T, --tokens LIST     prefill lengths (default 4096,65536)\n"
+    "  -B, --batch LIST      prefill sequences of T tokens each, every T at every B (default 1)\n"
     "      --heads H         heads, H = HV (default 32)\n"
     "  -K, --key K           key dimension (default 128)\n"
     "      --value V         value dimension (default 128)\n"
-    "  -N, --decode-seqs N   decode: N sequences of one token (default 256; 0 skips decode)\n"
+    "  -N, --decode-seqs LIST  decode: N sequences of one token, a row per N (default 256;\n"
+    "                        0 skips decode)\n"
     "      --ref-tokens N    run ref-f32 on at most N prefill tokens (default: all)\n"
     "      --gate NAME       log or softplus (default softplus, with A_log; beta logit, l2 fla)\n"
     "      --stream-mib M    MiB of each of the three bandwidth arrays (default 128)\n"
@@ -69,9 +71,9 @@ static const char help_text[] =
     "     backend call that failed (one line on standard error)\n";
 
 typedef struct bench_args {
-  int64_t T[MAX_T];
-  int nT;
-  int64_t H, K, V, N, ref_tokens, stream_mib;
+  int64_t T[MAX_T], B[MAX_T], N[MAX_T];
+  int nT, nB, nN; /* nN 0: no decode rows */
+  int64_t H, K, V, ref_tokens, stream_mib;
   int64_t threads[MAX_T];
   int n_threads;
   const char *isa;
@@ -105,6 +107,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       {"tokens", required_argument, NULL, 'T'}, {"heads", required_argument, NULL, O_HEADS},
       {"key", required_argument, NULL, 'K'}, {"value", required_argument, NULL, O_VALUE},
       {"decode-seqs", required_argument, NULL, 'N'}, {"isa", required_argument, NULL, O_ISA},
+      {"batch", required_argument, NULL, 'B'},
       {"threads", required_argument, NULL, O_THREADS},
       {"ref-tokens", required_argument, NULL, O_REF}, {"gate", required_argument, NULL, O_GATE},
       {"params", required_argument, NULL, O_PARAMS}, {"backend", required_argument, NULL, 'b'},
@@ -112,20 +115,25 @@ static int parse_args(int argc, char **argv, bench_args *a) {
       {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   a->T[0] = 4096, a->T[1] = 65536, a->nT = 2;
-  a->H = 32, a->K = 128, a->V = 128, a->N = 256, a->stream_mib = 128;
+  a->B[0] = 1, a->nB = 1, a->N[0] = 256, a->nN = 1;
+  a->H = 32, a->K = 128, a->V = 128, a->stream_mib = 128;
   a->threads[0] = 1, a->threads[1] = 2, a->n_threads = 2;
   a->isa = "auto";
   a->params = "";
   a->gate = KDA_GATE_SOFTPLUS;
   int c;
   opterr = 0;
-  while ((c = getopt_long(argc, argv, ":T:K:N:b:h", longopts, NULL)) != -1) {
+  while ((c = getopt_long(argc, argv, ":T:B:K:N:b:h", longopts, NULL)) != -1) {
     switch (c) {
       case 'T': if (parse_list(optarg, a->T, &a->nT)) return kda_tool_usage(SUB, "bad --tokens"); break;
       case O_HEADS: if (kda_tool_parse_count(optarg, &a->H) || a->H < 1) return kda_tool_usage(SUB, "bad --heads"); break;
       case 'K': if (kda_tool_parse_count(optarg, &a->K) || a->K < 1) return kda_tool_usage(SUB, "bad --key"); break;
       case O_VALUE: if (kda_tool_parse_count(optarg, &a->V) || a->V < 1) return kda_tool_usage(SUB, "bad --value"); break;
-      case 'N': if (kda_tool_parse_count(optarg, &a->N)) return kda_tool_usage(SUB, "bad --decode-seqs"); break;
+      case 'B': if (parse_list(optarg, a->B, &a->nB)) return kda_tool_usage(SUB, "bad --batch"); break;
+      case 'N':
+        if (strcmp(optarg, "0") == 0) a->nN = 0;
+        else if (parse_list(optarg, a->N, &a->nN)) return kda_tool_usage(SUB, "bad --decode-seqs");
+        break;
       case O_ISA: a->isa = optarg, a->simd_option = 1; break;
       case O_PARAMS:
         if (strlen(optarg) > 200) return kda_tool_usage(SUB, "--params is too long");
@@ -497,6 +505,7 @@ static int bench_shape(bench_ctx *cx, const char *what, int64_t N, int64_t T, in
   const bench_args *a = cx->a;
   bench_data d;
   int64_t Tref = decode || !a->ref_tokens || a->ref_tokens >= T ? T : a->ref_tokens;
+  if (Tref < T) Tref = Tref < N ? N : Tref / N * N; /* N whole sequences of Tref / N tokens */
   if (data_make(a, N, Tref, decode, &d)) return kda_tool_fail(SUB, "out of memory for %s", what);
   int rc = bench_row(cx, what, ref, &d, decode, Tref < T ? "*" : NULL, &rows[0]);
   if (rc == 0 && Tref != T) {
@@ -591,6 +600,11 @@ int kda_cmd_bench(int argc, char **argv) {
   static bench_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
+  for (int j = 0; j < a.nB; j++)
+    for (int i = 0; i < a.nT; i++)
+      if (a.T[i] > ((int64_t)1 << 40) / a.B[j])
+        return kda_tool_usage(SUB, "--batch %lld times --tokens %lld is too many tokens",
+                              (long long)a.B[j], (long long)a.T[i]);
   static target tg[MAX_TARGETS], ref;
   int nt = 0;
   for (int i = 0; i < a.n_specs && rc == 0; i++) rc = target_from_spec(a.specs[i], &tg[nt++]);
@@ -599,27 +613,32 @@ int kda_cmd_bench(int argc, char **argv) {
   static bench_ctx cx;
   cx.a = &a;
   cx.bw.bytes = (size_t)a.stream_mib << 20;
-  row rows[MAX_T + 1][MAX_TARGETS + 1];
-  char what[MAX_T + 1][64];
-  int nrows = 0, decode_row = -1;
+  static row rows[MAX_T * MAX_T + MAX_T][MAX_TARGETS + 1];
+  static char what[MAX_T * MAX_T + MAX_T][64];
+  int nrows = 0, decode_first = -1;
   if (rc == 0) {
     cx.peak_core = fma_probe(kda_simd_isa_best());
     print_header(&cx, tg, nt);
   }
-  for (int i = 0; i < a.nT && rc == 0; i++, nrows++) {
-    snprintf(what[nrows], sizeof what[nrows], "prefill T=%lld", (long long)a.T[i]);
-    rc = bench_shape(&cx, what[nrows], 1, a.T[i], 0, &ref, tg, nt, rows[nrows]);
-  }
-  if (rc == 0 && a.N > 0) {
-    snprintf(what[nrows], sizeof what[nrows], "decode N=%lld", (long long)a.N);
-    decode_row = nrows;
-    rc = bench_shape(&cx, what[nrows], a.N, a.N, 1, &ref, tg, nt, rows[nrows]);
-    nrows++;
+  /* Prefill rows: every B at every T (B sequences of T tokens: B*T tokens a call). */
+  for (int j = 0; j < a.nB && rc == 0; j++)
+    for (int i = 0; i < a.nT && rc == 0; i++, nrows++) {
+      if (a.B[j] > 1)
+        snprintf(what[nrows], sizeof what[nrows], "prefill B=%lld T=%lld", (long long)a.B[j],
+                 (long long)a.T[i]);
+      else
+        snprintf(what[nrows], sizeof what[nrows], "prefill T=%lld", (long long)a.T[i]);
+      rc = bench_shape(&cx, what[nrows], a.B[j], a.B[j] * a.T[i], 0, &ref, tg, nt, rows[nrows]);
+    }
+  decode_first = nrows;
+  for (int i = 0; i < a.nN && rc == 0; i++, nrows++) {
+    snprintf(what[nrows], sizeof what[nrows], "decode N=%lld", (long long)a.N[i]);
+    rc = bench_shape(&cx, what[nrows], a.N[i], a.N[i], 1, &ref, tg, nt, rows[nrows]);
   }
   if (rc == 0) {
     if (a.ref_tokens) printf("(ref-f32*: measured on the first %lld tokens)\n", (long long)a.ref_tokens);
     print_bandwidth(&cx.bw);
-    for (int i = 0; i < nrows; i++) print_ratios(what[i], i == decode_row, tg, nt, rows[i]);
+    for (int i = 0; i < nrows; i++) print_ratios(what[i], i >= decode_first, tg, nt, rows[i]);
   }
   for (int i = 0; i < nt; i++) kda_plugin_unload(tg[i].plugin);
   return rc;

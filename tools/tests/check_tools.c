@@ -254,6 +254,9 @@ START_TEST(test_usage_errors) {
       {{"bench", "--params", "group=9", NULL}, "kda bench: ", "bad parameter 'group=9'"},
       {{"bench", "--isa", "sse9", NULL}, "kda bench: ", "unknown --isa 'sse9'"},
       {{"bench", "-T", "0", NULL}, "kda bench: ", "bad --tokens"},
+      {{"bench", "-B", "0", NULL}, "kda bench: ", "bad --batch"},
+      {{"bench", "-N", "3,0", NULL}, "kda bench: ", "bad --decode-seqs"},
+      {{"bench", "-B", "2", "-T", "1099511627776", NULL}, "kda bench: ", "too many tokens"},
       {{"bench", "-b", "nope", NULL}, "kda bench: ", "unknown backend 'nope'"},
       {{"bench", "-b", "simd:bogus=1", NULL}, "kda bench: ", "backend 'simd': unknown parameter 'bogus'"},
       {{"bench", "-b", "ref-f32:x", NULL}, "kda bench: ", "backend 'ref-f32': unknown parameter 'x'"},
@@ -301,6 +304,30 @@ START_TEST(test_bench_runs) {
   for (int i = 0; want[i]; i++)
     ck_assert_msg(strstr(r.out, want[i]) != NULL, "kda bench output lacks '%s':\n%s", want[i],
                   r.out);
+  run_free(&r);
+  /* Lists of batches and decode sizes (issue #10's shapes: B1 and B4 prefill, three decode
+   * sizes): a row and a ratio line for each, prefill ratios against the FMA peak and decode
+   * ratios against the bandwidth; ref-tokens is cut to whole sequences (7 of 3 x 40: 6). */
+  kda(&r, "bench", "-T", "40,24", "-B", "1,3", "--heads", "2", "-K", "8", "--value", "8", "-N",
+      "2,5", "--threads", "1", "--ref-tokens", "7", NULL);
+  expect_ok(&r, "kda bench -B -N");
+  static const char *const rows[] = {"\nprefill T=40 ", "\nprefill T=24 ", "\nprefill B=3 T=40 ",
+                                     "\nprefill B=3 T=24 ", "\ndecode N=2 ", "\ndecode N=5 ",
+                                     "ratios prefill B=3 T=24:", "ratios decode N=5:", NULL};
+  for (int i = 0; rows[i]; i++)
+    ck_assert_msg(strstr(r.out, rows[i]) != NULL, "kda bench output lacks '%s':\n%s", rows[i],
+                  r.out);
+  char line[3][512];
+  static const char *const heads[3] = {"ratios prefill B=3 T=24:", "ratios decode N=5:",
+                                       "ratios decode N=2:"};
+  for (int i = 0; i < 3; i++) { /* the ratio line alone */
+    const char *at = strstr(r.out, heads[i]);
+    ck_assert(at != NULL);
+    snprintf(line[i], sizeof line[i], "%.*s", (int)strcspn(at, "\n"), at);
+  }
+  ck_assert_msg(strstr(line[0], "of FMA peak") && !strstr(line[0], "bandwidth"), "%s", line[0]);
+  for (int i = 1; i < 3; i++)
+    ck_assert_msg(strstr(line[i], "of memory bandwidth") && !strstr(line[i], "FMA"), "%s", line[i]);
   run_free(&r);
 }
 END_TEST
