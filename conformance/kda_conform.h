@@ -163,7 +163,13 @@ typedef struct kda_truth {
   /* A streamed case (SPEC.md §7.10, kda_truth_stream): out.o and mag_o are NULL; the inputs
    * and truth rows are read chunk by chunk from here when a backend is scored. */
   struct kda_stream *stream;
+  /* A streamed case with golden outputs: the magnitudes M of every truth row [n_rows, HV]
+   * (what mag_o holds for a whole case), kept by the reference pass when they fit
+   * KDA_STREAM_MAG_MAX values so that scoring passes need not rerun the float64 recurrence;
+   * NULL otherwise (SPEC.md §7.10). */
+  double *mag_rows;
 } kda_truth;
+#define KDA_STREAM_MAG_MAX (INT64_C(1) << 24)
 /* Golden members o / ht / hc are used when the case file at path (may be NULL) has them.
  * Returns KDA_OK or the status of the reference or the file. */
 int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,

@@ -201,6 +201,7 @@ int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *e
 void kda_truth_free(kda_truth *t) {
   kda_outputs_free(&t->out);
   free(t->mag_o);
+  free(t->mag_rows);
   free(t->mag_ht);
   free(t->mag_hc);
   kda_envelope_free(&t->env);

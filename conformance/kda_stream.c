@@ -13,6 +13,7 @@
  */
 #include <jansson.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -176,14 +177,19 @@ typedef struct ref64 {
 
 static int64_t state_size(const kda_problem *p) { return p->HV * p->K * p->V; }
 
+/* The truth rows [r0, r1) of tokens [a, b): the tokens themselves, or a sampled truth's rows. */
+static void rows_of(const kda_truth *t, int64_t a, int64_t b, int64_t *r0, int64_t *r1) {
+  *r0 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, a) : a;
+  *r1 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, b) : b;
+}
+
 static int ref64_chunk(ref64 *r, const chunk_t *ch, int want_o, char *err, size_t errlen) {
   const kda_problem *p = &r->c->p;
   const kda_truth *t = r->t;
   const int64_t len = ch->b - ch->a, S = state_size(p);
   free(r->o), free(r->hc), free(r->mag);
   r->o = r->hc = r->mag = NULL;
-  r->r0 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, ch->a) : ch->a;
-  r->r1 = t->o_index ? kda_sampled_lower(t->o_index, t->n_rows, ch->b) : ch->b;
+  rows_of(t, ch->a, ch->b, &r->r0, &r->r1);
   if (ch->first) {
     for (int64_t e = 0; e < S; e++)
       r->S[e] = p->has_initial_state ? r->c->h0[ch->n * S + e] : 0.0;
@@ -281,18 +287,45 @@ static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, ch
   return st;
 }
 
+/* ref-f32 on one chunk, on a thread of its own beside ref-f64 (ref_pass_chunk): the two
+ * recurrences share only the chunk's inputs (read only) and chain their own states, so the
+ * results are those of running them one after the other, bit for bit. */
+typedef struct ref32_job {
+  ref_pass *x;
+  const chunk_t *ch;
+  double *o, *hc;
+  int st;
+  char err[KDA_ERRLEN];
+} ref32_job;
+static void *ref32_run(void *arg) {
+  ref32_job *j = arg;
+  j->st = ref32_chunk(j->x, j->ch, j->o, j->hc, j->err, sizeof j->err);
+  return NULL;
+}
+
 static int ref_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
   ref_pass *x = ctx;
   const kda_case *c = x->r.c;
   const int64_t len = ch->b - ch->a, S = state_size(&c->p), nck = ch->c1 - ch->c0;
-  int st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
   double *rows = NULL;
   double *o32 = malloc(((size_t)(len * c->p.HV * c->p.V) + 1) * sizeof *o32);
   double *hc32 = malloc(((size_t)(nck * S) + 1) * sizeof *hc32);
-  if (st == KDA_OK && (!o32 || !hc32))
-    st = KDA_ENOMEM, snprintf(err, errlen, "out of memory for the fp32 envelope");
+  if (!o32 || !hc32)
+    return free(o32), free(hc32), snprintf(err, errlen, "out of memory for the fp32 envelope"),
+           KDA_ENOMEM;
+  /* The two passes at once (the long cases' scoring is these two single-threaded recurrences
+   * over every token); without a thread, one after the other. */
+  ref32_job job = {x, ch, o32, hc32, KDA_OK, ""};
+  pthread_t tid;
+  const int threaded = pthread_create(&tid, NULL, ref32_run, &job) == 0;
+  int st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
+  if (st == KDA_OK && x->t->mag_rows) /* kept for the scoring passes */
+    memcpy(x->t->mag_rows + x->r.r0 * c->p.HV, x->r.mag,
+           (size_t)((x->r.r1 - x->r.r0) * c->p.HV) * sizeof(double));
+  if (threaded) pthread_join(tid, NULL);
+  else ref32_run(&job);
+  if (st == KDA_OK && job.st != KDA_OK) st = job.st, snprintf(err, errlen, "%s", job.err);
   if (st == KDA_OK) st = truth_rows(x->s, c, &x->r, &rows, err, errlen);
-  if (st == KDA_OK) st = ref32_chunk(x, ch, o32, hc32, err, errlen);
   if (st == KDA_OK) {
     const kda_o_rows o = {ch->n, ch->a, ch->b, x->r.r0, rows, x->r.mag, o32};
     kda_score_o_rows(&x->acc, c, &o);
@@ -394,6 +427,10 @@ static int truth_alloc(const kda_case *c, kda_truth *t, ref_pass *x, char *err, 
   x->S32 = malloc((S + 1) * sizeof(float));
   x->ht32 = malloc((N * S + 1) * sizeof(double)), x->hc32 = malloc((C * S + 1) * sizeof(double));
   x->ht64 = malloc((N * S + 1) * sizeof(double)), x->hc64 = malloc((C * S + 1) * sizeof(double));
+  /* A golden truth's rows come from the file, so the scoring passes need only M from the
+   * float64 recurrence: keep it when it is small enough (none, or too large: they rerun it). */
+  if (x->s->golden && t->n_rows * p->HV <= KDA_STREAM_MAG_MAX)
+    t->mag_rows = calloc((size_t)(t->n_rows * p->HV) + 1, sizeof(double));
   if ((p->want_final_state && !t->out.ht) || (C && !t->out.hc) || !t->mag_ht || !t->mag_hc ||
       !t->env.ht || !t->env.hc || !x->r.S || !x->S32 || !x->ht32 || !x->hc32 || !x->ht64 ||
       !x->hc64)
@@ -513,11 +550,18 @@ static int score_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
     x->res->fail_t0 = ch->a, x->res->fail_t1 = ch->b;
     return kda_outputs_free(&out), -1; /* stop; the outcome says why */
   }
-  if (st == KDA_OK) st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
+  const double *mag = NULL;
+  if (st == KDA_OK && x->t->mag_rows) { /* M kept by the reference pass (a golden truth) */
+    rows_of(x->t, ch->a, ch->b, &x->r.r0, &x->r.r1);
+    mag = x->t->mag_rows + x->r.r0 * c->p.HV;
+  } else if (st == KDA_OK) {
+    st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
+    mag = x->r.mag;
+  }
   double *rows = NULL;
   if (st == KDA_OK) st = truth_rows(x->s, c, &x->r, &rows, err, errlen);
   if (st == KDA_OK) {
-    const kda_o_rows o = {ch->n, ch->a, ch->b, x->r.r0, rows, x->r.mag, out.o};
+    const kda_o_rows o = {ch->n, ch->a, ch->b, x->r.r0, rows, mag, out.o};
     kda_score_o_rows(&x->acc, c, &o);
     keep_states(c, ch, out.ht, out.hc, x->ht, x->hc);
     memcpy(x->Sb, out.ht, (size_t)S * sizeof *x->Sb);
