@@ -139,7 +139,7 @@ $(KDA): $(TOOL_OBJ) $(LIBA)
 # neither libkda.a nor libkda.so.
 TEST_HELPER := $(BUILD)/tests/kda_test.o
 $(TEST_HELPER): ALL_CFLAGS += $(CHECK_CFLAGS)
-$(TEST_HELPER): tests/kda_test.h
+$(TEST_HELPER): tests/kda_test.h $(HEADERS)
 
 $(BUILD)/%: %.c $(LIBA) $(TEST_HELPER) $(HEADERS) tests/kda_test.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)

@@ -2,6 +2,8 @@
  * SPDX-License-Identifier: MIT
  */
 #include "kda_test.h"
+#include "kda_case.h"
+#include "kda_conform.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -247,4 +249,16 @@ int kda_test_main(Suite *s, enum print_output mode, enum fork_status fork) {
   const int failed = srunner_ntests_failed(sr);
   srunner_free(sr);
   return failed == 0 ? EXIT_SUCCESS : EXIT_FAILURE;
+}
+
+/* ---- Generated cases. */
+
+void kda_test_gen_case(const char *desc, kda_case *c, kda_truth *t) {
+  char err[KDA_ERRLEN];
+  kda_gen_desc d;
+  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+  ck_assert_msg(kda_gen_case(&d, c, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+  kda_gen_desc_free(&d);
+  if (!c->id) c->id = strdup("case");
+  if (t) ck_assert_msg(kda_truth_compute(c, NULL, t, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
 }

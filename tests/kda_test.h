@@ -81,6 +81,15 @@ double kda_test_urange(uint64_t *s, double lo, double hi);
 /* n zeroed doubles (at least one), failing the test when out of memory. */
 double *kda_test_dalloc(size_t n);
 
+/* ---- Generated cases (the conformance tests). */
+
+struct kda_case;
+struct kda_truth;
+/* The case of generator description desc (SPEC.md §11.2), with the id "case" when the
+ * description names none, and, when t is not NULL, its truth (kda_truth_compute); fails the
+ * test, naming desc, when either cannot be made. */
+void kda_test_gen_case(const char *desc, struct kda_case *c, struct kda_truth *t);
+
 /* ---- main(). */
 
 /* Runs the suite (fork mode: CK_FORK_GETENV reads CK_FORK as Check does by default) and

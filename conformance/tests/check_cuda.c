@@ -272,17 +272,6 @@ static const char *const descs[] = {
 };
 #define N_DESCS (sizeof descs / sizeof descs[0])
 
-/* The case of generator description desc, with its id ("case" when it has none); and its
- * truth when t is not NULL. */
-static void gen_case(const char *desc, kda_case *c, kda_truth *t) {
-  char err[KDA_ERRLEN];
-  kda_gen_desc d;
-  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-  ck_assert_msg(kda_gen_case(&d, c, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-  kda_gen_desc_free(&d);
-  if (!c->id) c->id = strdup("case");
-  if (t) ck_assert_msg(kda_truth_compute(c, NULL, t, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-}
 
 START_TEST(test_conform) {
   kda_plugin *pl;
@@ -291,7 +280,7 @@ START_TEST(test_conform) {
   const int gpu = device_here(b, why, sizeof why);
   kda_case c;
   kda_truth t;
-  gen_case(descs[_i], &c, &t);
+  kda_test_gen_case(descs[_i], &c, &t);
   /* grid=N caps the persistent grid, so that blocks take many work items in turn. */
   static const char *const params[] = {"ksplit=8", "ksplit=4", "ksplit=16", "ksplit=0 grid=3",
                                        "ksplit=16 grid=2", "decode=0 grid=3",
@@ -356,7 +345,7 @@ START_TEST(test_chunk_serving) {
   }
   kda_case c;
   kda_truth t;
-  gen_case(serving_descs[_i], &c, &t);
+  kda_test_gen_case(serving_descs[_i], &c, &t);
   static const char *const params[] = {"algo=chunk", "algo=auto", "algo=recurrent"};
   for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
     kda_conform_opts o;
@@ -439,7 +428,7 @@ START_TEST(test_half_inputs) {
   const int bf = strncmp(prec, "prec=bf16", 9) == 0, f16 = strncmp(prec, "prec=f16", 8) == 0;
   kda_case c;
   kda_truth t;
-  gen_case(descs[_i], &c, &t);
+  kda_test_gen_case(descs[_i], &c, &t);
   const char *params[2] = {f16 ? "input=f16" : "input=bf16", f16 ? "input=f16 algo=chunk" : "input=bf16 algo=chunk"};
   for (int k = 0; k < 2; k++) {
     kda_conform_opts o;

@@ -206,15 +206,6 @@ static kda_worker *start(const char *plugin, const char *params, double timeout,
   return w;
 }
 
-static void gen(const char *desc, kda_case *c, kda_truth *t) {
-  char err[KDA_ERRLEN];
-  kda_gen_desc d;
-  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s", err);
-  ck_assert_msg(kda_gen_case(&d, c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
-  if (!c->id) c->id = strdup("case");
-  ck_assert_msg(kda_truth_compute(c, NULL, t, err, sizeof err) == KDA_OK, "%s", err);
-}
 
 /* The case scored with every serving check (prefix resume, speculative verify, pool decode). */
 static int32_t score(kda_worker *w, const kda_case *c, const kda_truth *t, kda_case_report *r) {
@@ -273,8 +264,8 @@ END_TEST
 START_TEST(test_bf16_cases) {
   kda_case cb, cf;
   kda_truth tb, tf;
-  gen(BF16_CASE, &cb, &tb);
-  gen(F32_CASE, &cf, &tf);
+  kda_test_gen_case(BF16_CASE, &cb, &tb);
+  kda_test_gen_case(F32_CASE, &cf, &tf);
   kda_case_report r;
   const char *ok[3] = {"input=bf16", "input=bf16 output=bf16", "input=f32"};
   for (int i = 0; i < 3; i++) {
@@ -320,7 +311,7 @@ END_TEST
 START_TEST(test_inputs_exact_per_value) {
   kda_case cb;
   kda_truth tb;
-  gen(BF16_CASE, &cb, &tb);
+  kda_test_gen_case(BF16_CASE, &cb, &tb);
   kda_worker *w16 = start("half", "input=f16", 20, 1), *wb = start("half", "input=bf16", 20, 1);
   kda_tensors_f64 in;
   kda_case_tensors(&cb, &in);
@@ -370,7 +361,7 @@ START_TEST(test_hostile_variants) {
   };
   kda_case cb;
   kda_truth tb;
-  gen(BF16_CASE, &cb, &tb);
+  kda_test_gen_case(BF16_CASE, &cb, &tb);
   for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
     kda_worker *w = start("half", want[i].params, 1, 1);
     const kda_call_result *lr = kda_worker_load_result(w);
@@ -403,7 +394,7 @@ END_TEST
 START_TEST(test_variant_changes_on_restart) {
   kda_case cf;
   kda_truth tf;
-  gen(F32_CASE, &cf, &tf);
+  kda_test_gen_case(F32_CASE, &cf, &tf);
   kda_test_tmpdir_make("half");
   char params[256];
   snprintf(params, sizeof params, "crash_forward flip=%s", kda_test_path("flip"));

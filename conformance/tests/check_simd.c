@@ -55,15 +55,6 @@ static int isa_here(int32_t isa) {
   return kda_simd_isa_available(isa, &why);
 }
 
-static void make_case(const char *desc, kda_case *c, kda_truth *t) {
-  char err[KDA_ERRLEN];
-  kda_gen_desc d;
-  ck_assert_msg(kda_gen_parse(desc, &d, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-  ck_assert_msg(kda_gen_case(&d, c, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-  kda_gen_desc_free(&d);
-  if (!c->id) c->id = strdup("case");
-  ck_assert_msg(kda_truth_compute(c, NULL, t, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
-}
 
 /* Runs simd with params in-process and returns its float64-widened outputs. */
 static void run_simd(const kda_case *c, const char *params, kda_outputs *out) {
@@ -71,7 +62,7 @@ static void run_simd(const kda_case *c, const char *params, kda_outputs *out) {
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
   ck_assert_msg(kda_outputs_alloc(&c->p, out, err, sizeof err) == KDA_OK, "%s", err);
-  kda_call_opts opts = {0.0, 0, 0};
+  kda_call_opts opts = {0.0, 0, 0, 0};
   kda_call_result r;
   ck_assert_msg(kda_call_forward(kda_backend_find("simd"), params, &c->p, &in, out, &opts, &r,
                                  err, sizeof err) == KDA_OK, "%s", err);
@@ -88,7 +79,7 @@ static int same_bits(const double *a, const double *b, uint64_t n) {
 static void check_case(const char *desc) {
   kda_case c;
   kda_truth t;
-  make_case(desc, &c, &t);
+  kda_test_gen_case(desc, &c, &t);
   for (int32_t isa = 0; isa < KDA_SIMD_ISA_COUNT; isa++) {
     if (!isa_here(isa)) continue;
     char params[64];
@@ -222,7 +213,7 @@ START_TEST(test_decode_path) {
       snprintf(desc, sizeof desc,
                "seed=%d seqlens=1,1,1 H=1 HV=2 %s beta=logit l2=fla prec=f32 h0=1 %s id=dec",
                60 + (int)n, shapes[n], ck ? "checkpoints=0,1,2" : "");
-      make_case(desc, &c[ck], &t[ck]);
+      kda_test_gen_case(desc, &c[ck], &t[ck]);
     }
     for (int32_t isa = 0; isa < KDA_SIMD_ISA_COUNT; isa++) {
       if (!isa_here(isa)) continue;
