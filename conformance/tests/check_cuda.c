@@ -49,6 +49,16 @@ static int device_here(const kda_backend *b, char *why, size_t len) {
   return ok;
 }
 
+/* The plugin for a test that needs a GPU: NULL (nothing left loaded) when there is none; the
+ * CPU-only checks of such tests are test_conform's NotSupported ones. */
+static const kda_backend *load_gpu(kda_plugin **pl) {
+  const kda_backend *b = load(pl);
+  char why[KDA_ERRLEN] = "";
+  if (device_here(b, why, sizeof why)) return b;
+  kda_plugin_unload(*pl);
+  return NULL;
+}
+
 START_TEST(test_table) {
   kda_plugin *pl;
   const kda_backend *b = load(&pl);
@@ -337,12 +347,9 @@ static const char *const serving_descs[] = {
 
 START_TEST(test_chunk_serving) {
   kda_plugin *pl;
-  const kda_backend *b = load(&pl);
-  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
-  if (!device_here(b, why, sizeof why)) { /* covered by test_conform's NotSupported checks */
-    kda_plugin_unload(pl);
-    return;
-  }
+  const kda_backend *b = load_gpu(&pl);
+  if (!b) return;
+  char err[KDA_ERRLEN];
   kda_case c;
   kda_truth t;
   kda_test_gen_case(serving_descs[_i], &c, &t);
@@ -376,20 +383,13 @@ END_TEST
  * diagonal terms). */
 START_TEST(test_chunk_decay_limit) {
   kda_plugin *pl;
-  const kda_backend *b = load(&pl);
-  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
-  if (!device_here(b, why, sizeof why)) {
-    kda_plugin_unload(pl);
-    return;
-  }
-  kda_gen_desc d;
+  const kda_backend *b = load_gpu(&pl);
+  if (!b) return;
+  char err[KDA_ERRLEN];
   kda_case c;
   kda_truth t;
-  ck_assert(kda_gen_parse("seed=74 T=256 H=1 HV=1 K=128 V=128 gate=log beta=logit l2=fla "
-                          "prec=f32 checkpoints=63,200 id=chunk-decay-limit",
-                          &d, err, sizeof err) == KDA_OK);
-  ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
-  kda_gen_desc_free(&d);
+  kda_test_gen_case("seed=74 T=256 H=1 HV=1 K=128 V=128 gate=log beta=logit l2=fla prec=f32 "
+                    "checkpoints=63,200 id=chunk-decay-limit", &c, NULL);
   for (int64_t tk = 0; tk < c.p.T; tk++)
     for (int ch = 0; ch < 16; ch++) c.g[tk * c.p.K + ch] = ch < 8 ? -5.0 : -5.0 + 0x1p-12;
   ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
@@ -417,12 +417,9 @@ END_TEST
  * check; an f32 case given to input=bf16 is NotSupported (its inputs are not bfloat16). */
 START_TEST(test_half_inputs) {
   kda_plugin *pl;
-  const kda_backend *b = load(&pl);
-  char why[KDA_ERRLEN] = "", err[KDA_ERRLEN];
-  if (!device_here(b, why, sizeof why)) {
-    kda_plugin_unload(pl);
-    return;
-  }
+  const kda_backend *b = load_gpu(&pl);
+  if (!b) return;
+  char err[KDA_ERRLEN];
   const char *prec = strstr(descs[_i], "prec=");
   ck_assert(prec != NULL);
   const int bf = strncmp(prec, "prec=bf16", 9) == 0, f16 = strncmp(prec, "prec=f16", 8) == 0;

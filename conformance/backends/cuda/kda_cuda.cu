@@ -161,6 +161,13 @@ static int32_t check_pool(const kda_problem *p, const kda_backend_tensors *t, ch
 
 /* ==== Handle ==== */
 
+/* The index of s among the n names, or -1. */
+static int name_index(const char *s, const char *const *names, int n) {
+  for (int a = 0; a < n; a++)
+    if (strcmp(s, names[a]) == 0) return a;
+  return -1;
+}
+
 static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint32_t errlen) {
   for (const char *s = params ? params : ""; *s;) {
     while (*s == ' ' || *s == ',') s++;
@@ -179,17 +186,13 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
       h->decode = w[7] == '1';
       continue;
     } else if (strncmp(w, "input=", 6) == 0) {
-      const char *names[3] = {"f32", "bf16", "f16"};
-      const int32_t types[3] = {KDA_PRECISION_FP32, KDA_PRECISION_BF16, KDA_PRECISION_FP16};
-      int found = -1;
-      for (int a = 0; a < 3; a++)
-        if (strcmp(w + 6, names[a]) == 0) found = a;
+      static const char *const names[3] = {"f32", "bf16", "f16"};
+      static const int32_t types[3] = {KDA_PRECISION_FP32, KDA_PRECISION_BF16, KDA_PRECISION_FP16};
+      const int found = name_index(w + 6, names, 3);
       if (found >= 0) { h->in_dtype = types[found]; continue; }
     } else if (strncmp(w, "algo=", 5) == 0) {
-      const char *names[3] = {"auto", "chunk", "recurrent"};
-      int found = -1;
-      for (int a = 0; a < 3; a++)
-        if (strcmp(w + 5, names[a]) == 0) found = a;
+      static const char *const names[3] = {"auto", "chunk", "recurrent"};
+      const int found = name_index(w + 5, names, 3);
       if (found >= 0) { h->algo = found; continue; }
     } else if (strncmp(w, "grid=", 5) == 0) {
       long g = strtol(w + 5, &end, 10);
