@@ -9,8 +9,9 @@
  *   S_end  = e^gamma_L S0 + sum_s (k_s e^(gamma_L - gamma_s)) Unew[s]
  * which is SPEC.md §3.1's recurrence token by token (decay, erase, write, readout after the
  * write), regrouped.  Three kernels:
- *   prep  (chunk, value head), parallel: gamma in float64, A and M, then W = (I+A)^-1 (beta k
- *         e^gamma) and U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
+ *   prep  (chunk, value head), parallel: k and q normalized (SPEC.md §4.3, the prologue's
+ *         arithmetic), gamma in float64, A and M, then W = (I+A)^-1 (beta k e^gamma) and
+ *         U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
  *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
  *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
@@ -87,21 +88,32 @@ __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<floa
 
 /* ==== prep ==== */
 
+/* Normalized k (q: scaled) of row t from the raw input and the row's 1 / norm, as the
+ * prologue's coef_qk rounds it (the same bits). */
+__device__ __forceinline__ float qk_norm(double x, double inv, bool q, double scale) {
+  const double xi = x * inv;
+  return (float)(q ? scale * xi : xi);
+}
 /* A[t][s] (without beta_t) and M[t][s] of one pair of a diagonal block whose decay range is
- * too large to factor: the gates between s and t summed directly (s <= t < len). */
-__device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const float *Gs, int t,
-                          int s, int c0, int c1, float &a, float &m) {
+ * too large to factor: the gates between s and t summed directly (s <= t < len); with
+ * qk_raw the normalized k and q are rebuilt from the raw rows and inv (prep_norms). */
+__device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const float *Gs,
+                          const double *inv, int t, int s, int c0, int c1, float &a, float &m) {
   a = m = 0.0f;
   if (t >= ch.len || s > t) return;
-  const float *kt = A.kh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
-  const float *ks = A.kh + ((int64_t)(ch.start + s) * A.H + h) * A.K;
-  const float *qt = A.qh + ((int64_t)(ch.start + t) * A.H + h) * A.K;
+  const float *kb = A.qk_raw ? A.k : A.kh, *qb = A.qk_raw ? A.q : A.qh;
+  const float *kt = kb + ((int64_t)(ch.start + t) * A.H + h) * A.K;
+  const float *ks = kb + ((int64_t)(ch.start + s) * A.H + h) * A.K;
+  const float *qt = qb + ((int64_t)(ch.start + t) * A.H + h) * A.K;
   for (int c8 = c0; c8 < c1 && c8 < A.K; c8 += 8) { /* 8 channels' loads in flight at once */
     float x[8], y[8], z[8];
 #pragma unroll
     for (int u = 0; u < 8; u++) {
       const bool ok = c8 + u < c1 && c8 + u < A.K;
       x[u] = ok ? kt[c8 + u] : 0.0f, y[u] = ok ? ks[c8 + u] : 0.0f, z[u] = ok ? qt[c8 + u] : 0.0f;
+      if (A.qk_raw) /* inv: rows 0..63 of k, then of q */
+        x[u] = qk_norm(x[u], inv[t], false, 0.0), y[u] = qk_norm(y[u], inv[s], false, 0.0),
+        z[u] = qk_norm(z[u], inv[CT + t], true, A.scale);
     }
 #pragma unroll
     for (int u = 0; u < 8; u++) {
@@ -171,8 +183,18 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
 #ifndef PAIRS_TC
 #define PAIRS_TC 1
 #endif
+/* tf32(x), rounded to nearest with ties away from zero, as cvt.rna.tf32.f32 rounds a finite
+ * x: 2^12 added to the magnitude's bits (a carry out of the 10 kept mantissa bits moves the
+ * exponent up, as rounding does), the 13 low bits cleared.  sm_90 has no instruction for the
+ * cvt: nvcc emits it as this pair plus an |x| < inf test and a select, so this saves two of
+ * the four instructions of each rounding, four a split (the operands here are finite:
+ * products of unit-norm keys and factors <= e^88). */
+#ifndef TF32_INT
+#define TF32_INT 1
+#endif
 __device__ __forceinline__ uint32_t tf32_of(float x) {
   uint32_t r;
+  if (TF32_INT) return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
   asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
   return r;
 }
@@ -234,7 +256,7 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
 __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                            const float *Xa, const float *Xm, const float *Y, const float *Yd,
                            const float *Gs, const float *E, const float *bs, const int *slow,
-                           float *Am) {
+                           const double *inv, float *Am) {
   const int half = threadIdx.x & 1, ti = threadIdx.x / 32, si = threadIdx.x / 2 % 16;
   const int c0 = half * (KP / 2);
   for (int I = 0; I < 4; I++) {
@@ -265,7 +287,7 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
         }
         a += a1, m += m1;
       } else if (J == I && s <= t) {
-        slow_pair(A, ch, h, Gs, t, s, c0, c0 + KP / 2, a, m);
+        slow_pair(A, ch, h, Gs, inv, t, s, c0, c0 + KP / 2, a, m);
         a *= bs[t];
       }
       a += __shfl_xor_sync(0xffffffffu, a, 1);
@@ -278,6 +300,12 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
   }
 }
 
+#ifndef PREP_VSTAGE
+#define PREP_VSTAGE 1
+#endif
+#ifndef SOLVE_FLAT
+#define SOLVE_FLAT 1
+#endif
 /* x = (I + A)^-1 b for one column (W: b = beta k e^gamma; U: b = beta v), by forward
  * substitution in registers, two threads a column (lanes 2c and 2c + 1, half = lane & 1):
  * row t's sum over r < t is split by r mod 4 (entries 0, 1 on half 0, 2, 3 on half 1, two
@@ -291,11 +319,20 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
   const bool wcol = col < KP;
   const int j = col - KP;
   float x[CT];
+  /* The right-hand side, one branch-free unrolled loop per kind of column (the branch is
+   * warp-uniform: 16 columns a warp, KP a multiple of 16); with the tests inside the unrolled
+   * loop its 64 copies were about 15 % of prep's warp samples, most of them waiting for
+   * instructions (the code does not fit the instruction cache).  Rows past len and columns
+   * past V of Vsm are zeros and bs is 0 there, so no test is needed. */
+  if (wcol) {
 #pragma unroll
-  for (int t = 0; t < CT; t++) {
-    if (wcol) x[t] = Xa[t * KSTR + col] * F[(t >> 4) * KP + col];
-    else if (Vsm) x[t] = t < ch.len && j < A.V ? bs[t] * Vsm[t * KSTR + j] : 0.0f;
-    else x[t] = t < ch.len && j < A.V ? bs[t] * A.v[((int64_t)(ch.start + t) * A.HV + hv) * A.V + j] : 0.0f;
+    for (int t = 0; t < CT; t++) x[t] = Xa[t * KSTR + col] * F[(t >> 4) * KP + col];
+  } else if (SOLVE_FLAT) {
+#pragma unroll
+    for (int t = 0; t < CT; t++) x[t] = bs[t] * Vsm[t * KSTR + j];
+  } else {
+#pragma unroll
+    for (int t = 0; t < CT; t++) x[t] = t < ch.len && j < A.V ? bs[t] * Vsm[t * KSTR + j] : 0.0f;
   }
   if (A.erases) {
 #pragma unroll
@@ -318,9 +355,27 @@ __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64
     if ((t & 1) == half) dst[t * stride] = x[t]; /* the halves store alternate rows */
 }
 
-#ifndef PREP_VSTAGE
-#define PREP_VSTAGE 1
-#endif
+/* The same solve, the same arithmetic in the same order, for a value column when V > 128
+ * (the values are not staged: Vsm is NULL), with runtime loops: x in local memory, slow but
+ * small, so that the unrolled solve keeps its registers (a third right-hand side inside it
+ * made ptxas spill 1 KB a thread). */
+__device__ __noinline__ void prep_solve_v(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci,
+                                          int j, int half, const float *bs, const float *Am) {
+  float x[CT];
+  for (int t = 0; t < CT; t++)
+    x[t] = t < ch.len && j < A.V ? bs[t] * A.v[((int64_t)(ch.start + t) * A.HV + hv) * A.V + j] : 0.0f;
+  for (int t = 1; A.erases && t < CT; t++) {
+    float c0 = 0.0f, c1 = 0.0f;
+    for (int r = 0; r < t; r += 4) {
+      const float2 a2 = *reinterpret_cast<const float2 *>(Am + t * ASTR + r + 2 * half);
+      c0 = fmaf(-a2.x, x[r + 2 * half], c0), c1 = fmaf(-a2.y, x[r + 2 * half + 1], c1);
+    }
+    const float mine = c0 + c1, other = __shfl_xor_sync(0xffffffffu, mine, 1);
+    x[t] += half ? other + mine : mine + other;
+  }
+  for (int t = half; t < CT; t += 2) A.U[(ci * CT + t) * A.VP + j] = x[t];
+}
+
 /* Raw k into Y, q into Xm, the gates into Gs and (Vsm not NULL) the chunk's values into Vsm,
  * by asynchronous copies (every load of the block in flight at once; 16 bytes at a time when K
  * and V allow); zeros past len and K.  The values were global loads in the solve, where half
@@ -329,18 +384,19 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
                           float *Xm, float *Gs, float *Vsm) {
   const bool v4 = A.K % 4 == 0, gate_rows = A.decays && !A.gate_scalar;
   const int cw = v4 ? 4 : 1, nc = KP / cw;
+  const float *kb = A.qk_raw ? A.k : A.kh, *qb = A.qk_raw ? A.q : A.qh;
   for (int e = threadIdx.x; e < CT * nc; e += NTP) {
     const int t = e / nc, c = e % nc * cw;
     const bool ok = t < ch.len && c < A.K;
     const int64_t at = ((int64_t)(ch.start + t) * A.H + h) * A.K + c;
     const int64_t ag = ((int64_t)(ch.start + t) * A.HV + hv) * A.K + c;
     if (ok && v4) {
-      __pipeline_memcpy_async(Y + t * KSTR + c, A.kh + at, 16);
-      __pipeline_memcpy_async(Xm + t * KSTR + c, A.qh + at, 16);
+      __pipeline_memcpy_async(Y + t * KSTR + c, kb + at, 16);
+      __pipeline_memcpy_async(Xm + t * KSTR + c, qb + at, 16);
       if (gate_rows) __pipeline_memcpy_async(Gs + t * KP + c, A.lg + ag, 16);
     } else if (ok) {
-      __pipeline_memcpy_async(Y + t * KSTR + c, A.kh + at, 4);
-      __pipeline_memcpy_async(Xm + t * KSTR + c, A.qh + at, 4);
+      __pipeline_memcpy_async(Y + t * KSTR + c, kb + at, 4);
+      __pipeline_memcpy_async(Xm + t * KSTR + c, qb + at, 4);
       if (gate_rows) __pipeline_memcpy_async(Gs + t * KP + c, A.lg + ag, 4);
     } else {
       for (int u = 0; u < cw; u++) Y[t * KSTR + c + u] = Xm[t * KSTR + c + u] = 0.0f;
@@ -350,14 +406,44 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
   }
   const bool vv4 = A.V % 4 == 0;
   const int vw = vv4 ? 4 : 1, nv = (int)(A.VP / vw);
-  for (int e = threadIdx.x; Vsm && e < CT * nv; e += NTP) { /* columns past V are never read */
+  for (int e = threadIdx.x; Vsm && e < CT * nv; e += NTP) { /* zeros past len and V */
     const int t = e / nv, j = e % nv * vw;
-    if (t >= ch.len || j >= A.V) continue;
+    if (t >= ch.len || j >= A.V) {
+      for (int u = 0; u < vw; u++) Vsm[t * KSTR + j + u] = 0.0f;
+      continue;
+    }
     const float *src = A.v + ((int64_t)(ch.start + t) * A.HV + hv) * A.V + j;
     if (vv4) __pipeline_memcpy_async(Vsm + t * KSTR + j, src, 16);
     else __pipeline_memcpy_async(Vsm + t * KSTR + j, src, 4);
   }
   __pipeline_commit();
+}
+
+/* qk_raw: the raw rows of k (in Y) and q (in Xm) normalized in place, one warp a row, with
+ * the prologue's arithmetic (kda_cuda_kernels.cu, coef_qk / dev_inv_norm: float64 per-lane
+ * sums over c = lane + 32 u, an xor-butterfly, x * (1 / norm) rounded once), so the bits are
+ * the prologue's; the channels past K are zeros and add +0.  inv[t] (k) and inv[CT + t] (q)
+ * are kept for the slow pairs.  Rows past len stay zeros (1 / norm is not formed: with
+ * l2_eps = 0 it would be inf). */
+__device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *Xm, double *inv) {
+  const int lane = threadIdx.x % 32;
+  for (int r = threadIdx.x / 32; r < 2 * CT; r += NTP / 32) {
+    const int t = r % CT;
+    const bool isq = r >= CT;
+    if (t >= ch.len) continue;
+    float *x = (isq ? Xm : Y) + t * KSTR;
+    double iv = 1.0;
+    if (A.l2_mode != KDA_L2_OFF) {
+      double ss = 0.0;
+#pragma unroll
+      for (int u = 0; u < KP / 32; u++) ss += (double)x[lane + 32 * u] * (double)x[lane + 32 * u];
+      for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
+      iv = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss + A.l2_eps) : fmax(sqrt(ss), A.l2_eps));
+    }
+#pragma unroll
+    for (int u = 0; u < KP / 32; u++) x[lane + 32 * u] = qk_norm(x[lane + 32 * u], iv, isq, A.scale);
+    if (lane == 0) inv[r] = iv;
+  }
 }
 
 __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
@@ -366,7 +452,8 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
   float *bs = Am + CT * ASTR;
   int *slow = reinterpret_cast<int *>(bs + CT);
-  float *Vsm = PREP_VSTAGE && A.VP <= KP ? reinterpret_cast<float *>(slow + CT) : NULL; /* V <= 128 */
+  double *inv = reinterpret_cast<double *>(slow + CT); /* 2 CT: 1 / norms (qk_raw) */
+  float *Vsm = PREP_VSTAGE && A.VP <= KP ? reinterpret_cast<float *>(inv + 2 * CT) : NULL; /* V <= 128 */
   const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
   const chunk_at ch = chunk_of(A, blockIdx.x);
   const int64_t h = head_of(A, hv);
@@ -376,13 +463,18 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   if (tid < CT) slow[tid] = 0;
   __pipeline_wait_prior(0);
   __syncthreads();
+  if (A.qk_raw) {
+    prep_norms(A, ch, Y, Xm, inv);
+    __syncthreads();
+  }
   prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
   __syncthreads();
   if (PAIRS_TC) prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
-  prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, Am);
+  prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, inv, Am);
   __syncthreads();
   for (int col = tid / 2; col < KP + A.VP; col += NTP / 2) /* warp-uniform: 16 columns a warp */
-    if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am, Vsm);
+    if (col >= KP && !Vsm) prep_solve_v(A, ch, hv, ci, col - KP, tid & 1, bs, Am);
+    else if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am, Vsm);
 }
 
 /* ==== scan ==== */
@@ -682,7 +774,8 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
 }
 
 static const size_t prep_bytes =
-    (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float);
+    (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float) +
+    2 * CT * sizeof(double);
 static const size_t scan_bytes = (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS) * sizeof(float);
 static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
 

@@ -44,6 +44,11 @@ typedef struct kda_cuda_chunk_args {
   int32_t decays, erases, gate_scalar, head_mod, vk, has_h0, want_ht;
   int32_t phases; /* kda_cuda_opts.phases */
   const float *qh, *kh, *lg, *b, *v, *h0; /* prologue coefficients (lg = g_eff) and inputs */
+  /* qk_raw: prep normalizes the raw q and k itself (SPEC.md §4.3, the prologue's formula and
+   * order, so the same bits) and qh, kh are not read; l2_mode, scale, l2_eps as the problem's */
+  const float *q, *k;
+  int32_t qk_raw, l2_mode;
+  double scale, l2_eps;
   const int32_t *plan;                    /* device copy of the plan */
   const int64_t *slots;                   /* a state pool's slots (kda_cuda_dev.slots) or NULL */
   float *o, *ht, *hc;

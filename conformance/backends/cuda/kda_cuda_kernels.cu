@@ -4,7 +4,8 @@
  * Two stages on one stream (docs/cuda.md), after a widening kernel when the inputs are 16-bit:
  *   1. Prologue kernels compute, once per token and head, the coefficients of SPEC.md §4
  *      with the formulas of SPEC.md §9.2 evaluated in float64 and rounded to float once:
- *      qh = scale * L2(q) and kh = L2(k) per (t, h); a = exp(g_eff) per (t, hv, gate
+ *      qh = scale * L2(q) and kh = L2(k) per (t, h) (not for the chunked kernels, whose prep
+ *      normalizes its own rows the same way); a = exp(g_eff) per (t, hv, gate
  *      channel); beta_eff per (t, hv); and a map token -> checkpoint index (-1 for none).
  *   2. The chunked kernels (kda_cuda_chunk.cu) when the call's chunk plan says so; else the
  *      recurrent kernel (or, when no sequence has more than one token, a decode kernel: the
@@ -780,6 +781,14 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
+/* The chunked kernels normalize q and k in prep (kda_cuda_chunk.cu, prep_norms: the same
+ * arithmetic, the same bits) rather than reading the prologue's qh, kh: at B1 T32768 H32 that
+ * spares the prologue 1 GiB of reads and 1 GiB of writes.  0 restores coef_qk (the bench's
+ * side-by-side build). */
+#ifndef QK_IN_PREP
+#define QK_IN_PREP 1
+#endif
+
 /* Enqueues the prologue kernels of SPEC.md §4. */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
                             int chunked, cudaStream_t st) {
@@ -798,7 +807,7 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   if (GW > 0 && p->gate_mode != KDA_GATE_LOG)
     kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
                                                                   p->HV, p->has_A_log);
-  kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
+  if (!chunked || !QK_IN_PREP) kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
   if (C.n) kda_cuda_coef_gate<<<grid_of(C.n, THREADS), THREADS, 0, st>>>(C);
   kda_cuda_coef_beta<<<grid_of(C.nb, THREADS), THREADS, 0, st>>>(C);
   if (p->n_checkpoints > 0) {
@@ -876,6 +885,8 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
   C.v = d->v, C.h0 = d->h0, C.plan = d->plan, C.slots = d->slots;
   C.o = d->o, C.ht = d->ht, C.hc = d->hc;
+  C.q = d->q, C.k = d->k, C.qk_raw = QK_IN_PREP, C.l2_mode = p->l2_mode;
+  C.scale = p->scale, C.l2_eps = p->l2_eps;
   kda_cuda_chunk_scratch(&C, d->chunk_scratch);
   const cudaError_t e = kda_cuda_chunk_run(&C, stream);
   return e != cudaSuccess ? fail(KDA_EIO, err, errlen, "chunked kernel launch", e) : KDA_OK;
