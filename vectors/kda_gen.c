@@ -34,9 +34,11 @@
 
 #include <errno.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "kda_case_internal.h"
 #include "kda_files.h"
@@ -349,15 +351,19 @@ static void gen_q(const gen *g, double *q, uint64_t i0, uint64_t n, int32_t prec
                                                                  : Z(g, KDA_S_Q, i));
 }
 
-/* One key row (t, h) of the unit, expansive and low-rank regimes, before rounding. */
-static void gen_k_row(const gen *g, int64_t t, int64_t h, double *r) {
+/* One key row (t, h) of the unit, expansive and low-rank regimes, before rounding.  u1, u2
+ * (or NULL): the low-rank directions Z(9, j), Z(10, j) for j < H*K, drawn once for a range of
+ * tokens rather than once a row (they do not depend on t: the same values, the same bits). */
+static void gen_k_row(const gen *g, int64_t t, int64_t h, const double *u1, const double *u2,
+                      double *r) {
   const int64_t K = g->p->K;
   const uint64_t row = (uint64_t)(t * g->p->H + h);
   if (g->regime == KDA_REGIME_LOWRANK || g->regime == KDA_REGIME_LOWRANK_SLOW) {
     const double a = Z(g, KDA_S_K, 2 * row), b = Z(g, KDA_S_K, 2 * row + 1), s = sqrt(0.5);
     for (int64_t c = 0; c < K; c++) {
       const uint64_t j = (uint64_t)(h * K + c);
-      r[c] = (a * Z(g, KDA_S_U1, j) + b * Z(g, KDA_S_U2, j)) * s;
+      const double x1 = u1 ? u1[j] : Z(g, KDA_S_U1, j), x2 = u2 ? u2[j] : Z(g, KDA_S_U2, j);
+      r[c] = (a * x1 + b * x2) * s;
     }
     return;
   }
@@ -378,12 +384,18 @@ static void gen_k(const gen *g, double *k, int64_t t0, int64_t t1, int32_t prec)
   const int64_t K = g->p->K, H = g->p->H;
   if (r == KDA_REGIME_UNIT || r == KDA_REGIME_EXPANSIVE || r == KDA_REGIME_LOWRANK ||
       r == KDA_REGIME_LOWRANK_SLOW) {
+    const int lowrank = r == KDA_REGIME_LOWRANK || r == KDA_REGIME_LOWRANK_SLOW;
+    double *u1 = lowrank && t1 > t0 ? malloc((size_t)(H * K) * 2 * sizeof *u1) : NULL;
+    double *u2 = u1 ? u1 + H * K : NULL; /* NULL (out of memory): drawn a row at a time */
+    for (int64_t j = 0; u1 && j < H * K; j++)
+      u1[j] = Z(g, KDA_S_U1, (uint64_t)j), u2[j] = Z(g, KDA_S_U2, (uint64_t)j);
     for (int64_t t = t0; t < t1; t++)
       for (int64_t h = 0; h < H; h++) {
         double *row = k + ((t - t0) * H + h) * K;
-        gen_k_row(g, t, h, row);
+        gen_k_row(g, t, h, u1, u2, row);
         for (int64_t c = 0; c < K; c++) row[c] = kda_case_round(prec, row[c]);
       }
+    free(u1);
     return;
   }
   const uint64_t i0 = (uint64_t)(t0 * H * K), n = (uint64_t)((t1 - t0) * H * K);
@@ -486,21 +498,91 @@ static int gen_alloc(kda_case *c, const kda_case_sizes *s, int tokens) {
   return ok;
 }
 
-/* Tokens [t0, t1) of every token-major member into the arrays (s: the sizes of that range). */
-static void gen_tokens(const gen *g, int64_t t0, int64_t t1, const kda_case_sizes *s,
-                       int32_t prec, double *q, double *k, double *v, double *x, double *beta) {
+/* Tokens [t0, t1) of every token-major member into the arrays (x: g, or NULL), in this thread. */
+static void gen_part(const gen *g, int64_t t0, int64_t t1, int32_t prec, double *q, double *k,
+                     double *v, double *x, double *beta) {
   const kda_problem *p = g->p;
-  const uint64_t t = (uint64_t)t0, HV = (uint64_t)p->HV;
-  gen_q(g, q, t * (uint64_t)(p->H * p->K), s->q, prec);
+  const uint64_t t = (uint64_t)t0, n = (uint64_t)(t1 - t0), HV = (uint64_t)p->HV;
+  const uint64_t HK = (uint64_t)(p->H * p->K), VW = HV * (uint64_t)p->V;
+  const uint64_t GW = HV * (uint64_t)kda_problem_gate_width(p);
+  gen_q(g, q, t * HK, n * HK, prec);
   gen_k(g, k, t0, t1, prec);
-  gen_v(g, v, t * HV * (uint64_t)p->V, s->v, prec);
-  if (x) gen_g(g, x, t * HV * (uint64_t)kda_problem_gate_width(p), s->g, prec);
-  gen_beta(g, beta, t * HV, s->beta, prec);
+  gen_v(g, v, t * VW, n * VW, prec);
+  if (x) gen_g(g, x, t * GW, n * GW, prec);
+  gen_beta(g, beta, t * HV, n * HV, prec);
+}
+
+/* ---- The token range cut into parts generated on threads of their own: every element is a
+ * pure function of its index, so the parts are the same bits whoever draws them; the long
+ * cases' scoring regenerates every input once a pass (SPEC.md §7.10), where the draws (six
+ * Philox blocks a normal value) were most of the main thread's time. */
+#define GEN_THREADS_MAX 64
+static int gen_max_threads = 0; /* kda_gen_tune; 0: min(8, the processors online) */
+static int64_t gen_min_values = (int64_t)1 << 16; /* values a thread at least */
+
+void kda_gen_tune(int max_threads, int64_t min_values) {
+  gen_max_threads = max_threads < 0 ? 0 : max_threads > GEN_THREADS_MAX ? GEN_THREADS_MAX : max_threads;
+  gen_min_values = min_values < 1 ? 1 : min_values;
+}
+
+typedef struct gen_job {
+  const gen *g;
+  int64_t t0, t1, base; /* base: the first token of the arrays */
+  int32_t prec;
+  double *q, *k, *v, *x, *beta;
+} gen_job;
+
+static void gen_job_do(const gen_job *j) {
+  const kda_problem *p = j->g->p;
+  const int64_t o = j->t0 - j->base, HK = p->H * p->K, VW = p->HV * p->V;
+  const int64_t GW = p->HV * kda_problem_gate_width(p);
+  gen_part(j->g, j->t0, j->t1, j->prec, j->q + o * HK, j->k + o * HK, j->v + o * VW,
+           j->x ? j->x + o * GW : NULL, j->beta + o * p->HV);
+}
+
+static void *gen_job_run(void *arg) {
+  gen_job_do(arg);
+  return NULL;
+}
+
+/* Threads for n tokens of w values each, each with at least gen_min_values values: at most
+ * gen_max_threads, or by default 8 and the processors online. */
+static int gen_threads(int64_t n, int64_t w) {
+  long most = gen_max_threads;
+  if (most == 0) {
+    most = sysconf(_SC_NPROCESSORS_ONLN);
+    most = most < 1 ? 1 : most > 8 ? 8 : most;
+  }
+  int64_t m = w > 0 ? n * w / gen_min_values : 0;
+  if (m > most) m = most;
+  if (m > n) m = n;
+  return m < 1 ? 1 : (int)m;
+}
+
+/* Tokens [t0, t1) of every token-major member into the arrays (x: g, or NULL). */
+static void gen_tokens(const gen *g, int64_t t0, int64_t t1, int32_t prec, double *q, double *k,
+                       double *v, double *x, double *beta) {
+  const kda_problem *p = g->p;
+  const int64_t w = 2 * p->H * p->K + p->HV * (p->V + kda_problem_gate_width(p) + 1);
+  const int nt = gen_threads(t1 - t0, w);
+  gen_job jobs[GEN_THREADS_MAX];
+  pthread_t tid[GEN_THREADS_MAX];
+  int started[GEN_THREADS_MAX] = {0};
+  for (int i = 0; i < nt; i++) { /* part i: tokens [t0 + i n / nt, t0 + (i+1) n / nt) */
+    const int64_t n = t1 - t0;
+    jobs[i] = (gen_job){g, t0 + n * i / nt, t0 + n * (i + 1) / nt, t0, prec, q, k, v, x, beta};
+    if (i > 0) started[i] = pthread_create(&tid[i], NULL, gen_job_run, &jobs[i]) == 0;
+  }
+  gen_job_do(&jobs[0]);
+  for (int i = 1; i < nt; i++) {
+    if (started[i]) pthread_join(tid[i], NULL);
+    else gen_job_do(&jobs[i]); /* no thread: drawn here, the same values */
+  }
 }
 
 static void gen_fill(const gen *g, kda_case *c, const kda_case_sizes *s) {
   const int32_t prec = c->input_precision;
-  if (c->q) gen_tokens(g, 0, c->p.T, s, prec, c->q, c->k, c->v, c->g, c->beta);
+  if (c->q) gen_tokens(g, 0, c->p.T, prec, c->q, c->k, c->v, c->g, c->beta);
   gen_gate_params(g, c, s);
   if (c->h0) gen_h0(g, c->h0, prec);
 }
@@ -641,7 +723,7 @@ int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window 
                     (long long)t0, (long long)t1);
   }
   const gen g = {d, &d->p, d->seed, d->regime};
-  gen_tokens(&g, t0, t1, &s, d->precision, w->q, w->k, w->v, w->g, w->beta);
+  gen_tokens(&g, t0, t1, d->precision, w->q, w->k, w->v, w->g, w->beta);
   w->t0 = t0;
   w->t1 = t1;
   return KDA_OK;

@@ -6,7 +6,9 @@
  * family, gate, beta mode, head map, varlen and initial-state description and every input
  * precision: random ranges [t0, t1) (fixed LCG seed, printed on failure), the empty range at
  * every end, and the whole range; the static case equals the whole case's token-independent
- * members and manifest.  Out-of-range windows are errors that leave the window empty.
+ * members and manifest.  Out-of-range windows are errors that leave the window empty.  The
+ * generator cuts a large range into parts drawn on threads (kda_gen_tune): cases and windows
+ * drawn on 2 to 7 threads equal the same drawn on one, in every regime.
  */
 #include <check.h>
 #include <stdint.h>
@@ -15,6 +17,7 @@
 #include <string.h>
 
 #include "kda_case.h"
+#include "kda_case_internal.h"
 #include "kda_test.h"
 
 static const char *const modes[] = {
@@ -147,11 +150,56 @@ START_TEST(test_range_errors) {
 }
 END_TEST
 
+/* The members of two cases of one description, bit for bit. */
+static void same_tokens(const kda_case *a, const kda_case *b, const char *desc, int threads) {
+  kda_case_sizes s;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_case_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
+  const double *x[5] = {a->q, a->k, a->v, a->g, a->beta}, *y[5] = {b->q, b->k, b->v, b->g, b->beta};
+  const uint64_t n[5] = {s.q, s.k, s.v, s.g, s.beta};
+  static const char *const name[5] = {"q", "k", "v", "g", "beta"};
+  for (int m = 0; m < 5; m++) {
+    ck_assert_msg((x[m] == NULL) == (y[m] == NULL), "%s: NULL in one only (%s)", name[m], desc);
+    if (x[m])
+      ck_assert_msg(memcmp(x[m], y[m], n[m] * sizeof(double)) == 0,
+                    "%s drawn on %d threads differs from one thread's (%s)", name[m], threads, desc);
+  }
+}
+
+/* One regime (the loop index): 2 to 7 threads (parts of a few tokens each) against one. */
+START_TEST(test_range_threads) {
+  const int32_t regime = (int32_t)_i;
+  const char *const extra[] = {"", "family=gdn gate=softplus HV=6", "seqlens=50,0,91 h0=1"};
+  char desc[512], err[KDA_ERRLEN];
+  for (size_t e = 0; e < sizeof extra / sizeof extra[0]; e++) {
+    snprintf(desc, sizeof desc, "seed=%d %s H=2 K=5 V=3 regime=%s %s", 300 + (int)e,
+             strstr(extra[e], "seqlens") ? "" : "T=141", kda_regime_name(regime), extra[e]);
+    if (!strstr(desc, "HV=")) strcat(desc, " HV=4");
+    kda_gen_desc d;
+    kda_case one, many;
+    parse_ok(desc, &d);
+    kda_gen_tune(1, (int64_t)1 << 16);
+    ck_assert_msg(kda_gen_case(&d, &one, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+    for (int th = 2; th <= 7; th++) {
+      kda_gen_tune(th, 1); /* every part a few tokens: the cuts fall everywhere */
+      ck_assert_msg(kda_gen_case(&d, &many, err, sizeof err) == KDA_OK, "%s: %s", desc, err);
+      same_tokens(&one, &many, desc, th);
+      kda_case_free(&many);
+      check_window(&d, &one, 3, one.p.T - 2, desc);
+    }
+    kda_gen_tune(0, (int64_t)1 << 16); /* the defaults */
+    kda_case_free(&one);
+    kda_gen_desc_free(&d);
+  }
+}
+END_TEST
+
 static Suite *gen_range_suite(void) {
   Suite *s = suite_create("gen_range");
   TCase *tc = tcase_create("range");
   tcase_add_loop_test(tc, test_range_all, 0, 8);
   tcase_add_test(tc, test_range_errors);
+  tcase_add_loop_test(tc, test_range_threads, 0, 8);
   suite_add_tcase(s, tc);
   return s;
 }
