@@ -51,6 +51,10 @@ ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS) $(ISA_CFLAGS)
 ISA_CFLAGS :=
 $(BUILD)/conformance/backends/simd/kda_simd_avx2.o: ISA_CFLAGS := -mavx2 -mfma
 $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -mavx2 -mfma
+# The references' step loops run along j, one value column a lane: vectorised (SSE2, each lane
+# the same IEEE operations in the same order as the scalar loop, no contraction), the same
+# bits; -O2's cost model leaves these runtime-length loops scalar.
+$(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o: ISA_CFLAGS := -ftree-loop-vectorize -fvect-cost-model=dynamic
 # The fast certifier's AVX2 kernel (picked at run time; -O3 for its vectorised inner loops).
 $(BUILD)/ref/kda_cert_kern_avx2.o: ISA_CFLAGS := -mavx2 -mfma -O3
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
