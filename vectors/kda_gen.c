@@ -498,20 +498,6 @@ static int gen_alloc(kda_case *c, const kda_case_sizes *s, int tokens) {
   return ok;
 }
 
-/* Tokens [t0, t1) of every token-major member into the arrays (x: g, or NULL), in this thread. */
-static void gen_part(const gen *g, int64_t t0, int64_t t1, int32_t prec, double *q, double *k,
-                     double *v, double *x, double *beta) {
-  const kda_problem *p = g->p;
-  const uint64_t t = (uint64_t)t0, n = (uint64_t)(t1 - t0), HV = (uint64_t)p->HV;
-  const uint64_t HK = (uint64_t)(p->H * p->K), VW = HV * (uint64_t)p->V;
-  const uint64_t GW = HV * (uint64_t)kda_problem_gate_width(p);
-  gen_q(g, q, t * HK, n * HK, prec);
-  gen_k(g, k, t0, t1, prec);
-  gen_v(g, v, t * VW, n * VW, prec);
-  if (x) gen_g(g, x, t * GW, n * GW, prec);
-  gen_beta(g, beta, t * HV, n * HV, prec);
-}
-
 /* ---- The token range cut into parts generated on threads of their own: every element is a
  * pure function of its index, so the parts are the same bits whoever draws them; the long
  * cases' scoring regenerates every input once a pass (SPEC.md §7.10), where the draws (six
@@ -525,19 +511,26 @@ void kda_gen_tune(int max_threads, int64_t min_values) {
   gen_min_values = min_values < 1 ? 1 : min_values;
 }
 
+/* One part: tokens [t0, t1) of every token-major member, into arrays whose first row is token
+ * base (x: g, or NULL). */
 typedef struct gen_job {
   const gen *g;
-  int64_t t0, t1, base; /* base: the first token of the arrays */
+  int64_t t0, t1, base;
   int32_t prec;
   double *q, *k, *v, *x, *beta;
 } gen_job;
 
 static void gen_job_do(const gen_job *j) {
-  const kda_problem *p = j->g->p;
-  const int64_t o = j->t0 - j->base, HK = p->H * p->K, VW = p->HV * p->V;
-  const int64_t GW = p->HV * kda_problem_gate_width(p);
-  gen_part(j->g, j->t0, j->t1, j->prec, j->q + o * HK, j->k + o * HK, j->v + o * VW,
-           j->x ? j->x + o * GW : NULL, j->beta + o * p->HV);
+  const gen *g = j->g;
+  const kda_problem *p = g->p;
+  const uint64_t t = (uint64_t)j->t0, n = (uint64_t)(j->t1 - j->t0), o = (uint64_t)(j->t0 - j->base);
+  const uint64_t HV = (uint64_t)p->HV, HK = (uint64_t)(p->H * p->K), VW = HV * (uint64_t)p->V;
+  const uint64_t GW = HV * (uint64_t)kda_problem_gate_width(p);
+  gen_q(g, j->q + o * HK, t * HK, n * HK, j->prec);
+  gen_k(g, j->k + o * HK, j->t0, j->t1, j->prec);
+  gen_v(g, j->v + o * VW, t * VW, n * VW, j->prec);
+  if (j->x) gen_g(g, j->x + o * GW, t * GW, n * GW, j->prec);
+  gen_beta(g, j->beta + o * HV, t * HV, n * HV, j->prec);
 }
 
 static void *gen_job_run(void *arg) {
@@ -564,12 +557,12 @@ static void gen_tokens(const gen *g, int64_t t0, int64_t t1, int32_t prec, doubl
                        double *v, double *x, double *beta) {
   const kda_problem *p = g->p;
   const int64_t w = 2 * p->H * p->K + p->HV * (p->V + kda_problem_gate_width(p) + 1);
-  const int nt = gen_threads(t1 - t0, w);
+  const int64_t n = t1 - t0;
+  const int nt = gen_threads(n, w);
   gen_job jobs[GEN_THREADS_MAX];
   pthread_t tid[GEN_THREADS_MAX];
   int started[GEN_THREADS_MAX] = {0};
   for (int i = 0; i < nt; i++) { /* part i: tokens [t0 + i n / nt, t0 + (i+1) n / nt) */
-    const int64_t n = t1 - t0;
     jobs[i] = (gen_job){g, t0 + n * i / nt, t0 + n * (i + 1) / nt, t0, prec, q, k, v, x, beta};
     if (i > 0) started[i] = pthread_create(&tid[i], NULL, gen_job_run, &jobs[i]) == 0;
   }
