@@ -14,11 +14,14 @@
  */
 #include <check.h>
 #include <dlfcn.h>
+#include <math.h>
+#include <mpfr.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/cuda/kda_cuda_math.h"
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_test.h"
@@ -143,7 +146,8 @@ START_TEST(test_params_and_nulls) {
   char err[KDA_ERRLEN] = "";
   static const char *const bad[] = {"ksplit=5", "device=-1", "device=x", "speed=11",
                                     "ksplit=8 bogus", "grid=-1", "grid=99999999999",
-                                    "decode=2", "algo=fast", "algo=", "input=f8"};
+                                    "decode=2", "algo=fast", "algo=", "input=f8",
+                                    "scratch_mb=0", "scratch_mb="};
   for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
     ck_assert_int_eq(b->open(bad[i], &h, err, sizeof err), KDA_EINVAL);
     ck_assert_msg(strstr(err, "bad parameter") != NULL, "%s: %s", bad[i], err);
@@ -412,6 +416,95 @@ START_TEST(test_chunk_decay_limit) {
 }
 END_TEST
 
+/* The chunked kernels with the sequences in slices that take the chunk scratch in turn
+ * (scratch_mb=1: one or two chunks a slice at these head counts, so every longer sequence is a
+ * slice of its own and short ones share slices) give the bits of the single slice:
+ * o, ht and hc compared byte for byte, on varlen cases with empty sequences, h0, both layouts
+ * and checkpoints. */
+static float *f32_of(const double *x, uint64_t n) {
+  if (!x || !n) return NULL;
+  float *y = (float *)malloc(n * sizeof *y);
+  ck_assert(y != NULL);
+  for (uint64_t i = 0; i < n; i++) y[i] = (float)x[i];
+  return y;
+}
+
+static void run_params(const kda_backend *b, const char *params, const kda_case *c,
+                       const kda_case_sizes *z, float *o, float *ht, float *hc) {
+  void *h = NULL;
+  char err[KDA_ERRLEN];
+  ck_assert_msg(b->open(params, &h, err, sizeof err) == KDA_OK, "%s", err);
+  float *in[8] = {f32_of(c->q, z->q), f32_of(c->k, z->k), f32_of(c->v, z->v), f32_of(c->g, z->g),
+                  f32_of(c->beta, z->beta), f32_of(c->A_log, z->A_log),
+                  f32_of(c->dt_bias, z->dt_bias), f32_of(c->h0, z->h0)};
+  kda_backend_tensors t;
+  memset(&t, 0, sizeof t);
+  t.struct_size = sizeof t;
+  t.in_dtype = t.out_dtype = KDA_BACKEND_DTYPE_F32;
+  t.q = in[0], t.k = in[1], t.v = in[2], t.g = in[3], t.beta = in[4];
+  t.A_log = in[5], t.dt_bias = in[6], t.h0 = in[7];
+  t.cu_seqlens = c->cu_seqlens, t.checkpoints = c->checkpoints;
+  t.o = o, t.ht = c->p.want_final_state ? ht : NULL, t.hc = c->p.n_checkpoints ? hc : NULL;
+  ck_assert_msg(b->forward(h, &c->p, &t) == KDA_OK, "%s %s: %s", params, c->id, b->last_error(h));
+  for (int i = 0; i < 8; i++) free(in[i]);
+  b->close(h);
+}
+
+START_TEST(test_chunk_slices) {
+  kda_plugin *pl;
+  const kda_backend *b = load_gpu(&pl);
+  if (!b) return;
+  static const char *const cases[] = {
+      "seed=67 seqlens=130,0,64,65,1,200 H=2 HV=4 K=128 V=72 gate=softplus beta=logit l2=fla "
+      "prec=f32 h0=1 layout=vk checkpoints=0,63,64,100,194,260,459 id=chunk-varlen",
+      "seed=78 seqlens=0,300,5,0,129,64,1,0 H=1 HV=2 K=128 V=128 gate=lower_bound lb=-5 beta=logit "
+      "l2=fla prec=f32 h0=1 checkpoints=3,299,310,498 id=slices-kv",
+      "seed=79 seqlens=700,640 H=2 HV=2 K=64 V=64 family=gdn gate=log beta=logit l2=fla prec=f32 "
+      "id=slices-gdn"};
+  char err[KDA_ERRLEN];
+  for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+    kda_case c;
+    kda_test_gen_case(cases[i], &c, NULL);
+    kda_case_sizes z;
+    ck_assert_msg(kda_case_sizes_get(&c.p, &z, err, sizeof err) == KDA_OK, "%s", err);
+    float *out[2][3];
+    for (int k = 0; k < 2; k++) {
+      const uint64_t n[3] = {z.o, z.ht, z.hc};
+      for (int a = 0; a < 3; a++) { /* NaN-filled: a value not written differs */
+        out[k][a] = (float *)malloc((n[a] ? n[a] : 1) * sizeof(float));
+        ck_assert(out[k][a] != NULL);
+        for (uint64_t e = 0; e < n[a]; e++) out[k][a][e] = NAN;
+      }
+      run_params(b, k ? "algo=chunk scratch_mb=1" : "algo=chunk", &c, &z, out[k][0], out[k][1],
+                 out[k][2]);
+    }
+    ck_assert_msg(memcmp(out[0][0], out[1][0], z.o * sizeof(float)) == 0, "%s: o differs", c.id);
+    ck_assert_msg(memcmp(out[0][1], out[1][1], z.ht * sizeof(float)) == 0, "%s: ht differs", c.id);
+    ck_assert_msg(memcmp(out[0][2], out[1][2], z.hc * sizeof(float)) == 0, "%s: hc differs", c.id);
+    for (int k = 0; k < 2; k++)
+      for (int a = 0; a < 3; a++) free(out[k][a]);
+    kda_case_free(&c);
+  }
+  /* and in the fp32 class against the truth, with --repeat's bit check and the serving checks */
+  kda_case c;
+  kda_truth t;
+  kda_test_gen_case(cases[1], &c, &t);
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.repeat = 1, o.prefix = 1;
+  o.call.isolate = 0;
+  kda_case_report r;
+  ck_assert_msg(kda_conform_case(b, "algo=chunk scratch_mb=1", &c, &t, &o, &r, err, sizeof err) == KDA_OK,
+                "%s", err);
+  ck_assert_msg(r.verdict == KDA_VERDICT_PASS, "%s: %s", kda_verdict_name(r.verdict), r.reason);
+  ck_assert(r.repeat_done && r.repeat_identical && r.prefix_done);
+  kda_case_report_free(&r);
+  kda_truth_free(&t);
+  kda_case_free(&c);
+  kda_plugin_unload(pl);
+}
+END_TEST
+
 /* 16-bit inputs on the GPU: every bf16 case of descs passes with input=bf16 (also on the
  * chunked kernels), every f16 case with input=f16, in the fp32 class with --repeat's bit
  * check; an f32 case given to input=bf16 is NotSupported (its inputs are not bfloat16). */
@@ -492,6 +585,100 @@ START_TEST(test_describe) {
 }
 END_TEST
 
+
+/* ==== The prologue's float64 functions (kda_cuda_math.h), on the host: the same operations
+ * as on the device, so the same bits.  Against MPFR at 256 bits: every normal result within
+ * 2^-48 relative (the header's claim), subnormal and underflowing results as e^z's, the
+ * special values.  Arguments from a fixed LCG (seed printed on failure). ==== */
+
+#define MATH_BOUND 0x1p-48
+
+/* |got - exact| / |exact| with exact = X (MPFR), as a double. */
+static double math_rel(double got, mpfr_srcptr X) {
+  mpfr_t d;
+  mpfr_init2(d, 256);
+  mpfr_sub_d(d, X, got, MPFR_RNDN);
+  mpfr_div(d, d, X, MPFR_RNDN);
+  const double r = fabs(mpfr_get_d(d, MPFR_RNDN));
+  mpfr_clear(d);
+  return r;
+}
+
+static double math_u01(uint64_t *s) { /* [0, 1) */
+  *s = *s * 6364136223846793005ULL + 1442695040888963407ULL;
+  return (double)(*s >> 11) * 0x1p-53;
+}
+
+typedef enum { M_EXP, M_LOG1P, M_SOFTPLUS, M_SIGMOID } math_fn;
+
+/* The exact value of f at x into X (softplus: log1p(e^y); sigmoid: 1 / (1 + e^-y)). */
+static void math_exact(math_fn f, double x, mpfr_ptr X) {
+  mpfr_set_d(X, x, MPFR_RNDN);
+  switch (f) {
+  case M_EXP: mpfr_exp(X, X, MPFR_RNDN); break;
+  case M_LOG1P: mpfr_log1p(X, X, MPFR_RNDN); break;
+  case M_SOFTPLUS: mpfr_exp(X, X, MPFR_RNDN), mpfr_log1p(X, X, MPFR_RNDN); break;
+  case M_SIGMOID:
+    mpfr_neg(X, X, MPFR_RNDN), mpfr_exp(X, X, MPFR_RNDN), mpfr_add_ui(X, X, 1, MPFR_RNDN);
+    mpfr_ui_div(X, 1, X, MPFR_RNDN);
+    break;
+  }
+}
+
+static double math_eval(math_fn f, double x) {
+  return f == M_EXP ? kcm_exp_neg(x) : f == M_LOG1P ? kcm_log1p_unit(x)
+         : f == M_SOFTPLUS ? kcm_softplus(x) : kcm_sigmoid(x);
+}
+
+/* An argument of f's domain: uniform on a few scales, and log-uniform magnitudes. */
+static double math_arg(math_fn f, uint64_t *s) {
+  const double u = math_u01(s), v = math_u01(s);
+  const int k = (int)(v * 4);
+  switch (f) {
+  case M_EXP: return k == 0 ? -708.0 * u : k == 1 ? -2.0 * u : k == 2 ? -exp2(-60.0 * u) : -1100.0 * u;
+  case M_LOG1P: return k == 0 ? u : k == 1 ? exp2(-1022.0 * u) : k == 2 ? 0.4 + 0.03 * u : 1.0 - u * 1e-6;
+  default: return k == 0 ? 1600.0 * (u - 0.5) : k == 1 ? 40.0 * (u - 0.5) : k == 2 ? 1e-3 * (u - 0.5)
+                  : (u < 0.5 ? -1.0 : 1.0) * exp2(-40.0 + 50.0 * v);
+  }
+}
+
+START_TEST(test_prologue_math) {
+  const uint64_t seed = 20261201;
+  uint64_t s = seed;
+  mpfr_t X;
+  mpfr_init2(X, 256);
+  const char *names[] = {"exp_neg", "log1p_unit", "softplus", "sigmoid"};
+  for (int f = M_EXP; f <= M_SIGMOID; f++) {
+    double worst = 0.0, at = 0.0;
+    long checked = 0;
+    for (int i = 0; i < 250000; i++) {
+      const double x = math_arg((math_fn)f, &s), got = math_eval((math_fn)f, x);
+      math_exact((math_fn)f, x, X);
+      const double ex = mpfr_get_d(X, MPFR_RNDN);
+      if (fabs(ex) < 0x1p-1022) { /* subnormal or underflow: e^z's own rounding */
+        ck_assert_msg(fabs(got - ex) <= 0x1p-1074, "seed %llu: %s(%a) = %a, exact %a",
+                      (unsigned long long)seed, names[f], x, got, ex);
+        continue;
+      }
+      const double r = math_rel(got, X);
+      if (r > worst) worst = r, at = x;
+      checked++;
+    }
+    ck_assert_msg(worst <= MATH_BOUND, "seed %llu: %s: relative error %.3g (2^%.1f) at %a > 2^-48",
+                  (unsigned long long)seed, names[f], worst, log2(worst), at);
+    ck_assert_int_gt(checked, 170000);
+  }
+  mpfr_clear(X);
+  /* the special values the gate modes reach (SPEC.md §9.2: -inf gates decay to +0) */
+  ck_assert(kcm_exp_neg(-INFINITY) == 0.0 && !signbit(kcm_exp_neg(-INFINITY)));
+  ck_assert(kcm_exp_neg(0.0) == 1.0 && kcm_exp_neg(-0.0) == 1.0 && isnan(kcm_exp_neg(NAN)));
+  ck_assert(kcm_softplus(INFINITY) == INFINITY && kcm_softplus(-INFINITY) == 0.0);
+  ck_assert(kcm_softplus(0.0) == M_LN2 && isnan(kcm_softplus(NAN)));
+  ck_assert(kcm_sigmoid(INFINITY) == 1.0 && kcm_sigmoid(-INFINITY) == 0.0 && kcm_sigmoid(0.0) == 0.5);
+  ck_assert(isnan(kcm_sigmoid(NAN)) && kcm_log1p_unit(0.0) == 0.0 && kcm_log1p_unit(1.0) == M_LN2);
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
   Suite *s = suite_create("cuda");
   TCase *tc = tcase_create("core");
@@ -504,15 +691,28 @@ static Suite *cuda_suite(void) {
   tcase_add_loop_test(tc, test_chunk_serving, 0, (int)N_SERVING);
   tcase_add_loop_test(tc, test_half_inputs, 0, (int)N_DESCS);
   tcase_add_test(tc, test_chunk_decay_limit);
+  tcase_add_test(tc, test_chunk_slices);
   tcase_add_test(tc, test_describe);
   suite_add_tcase(s, tc);
   return s;
 }
 
+/* The prologue's functions need no plugin and no GPU: tested everywhere. */
+static TCase *math_tcase(void) {
+  TCase *tc = tcase_create("prologue-math");
+  tcase_set_timeout(tc, 120);
+  tcase_add_test(tc, test_prologue_math);
+  return tc;
+}
+
 int main(void) {
   if (access(plugin_path(), R_OK) != 0) {
-    printf("check_cuda: %s not built (make cuda needs nvcc): skipped\n", plugin_path());
-    return 0;
+    printf("check_cuda: %s not built (make cuda needs nvcc): the plugin's tests skipped\n", plugin_path());
+    Suite *s = suite_create("cuda");
+    suite_add_tcase(s, math_tcase());
+    return kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
   }
-  return kda_test_main(cuda_suite(), CK_NORMAL, CK_FORK_GETENV);
+  Suite *s = cuda_suite();
+  suite_add_tcase(s, math_tcase());
+  return kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
 }

@@ -38,6 +38,7 @@ typedef struct cuda_handle {
   int32_t decode;  /* 0: never the decode kernel (param decode=0) */
   int32_t algo;    /* 0 auto, 1 chunk (where the chunked kernels can), 2 recurrent */
   int32_t in_dtype; /* q k v g beta: KDA_PRECISION_FP32, _BF16 or _FP16 (param input=) */
+  size_t chunk_cap; /* the chunked kernels' scratch cap, bytes (param scratch_mb=) */
   int32_t ready;   /* 1: the device is set and the stream exists */
   cudaStream_t stream;
   char why[ERRLEN];    /* why the handle cannot run anything (ready == 0) */
@@ -51,6 +52,7 @@ typedef struct cuda_buffers {
   kda_cuda_dev d;
   kda_cuda_opts o;
   void *mem;            /* one allocation holding every tensor and the scratch */
+  int64_t *slices;      /* the chunked kernels' slices (kda_cuda_dev.slices), or NULL */
   size_t off_o, off_ht, off_hc;
   int64_t pool_slots;   /* a pool call's S (its pool is d.ht, in place), or 0 */
 } cuda_buffers;
@@ -197,11 +199,14 @@ static int32_t parse_params(cuda_handle *h, const char *params, char *err, uint3
     } else if (strncmp(w, "grid=", 5) == 0) {
       long g = strtol(w + 5, &end, 10);
       if (end != w + 5 && !*end && g >= 0 && g <= (1L << 24)) { h->grid = g; continue; }
+    } else if (strncmp(w, "scratch_mb=", 11) == 0) {
+      long m = strtol(w + 11, &end, 10);
+      if (end != w + 11 && !*end && m >= 1 && m <= (1L << 24)) { h->chunk_cap = (size_t)m << 20; continue; }
     } else if (strncmp(w, "ksplit=", 7) == 0) {
       long k = strtol(w + 7, &end, 10);
       if (end != w + 7 && !*end && (k == 0 || k == 4 || k == 8 || k == 16)) { h->ksplit = (int32_t)k; continue; }
     }
-    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, algo=auto|chunk|recurrent, input=f32|bf16|f16)", w);
+    if (errlen) snprintf(err, errlen, "cuda: bad parameter '%s' (device=N, ksplit=0|4|8|16, grid=N, decode=0|1, algo=auto|chunk|recurrent, input=f32|bf16|f16, scratch_mb=N)", w);
     return KDA_EINVAL;
   }
   return KDA_OK;
@@ -240,7 +245,7 @@ static int32_t cuda_open(const char *params, void **handle, char *err, uint32_t 
   if (!handle) return say(err, errlen, KDA_EINVAL, "cuda: handle pointer is NULL");
   cuda_handle *h = (cuda_handle *)calloc(1, sizeof *h);
   if (!h) return say(err, errlen, KDA_ENOMEM, "cuda: out of memory opening the backend");
-  h->decode = 1, h->in_dtype = KDA_PRECISION_FP32;
+  h->decode = 1, h->in_dtype = KDA_PRECISION_FP32, h->chunk_cap = KDA_CUDA_CHUNK_CAP;
   if (parse_params(h, params, err, errlen) != KDA_OK) return free(h), KDA_EINVAL;
   attach(h);
   *handle = h;
@@ -324,10 +329,24 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   /* The chunk plan (host: it is built from cu_seqlens and checkpoints) and its scratch after
    * the rest of the allocation. */
   const int64_t n_chunks = kda_cuda_chunk_count(p, t->cu_seqlens, t->checkpoints);
-  const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks);
+  const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks, h->chunk_cap);
   const size_t plan_bytes = chunked ? kda_cuda_plan_ints(p, n_chunks) * sizeof(int32_t) : 0;
+  /* The sequences go through the chunk scratch in slices of at most chunk_cap bytes (the
+   * same bits: kda_cuda_chunk.h); the scratch holds the largest slice. */
+  int32_t *plan = NULL;
+  int64_t n_slices = 0, capacity = 0;
+  if (chunked) {
+    plan = (int32_t *)malloc(plan_bytes);
+    b->slices = (int64_t *)malloc(2 * ((size_t)p->N + 1) * sizeof(int64_t));
+    if (!plan || !b->slices) {
+      free(plan), free(b->slices), b->slices = NULL;
+      return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
+    }
+    kda_cuda_chunk_fill(p, t->cu_seqlens, t->checkpoints, plan);
+    n_slices = kda_cuda_chunk_slices(p, plan, n_chunks, h->chunk_cap, b->slices, &capacity);
+  }
   const size_t off_plan = L.total, off_cs = off_plan + up(plan_bytes);
-  const size_t off_pool = off_cs + up(chunked ? kda_cuda_chunk_bytes(p, n_chunks) : 0);
+  const size_t off_pool = off_cs + up(chunked ? kda_cuda_chunk_bytes(p, capacity) : 0);
   const size_t pool_bytes = pooled ? (size_t)t->pool_slots * slot_bytes : 0;
   const size_t off_idx = off_pool + up(pool_bytes);
   /* 16-bit inputs: their patterns after the rest; each launch widens them into L.q .. L.beta */
@@ -339,12 +358,8 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   const size_t raw_off[5] = {0, up(2 * nqk), 2 * up(2 * nqk), 2 * up(2 * nqk) + up(2 * nv),
                              2 * up(2 * nqk) + up(2 * nv) + up(2 * ng)};
   const size_t total = off_raw + (half ? raw_off[4] + up(2 * nb) : 0);
-  int32_t *plan = NULL;
-  if (chunked && !(plan = (int32_t *)malloc(plan_bytes)))
-    return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
-  if (plan) kda_cuda_chunk_fill(p, t->cu_seqlens, t->checkpoints, plan);
   cudaError_t e = cudaMalloc(&b->mem, total);
-  if (e != cudaSuccess) free(plan);
+  if (e != cudaSuccess) free(plan), free(b->slices), b->slices = NULL;
   if (e != cudaSuccess) return b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
   char *m = (char *)b->mem;
   const size_t f = sizeof(float), HV = (size_t)p->HV;
@@ -367,7 +382,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
       (e = put(m, off_pool, pooled ? t->pool : NULL, pool_bytes, s)) ||
       (e = put(m, off_idx, pooled ? t->state_indices : NULL, (size_t)p->N * sizeof(int64_t), s)) ||
       (e = cudaStreamSynchronize(s))) {
-    free(plan);
+    free(plan), free(b->slices), b->slices = NULL;
     cudaFree(b->mem);
     b->mem = NULL;
     return cuda_err(h, KDA_EIO, "copy to the device", e);
@@ -396,6 +411,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   }
   d->n_chunks = chunked ? n_chunks : 0;
   d->chunk_scratch = chunked ? m + off_cs : NULL;
+  d->slices = b->slices, d->n_slices = n_slices, d->scratch_chunks = capacity;
   if (pooled) { /* initial and final states are the pool's slots, read and written in place */
     d->h0 = p->has_initial_state ? (const float *)(m + off_pool) : NULL;
     d->ht = (float *)(m + off_pool);
@@ -452,6 +468,7 @@ static int32_t cuda_forward(void *handle, const kda_problem *p, const kda_backen
     cudaFree(b.mem);
     if (!st && e) st = cuda_err(h, KDA_EIO, "kernel", e);
   }
+  free(b.slices);
   return st;
 }
 
@@ -489,7 +506,7 @@ static int32_t cuda_buffers_create(void *handle, const kda_problem *p, const kda
   if (!st && e) st = cuda_err(h, KDA_EIO, "copy to the device", e);
   if (st) {
     if (b->mem) cudaFree(b->mem);
-    free(b);
+    free(b->slices), free(b);
     return st;
   }
   *buffers = b;
@@ -515,7 +532,7 @@ static void cuda_buffers_destroy(void *handle, void *buffers) {
   cuda_buffers *b = (cuda_buffers *)buffers;
   if (!b) return;
   if (b->mem) cudaFree(b->mem); /* cudaFree synchronises with pending work on the memory */
-  free(b);
+  free(b->slices), free(b);
 }
 
 static int32_t cuda_synchronize(void *handle) {
@@ -546,7 +563,7 @@ static const kda_backend cuda_table = {
     KDA_BACKEND_ABI_VERSION,
     sizeof(kda_backend),
     "cuda",
-    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent input=f32|bf16|f16",
+    "float32 KDA on an NVIDIA GPU (sm_90a): recurrent, chunked and decode kernels, state pools; params device=N ksplit=0|4|8|16 grid=N decode=0|1 algo=auto|chunk|recurrent input=f32|bf16|f16 scratch_mb=N",
     KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F32,
     KDA_BACKEND_DTYPE_F32,

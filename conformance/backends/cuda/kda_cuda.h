@@ -36,6 +36,11 @@ typedef struct kda_cuda_dev {
   const int32_t *plan;
   int64_t n_chunks;
   void *chunk_scratch;
+  /* Slices of sequences that take the chunk scratch in turn (kda_cuda_chunk_slices; a host
+   * array of n_slices + 1 pairs), and the chunks that scratch holds; slices NULL: one slice
+   * and scratch for n_chunks. */
+  const int64_t *slices;
+  int64_t n_slices, scratch_chunks;
   /* A state pool (SPEC.md §7.8): h0 and ht are the pool, sequence n's state is slot
    * slots[n] (KDA_PAD_SLOT: from zero, final state dropped); NULL: slot n of h0 / ht. */
   const int64_t *slots;

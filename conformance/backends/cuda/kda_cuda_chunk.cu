@@ -15,6 +15,9 @@
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
  *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
  *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
+ * A batch whose chunk scratch would pass the cap (32 GiB, or the scratch_mb parameter) runs
+ * in slices of whole sequences that take the scratch in turn (kda_cuda_chunk_slices), the
+ * same bits as one slice: no chunk and no sequence's scan depends on the others.
  * Products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16 blocks,
  * which are 3xTF32 tensor-core products (prep_pairs_tc); no atomics in any sum: identical bits
  * run to run, whatever the grid or batch.  The scan's state update and the out kernel stay in
@@ -419,30 +422,57 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
   __pipeline_commit();
 }
 
-/* qk_raw: the raw rows of k (in Y) and q (in Xm) normalized in place, one warp a row, with
+/* qk_raw: the raw rows of k (in Y) and q (in Xm) normalized in place, by warps, with
  * the prologue's arithmetic (kda_cuda_kernels.cu, coef_qk / dev_inv_norm: float64 per-lane
  * sums over c = lane + 32 u, an xor-butterfly, x * (1 / norm) rounded once), so the bits are
  * the prologue's; the channels past K are zeros and add +0.  inv[t] (k) and inv[CT + t] (q)
- * are kept for the slow pairs.  Rows past len stay zeros (1 / norm is not formed: with
- * l2_eps = 0 it would be inf). */
+ * are kept for the slow pairs.  Rows past len stay zeros (their 1 / norm, inf when l2_eps = 0,
+ * is formed but neither stored nor used). */
 __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *Xm, double *inv) {
-  const int lane = threadIdx.x % 32;
-  for (int r = threadIdx.x / 32; r < 2 * CT; r += NTP / 32) {
-    const int t = r % CT;
-    const bool isq = r >= CT;
-    if (t >= ch.len) continue;
-    float *x = (isq ? Xm : Y) + t * KSTR;
-    double iv = 1.0;
-    if (A.l2_mode != KDA_L2_OFF) {
-      double ss = 0.0;
+  /* Warp w takes rows w + 16 i, i < 8 (k rows for i < 4, q rows after), all eight at once:
+   * their sums, butterflies and 1 / norms are independent chains, interleaved (one row after
+   * another, the latency of the float64 shuffles, square root and division, once a row, made
+   * prep 0.56 ms slower at B1 T32768 H32: as much as the prologue's kernel it replaced;
+   * interleaved, prep 4.96 -> 4.89 ms on the H200, the same bits: most of the cost was not that
+   * latency). */
+  constexpr int NR = 2 * CT / (NTP / 32);
+  const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
+  float x[NR][KP / 32];
+  double iv[NR];
 #pragma unroll
-      for (int u = 0; u < KP / 32; u++) ss += (double)x[lane + 32 * u] * (double)x[lane + 32 * u];
-      for (int m = 16; m >= 1; m >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, m);
-      iv = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss + A.l2_eps) : fmax(sqrt(ss), A.l2_eps));
+  for (int i = 0; i < NR; i++) {
+    const int r = w + (NTP / 32) * i, t = r % CT;
+    const float *row = (r >= CT ? Xm : Y) + t * KSTR;
+#pragma unroll
+    for (int u = 0; u < KP / 32; u++) x[i][u] = row[lane + 32 * u];
+  }
+  if (A.l2_mode != KDA_L2_OFF) {
+    double ss[NR];
+#pragma unroll
+    for (int i = 0; i < NR; i++) {
+      ss[i] = 0.0;
+#pragma unroll
+      for (int u = 0; u < KP / 32; u++) ss[i] += (double)x[i][u] * (double)x[i][u];
     }
 #pragma unroll
-    for (int u = 0; u < KP / 32; u++) x[lane + 32 * u] = qk_norm(x[lane + 32 * u], iv, isq, A.scale);
-    if (lane == 0) inv[r] = iv;
+    for (int m = 16; m >= 1; m >>= 1)
+#pragma unroll
+      for (int i = 0; i < NR; i++) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], m);
+#pragma unroll
+    for (int i = 0; i < NR; i++)
+      iv[i] = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss[i] + A.l2_eps) : fmax(sqrt(ss[i]), A.l2_eps));
+  } else {
+#pragma unroll
+    for (int i = 0; i < NR; i++) iv[i] = 1.0;
+  }
+#pragma unroll
+  for (int i = 0; i < NR; i++) {
+    const int r = w + (NTP / 32) * i, t = r % CT;
+    if (t >= ch.len) continue; /* stays zeros */
+    float *row = (r >= CT ? Xm : Y) + t * KSTR;
+#pragma unroll
+    for (int u = 0; u < KP / 32; u++) row[lane + 32 * u] = qk_norm(x[i][u], iv[i], r >= CT, A.scale);
+    if (lane == 0) inv[r] = iv[i];
   }
 }
 
@@ -454,8 +484,8 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
   int *slow = reinterpret_cast<int *>(bs + CT);
   double *inv = reinterpret_cast<double *>(slow + CT); /* 2 CT: 1 / norms (qk_raw) */
   float *Vsm = PREP_VSTAGE && A.VP <= KP ? reinterpret_cast<float *>(inv + 2 * CT) : NULL; /* V <= 128 */
-  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
-  const chunk_at ch = chunk_of(A, blockIdx.x);
+  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv; /* ci: in the slice */
+  const chunk_at ch = chunk_of(A, A.cbase + blockIdx.x);
   const int64_t h = head_of(A, hv);
   const int tid = threadIdx.x;
   prep_load(A, ch, h, hv, Y, Xm, Gs, Vsm);
@@ -482,7 +512,7 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
 /* Issues the copies of chunk c's W, Kd, U (this block's columns) and gC into one buffer. */
 __device__ void scan_issue(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *Kd,
                            float *U, float *G) {
-  const int64_t ci = c * A.HV + hv;
+  const int64_t ci = (c - A.cbase) * A.HV + hv;
   const float *w = A.W + ci * CT * KP, *k = A.Kd + ci * CT * KP;
   for (int e = threadIdx.x; e < CT * KP / 4; e += NT) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
@@ -566,12 +596,81 @@ __device__ __forceinline__ void scan_write(const float *Kd, const float *Vs, int
   }
 }
 
+/* SCAN_KSPLIT: Unew = U - W S with a 4 x 4 tile a thread (rows rq + 16 r: four distinct
+ * banks a warp) over half the k range, the two halves added through shared memory: 8 FMAs a
+ * shared load instead of 5.3 and 16 independent sums a thread instead of 8 (the scan waits
+ * on its shared loads: 8 warps a multiprocessor).  The sum's order differs from the plain
+ * loop's (lo half from U, hi half from 0, then lo + hi), so the bits do too.  Measured on the
+ * H200 (B1 T32768 H32): scan 3.19 -> 2.96 ms; golden/L1 and golden/L2 pass (docs/cuda.md).
+ * 0: the plain loop (scan_unew), for the bench's side-by-side build. */
+#ifndef SCAN_KSPLIT
+#define SCAN_KSPLIT 1
+#endif
+__device__ __forceinline__ void scan_unew4(const float *W, const float *Ss, int rq, int jg, int kh,
+                                           float (*u)[4]) {
+  constexpr int KH = KP / 2;
+  const int kb = kh * KH;
+  float4 wc[4], sc[4];
+#pragma unroll
+  for (int r = 0; r < 4; r++) wc[r] = ld4(W + (rq + 16 * r) * KSTR + kb);
+#pragma unroll
+  for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + (kb + kk) * VS + jg * 4);
+#pragma unroll 2
+  for (int k = kb; k < kb + KH; k += 4) {
+    const int kn = k + 4 < kb + KH ? k + 4 : k; /* the last step reloads its own (unused) */
+    float4 wn[4], sn[4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) wn[r] = ld4(W + (rq + 16 * r) * KSTR + kn);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) sn[kk] = ld4(Ss + (kn + kk) * VS + jg * 4);
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const float4 sv = sc[kk];
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        const float w = kk == 0 ? wc[r].x : kk == 1 ? wc[r].y : kk == 2 ? wc[r].z : wc[r].w;
+        u[r][0] = fmaf(-w, sv.x, u[r][0]), u[r][1] = fmaf(-w, sv.y, u[r][1]);
+        u[r][2] = fmaf(-w, sv.z, u[r][2]), u[r][3] = fmaf(-w, sv.w, u[r][3]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; r++) wc[r] = wn[r], sc[r] = sn[r];
+  }
+}
+/* Unew of chunk c (this block's 32 columns) into Vs and out, SCAN_KSPLIT's way; P: 16 x 128
+ * floats of shared memory for the high halves. */
+__device__ void scan_unew_split(const cargs &A, const float *W, const float *Ss, const float *U,
+                                float *P, float *Vs, int64_t ci, int j) {
+  const int tid = threadIdx.x, kh = tid / 128, q = tid % 128, rq = q / 8, jg = tid % 8;
+  float u[4][4];
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    const float4 x = kh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : ld4(U + (rq + 16 * r) * VS + jg * 4);
+    u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
+  }
+  if (A.erases) scan_unew4(W, Ss, rq, jg, kh, u);
+  if (kh && A.erases)
+#pragma unroll
+    for (int e = 0; e < 16; e++) P[e * 128 + q] = u[e / 4][e % 4];
+  __syncthreads();
+  if (kh) return;
+#pragma unroll
+  for (int r = 0; r < 4; r++) {
+    float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
+    if (A.erases)
+      v.x += P[(4 * r) * 128 + q], v.y += P[(4 * r + 1) * 128 + q], v.z += P[(4 * r + 2) * 128 + q],
+          v.w += P[(4 * r + 3) * 128 + q];
+    st4(Vs + (rq + 16 * r) * VS + jg * 4, v);
+    st4(A.Vn + (ci * CT + rq + 16 * r) * A.VP + j, v);
+  }
+}
+
 __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
   extern __shared__ __align__(16) float sm[];
   float *Wb = sm, *Kb = Wb + 2 * CT * KSTR, *Ub = Kb + 2 * CT * KSTR, *Gb = Ub + 2 * CT * VS;
-  float *Ss = Gb + 2 * KP, *Vs = Ss + KP * VS;
+  float *Ss = Gb + 2 * KP, *Vs = Ss + KP * VS, *P = Vs + CT * VS; /* P: SCAN_KSPLIT */
   const int64_t ns = A.VP / VS, item = blockIdx.x;
-  const int64_t hv = (item / ns) % A.HV, n = item / (ns * A.HV);
+  const int64_t hv = (item / ns) % A.HV, n = A.n0 + item / (ns * A.HV);
   const int j0 = (int)(item % ns) * VS;
   const int32_t *seq_first = A.plan + 4 * A.n_chunks;
   const int64_t c0 = seq_first[n], c1 = seq_first[n + 1];
@@ -592,7 +691,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
       scan_issue(A, c + 1, hv, j0, Wb + nxt * CT * KSTR, Kb + nxt * CT * KSTR, Ub + nxt * CT * VS,
                  Gb + nxt * KP);
     __pipeline_commit();
-    const int64_t ci = c * A.HV + hv;
+    const int64_t ci = (c - A.cbase) * A.HV + hv;
     for (int r = 0; r < 4; r++) { /* the chunk-start state: into Ss and out for the out kernel */
       const float4 v = make_float4(S[r][0], S[r][1], S[r][2], S[r][3]);
       st4(Ss + (rg * 4 + r) * VS + jg * 4, v);
@@ -602,17 +701,21 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
     __syncthreads();
     const float *W = Wb + cur * CT * KSTR, *Kd = Kb + cur * CT * KSTR, *U = Ub + cur * CT * VS;
     const float *G = Gb + cur * KP;
-    const int t0 = rg * 2; /* Unew rows t0, t0 + 1 (the same thread index split) */
-    float u[2][4];
-    for (int r = 0; r < 2; r++) {
-      const float4 x = ld4(U + (t0 + r) * VS + jg * 4);
-      u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
-    }
-    if (A.erases) scan_unew(W, Ss, t0, jg, u);
-    for (int r = 0; r < 2; r++) {
-      const float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
-      st4(Vs + (t0 + r) * VS + jg * 4, v);
-      st4(A.Vn + (ci * CT + t0 + r) * A.VP + j, v);
+    if (SCAN_KSPLIT) {
+      scan_unew_split(A, W, Ss, U, P, Vs, ci, j);
+    } else {
+      const int t0 = rg * 2; /* Unew rows t0, t0 + 1 (the same thread index split) */
+      float u[2][4];
+      for (int r = 0; r < 2; r++) {
+        const float4 x = ld4(U + (t0 + r) * VS + jg * 4);
+        u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
+      }
+      if (A.erases) scan_unew(W, Ss, t0, jg, u);
+      for (int r = 0; r < 2; r++) {
+        const float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
+        st4(Vs + (t0 + r) * VS + jg * 4, v);
+        st4(A.Vn + (ci * CT + t0 + r) * A.VP + j, v);
+      }
     }
     __syncthreads();
     for (int r = 0; r < 4; r++) {
@@ -629,13 +732,18 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
 
 /* ==== out ==== */
 
+/* The second product's operands arrive while the first runs (two groups of copies; out
+ * 1.74 -> 1.56 ms at B1 T32768 H32, the same bits); 0: one group, waited for at the start. */
+#ifndef OUT_SPLIT
+#define OUT_SPLIT 1
+#endif
 __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
   extern __shared__ __align__(16) float sm[];
   constexpr int VST = VC + 4;
   float *Qs = sm, *St = Qs + CT * KSTR, *Ms = St + KP * VST, *Vt = Ms + CT * ASTR;
-  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv;
+  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv; /* ci: in the slice */
   const int j0 = blockIdx.z * VC, tid = threadIdx.x;
-  const chunk_at ch = chunk_of(A, blockIdx.x);
+  const chunk_at ch = chunk_of(A, A.cbase + blockIdx.x);
   /* Asynchronous copies: every load of the block in flight at once. */
   for (int e = tid; e < CT * KP / 4; e += NT) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
@@ -645,6 +753,7 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
     const int i = e / (VC / 4), c4 = e % (VC / 4) * 4;
     async16(St + i * VST + c4, A.S0 + (ci * KP + i) * A.VP + j0 + c4);
   }
+  if (OUT_SPLIT) __pipeline_commit(); /* group 1: Qs, S0 (pass 0); group 2: M, Unew (pass 1) */
   for (int e = tid; e < CT * CT / 4; e += NT) {
     const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
     async16(Ms + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
@@ -654,11 +763,16 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
     async16(Vt + t * VST + c4, A.Vn + (ci * CT + t) * A.VP + j0 + c4);
   }
   __pipeline_commit();
-  __pipeline_wait_prior(0);
+  if (OUT_SPLIT) __pipeline_wait_prior(1);
+  else __pipeline_wait_prior(0);
   __syncthreads();
   const int tr = tid / 16 * 4, jg = tid % 16 * 4;
   float acc[4][4] = {};
   for (int pass = 0; pass < 2; pass++) { /* Qs S0 (over KP), then M Unew (over CT) */
+    if (OUT_SPLIT && pass == 1) {
+      __pipeline_wait_prior(0);
+      __syncthreads();
+    }
     const float *L = pass ? Ms : Qs, *R = pass ? Vt : St;
     const int n = pass ? CT : KP, ls = pass ? ASTR : KSTR;
 #pragma unroll 2
@@ -748,11 +862,12 @@ void kda_cuda_chunk_scratch(cargs *a, void *base) {
   char *at = (char *)base;
   for (int i = 0; i < 8; i++) {
     *dst[i] = (float *)at;
-    at += up256(f[i] * sizeof(float) * (size_t)a->n_chunks * (size_t)a->HV);
+    at += up256(f[i] * sizeof(float) * (size_t)a->scratch_chunks * (size_t)a->HV);
   }
 }
 
-int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int64_t n_chunks) {
+int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int64_t n_chunks,
+                       size_t cap) {
   if (algo == 2 || p->K > KP || p->T == 0 || n_chunks < 1) return 0;
   const int64_t scan_blocks = p->N * p->HV * (vpad(p) / VS);
   if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
@@ -762,21 +877,44 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
    * recurrent kernel is better at a few tokens a sequence), at most 4 work items of 32
    * columns a multiprocessor for the recurrent kernel (measured on the H200, docs/cuda.md:
    * B1 and B4 at H32, T8192 and up, are faster chunked; more sequences give the recurrent
-   * kernel the parallelism it lacks at B1), and a scratch that fits comfortably next to the
-   * problem's own buffers. */
+   * kernel the parallelism it lacks at B1), and the longest sequence's scratch within the cap
+   * (at most ceil(max_len / CT) + one a checkpoint chunks; more sequences run in slices: a
+   * fixed cap, not the free memory, so the choice and the bits do not depend on what else the
+   * card holds). */
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) != cudaSuccess ||
       cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
     sms = 132;
   const int64_t items32 = p->N * p->HV * ((p->V + 31) / 32);
+  const int64_t longest = (max_len + CT - 1) / CT + p->n_checkpoints;
   return p->K > 64 && max_len >= 256 && items32 <= 4 * (int64_t)sms &&
-         kda_cuda_chunk_bytes(p, n_chunks) <= ((size_t)32 << 30);
+         kda_cuda_chunk_bytes(p, longest < n_chunks ? longest : n_chunks) <= cap;
+}
+
+int64_t kda_cuda_chunk_slices(const kda_problem *p, const int32_t *plan, int64_t n_chunks, size_t cap,
+                              int64_t *slices, int64_t *capacity) {
+  const int32_t *seq_first = plan + 4 * n_chunks;
+  const size_t per = kda_cuda_chunk_bytes(p, 1);
+  const int64_t fit = (int64_t)(cap / per); /* chunks a slice may hold (up256 rounding aside) */
+  int64_t ns = 0, big = 0;
+  slices[0] = 0, slices[1] = 0;
+  for (int64_t n = 0; n < p->N; n++) {
+    const int64_t c = seq_first[n], len = seq_first[n + 1] - c;
+    if (c > slices[2 * ns + 1] && c + len - slices[2 * ns + 1] > fit)
+      ns++, slices[2 * ns] = n, slices[2 * ns + 1] = c; /* a new slice from sequence n */
+    const int64_t in = c + len - slices[2 * ns + 1];
+    if (in > big) big = in;
+  }
+  ns++, slices[2 * ns] = p->N, slices[2 * ns + 1] = n_chunks;
+  *capacity = big > 0 ? big : 1;
+  return ns;
 }
 
 static const size_t prep_bytes =
     (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float) +
     2 * CT * sizeof(double);
-static const size_t scan_bytes = (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS) * sizeof(float);
+static const size_t scan_bytes =
+    (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS + SCAN_KSPLIT * 16 * 128) * sizeof(float);
 static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
 
 cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
@@ -784,11 +922,18 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   if (!e) e = cudaFuncSetAttribute(kda_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_bytes);
   if (!e) e = cudaFuncSetAttribute(kda_chunk_out, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)out_bytes);
   if (e) return e;
-  const cargs A = *a;
-  const int ph = A.phases ? A.phases : 7;
-  if (ph & 1) kda_chunk_prep<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
-  if (ph & 2) kda_chunk_scan<<<(unsigned)(A.N * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
-  if (ph & 4)
-    kda_chunk_out<<<dim3((unsigned)A.n_chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
+  const int64_t one[4] = {0, 0, a->N, a->n_chunks};
+  const int64_t *sl = a->slices ? a->slices : one, nsl = a->slices ? a->n_slices : 1;
+  const int ph = a->phases ? a->phases : 7;
+  for (int64_t s = 0; s < nsl; s++) { /* each slice a problem of its own, on the same scratch */
+    cargs A = *a;
+    A.n0 = sl[2 * s], A.cbase = sl[2 * s + 1];
+    const int64_t seqs = sl[2 * s + 2] - A.n0, chunks = sl[2 * s + 3] - A.cbase;
+    if ((ph & 1) && chunks > 0) kda_chunk_prep<<<dim3((unsigned)chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
+    if ((ph & 2) && seqs > 0) /* empty sequences too: their final state */
+      kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
+    if ((ph & 4) && chunks > 0)
+      kda_chunk_out<<<dim3((unsigned)chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
+  }
   return cudaGetLastError();
 }

@@ -35,9 +35,21 @@ size_t kda_cuda_plan_ints(const kda_problem *p, int64_t n_chunks);
 void kda_cuda_chunk_fill(const kda_problem *p, const int64_t *cu, const int64_t *ck, int32_t *plan);
 /* Bytes of the chunked kernels' scratch for n_chunks chunks. */
 size_t kda_cuda_chunk_bytes(const kda_problem *p, int64_t n_chunks);
-/* 1 when the chunked kernels run p: algo 1 (chunk) when they can, 0 (auto) when they can and
- * the sequences are long enough to gain, 2 (recurrent) never. */
-int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int64_t n_chunks);
+/* The default cap on that scratch (the plugin's scratch_mb parameter overrides it). */
+#define KDA_CUDA_CHUNK_CAP ((size_t)32 << 30)
+/* 1 when the chunked kernels run p: algo 1 (chunk) when they can, 0 (auto) when they can, the
+ * sequences are long enough to gain and the longest one's scratch fits in cap bytes, 2
+ * (recurrent) never. */
+int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int64_t n_chunks,
+                       size_t cap);
+/* Slices of whole sequences whose chunks' scratch fits in cap bytes (a sequence alone over it
+ * is a slice of its own), from the host plan: slices[2 s], slices[2 s + 1] = the first
+ * sequence and the first chunk of slice s, for s <= the returned count (the last pair: N and
+ * n_chunks); slices holds 2 (N + 1) entries.  *capacity: the chunks the scratch must hold (the
+ * largest slice).  Each slice runs as a problem of its own on the same scratch, which changes
+ * no bit: every chunk and every sequence's scan are computed alike in any batch. */
+int64_t kda_cuda_chunk_slices(const kda_problem *p, const int32_t *plan, int64_t n_chunks, size_t cap,
+                              int64_t *slices, int64_t *capacity);
 
 typedef struct kda_cuda_chunk_args {
   int64_t H, HV, K, V, VP, G, N, n_chunks;
@@ -53,6 +65,12 @@ typedef struct kda_cuda_chunk_args {
   const int64_t *slots;                   /* a state pool's slots (kda_cuda_dev.slots) or NULL */
   float *o, *ht, *hc;
   float *W, *U, *Qs, *Kd, *gC, *M, *Vn, *S0; /* scratch, per (chunk, value head) */
+  /* Slices (kda_cuda_chunk_slices): n_slices pairs (first sequence, first chunk) and the
+   * sentinel, a host array; NULL: one slice, everything.  The scratch holds scratch_chunks
+   * chunks (n_chunks when not sliced); the kernels of a slice index it from the slice's first
+   * chunk (cbase) and its sequences from n0. */
+  const int64_t *slices;
+  int64_t n_slices, scratch_chunks, cbase, n0;
 } kda_cuda_chunk_args;
 
 /* Splits the chunk scratch at base into the arrays of a. */

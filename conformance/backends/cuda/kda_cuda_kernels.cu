@@ -32,6 +32,7 @@
 
 #include "kda_cuda.h"
 #include "kda_cuda_chunk.h"
+#include "kda_cuda_math.h"
 #include "kda_precision.h"
 
 #define THREADS 128
@@ -78,27 +79,19 @@ size_t kda_cuda_scratch_bytes(const kda_problem *p) {
  * against O(K V) for the recurrence, and the fp32 class's claim (SPEC.md §7.2) is about the
  * float32 state and recurrence, which this does not change. */
 
-/* softplus(y) = max(y, 0) + log1p(exp(-|y|)) (SPEC.md §4.1, §9.2). */
+/* softplus and sigmoid: kda_cuda_math.h (the forms of SPEC.md §9.2 with float64 e^z and log1p
+ * built for the ranges they get: the gate kernel issued about 290 instructions an element with
+ * CUDA's exp and log1p). */
+#ifndef GATE_LIBDEVICE /* 1: CUDA's exp and log1p, for the bench's side-by-side build */
+#define GATE_LIBDEVICE 0
+#endif
 __device__ static double dev_softplus(double y) {
-  return (y > 0.0 ? y : 0.0) + log1p(exp(-fabs(y)));
+  return GATE_LIBDEVICE ? (y > 0.0 ? y : 0.0) + log1p(exp(-fabs(y))) : kcm_softplus(y);
 }
-
-/* sigmoid in the form that never overflows (SPEC.md §9.2). */
 __device__ static double dev_sigmoid(double y) {
-  if (y >= 0.0) return 1.0 / (1.0 + exp(-y));
-  const double e = exp(y);
-  return e / (1.0 + e);
+  return GATE_LIBDEVICE ? (y >= 0.0 ? 1.0 / (1.0 + exp(-y)) : exp(y) / (1.0 + exp(y))) : kcm_sigmoid(y);
 }
 
-/* g_eff of raw gate x at value head hv, channel c (SPEC.md §4.1), in float64; ea is
- * e^A_log[hv] (1 without A_log: ea * y is then y exactly). */
-__device__ static double dev_gate(double x, double ea, const float *dt_bias, int64_t hv, int64_t c,
-                                  int64_t GW, int32_t gate_mode, double lb) {
-  if (gate_mode == KDA_GATE_LOG) return x;
-  const double y = x + (double)dt_bias[hv * GW + c];
-  if (gate_mode == KDA_GATE_SOFTPLUS) return -(ea * dev_softplus(y));
-  return lb * dev_sigmoid(ea * y);
-}
 __device__ static double dev_ea(const float *A_log, int64_t hv, int32_t has_A_log) {
   return has_A_log ? exp((double)A_log[hv]) : 1.0;
 }
@@ -160,24 +153,30 @@ __device__ void coef_qk(const coef_args &C, int64_t blk) {
   }
 }
 
+/* e^g_eff for the recurrent kernels: g_eff <= 0 in every mode but log with positive gates. */
+__device__ static float dev_decay(double ge) {
+  return (float)(ge <= 0.0 && !GATE_LIBDEVICE ? kcm_exp_neg(ge) : exp(ge));
+}
+
 /* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1; exp(-inf) = +0) for the recurrent
- * kernels, or g_eff itself, rounded once, for the chunked kernels' cumulative decays. */
-__device__ void coef_gate(const coef_args &C, int64_t blk) {
-  const int64_t e = blk * blockDim.x + threadIdx.x;
-  if (e >= C.n) return;
-  /* 32-bit divisions when the indices fit (every benchmark shape): a 64-bit division is a
-   * long software sequence, and two of them an element were most of this kernel's time. */
-  int64_t c, hv;
-  if (C.n <= 0xffffffffLL) {
-    const uint32_t e32 = (uint32_t)e, gw = (uint32_t)C.GW, q = e32 / gw;
-    c = e32 - q * gw, hv = q % (uint32_t)C.HV;
-  } else {
-    c = e % C.GW, hv = (e / C.GW) % C.HV;
+ * kernels, or g_eff itself, rounded once, for the chunked kernels' cumulative decays.  Thread
+ * j of the x grid owns gate element j of every token's row of W = HV GW elements (so its
+ * value head, dt_bias and e^A_log are read once, and neighbouring threads touch neighbouring
+ * elements) and takes tokens blockIdx.y, + gridDim.y, ... (the launch: launch_prologue). */
+__device__ void coef_gate(const coef_args &C) {
+  const int64_t W = C.HV * C.GW, j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+  if (j >= W) return;
+  const int64_t hv = j / C.GW, T = C.n / W, stride = (int64_t)gridDim.y * W;
+  const int lm = C.gate_mode == KDA_GATE_LOG;
+  const double ea = lm ? 1.0 : C.ea[hv], db = lm ? 0.0 : (double)C.dt_bias[j];
+  for (int64_t t = blockIdx.y, e = t * W + j; t < T; t += gridDim.y, e += stride) {
+    const double x = (double)C.g[e];
+    const double ge = lm ? x
+                      : C.gate_mode == KDA_GATE_SOFTPLUS ? -(ea * dev_softplus(x + db))
+                                                         : C.lb * dev_sigmoid(ea * (x + db));
+    if (C.a) C.a[e] = dev_decay(ge);
+    if (C.lg) C.lg[e] = (float)ge;
   }
-  const double ge = dev_gate(C.g[e], C.gate_mode == KDA_GATE_LOG ? 1.0 : C.ea[hv], C.dt_bias, hv,
-                             c, C.GW, C.gate_mode, C.lb);
-  if (C.a) C.a[e] = (float)exp(ge);
-  if (C.lg) C.lg[e] = (float)ge;
 }
 
 /* beta_eff per (t, hv) (SPEC.md §4.2). */
@@ -190,7 +189,7 @@ __device__ void coef_beta(const coef_args &C, int64_t blk) {
  * the float64-bound gate blocks, was measured slower (prologue 1.93 -> 2.10 ms at B1 T32768
  * H32 on the H200; docs/cuda.md). */
 __global__ void kda_cuda_coef_qk(const coef_args C) { coef_qk(C, blockIdx.x); }
-__global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate(C, blockIdx.x); }
+__global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate(C); }
 __global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x); }
 
 /* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
@@ -808,7 +807,11 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
     kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
                                                                   p->HV, p->has_A_log);
   if (!chunked || !QK_IN_PREP) kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
-  if (C.n) kda_cuda_coef_gate<<<grid_of(C.n, THREADS), THREADS, 0, st>>>(C);
+  if (C.n) { /* about 4096 blocks: one wave at full occupancy, each thread a few tokens */
+    const int64_t W = p->HV * GW, gx = (W + THREADS - 1) / THREADS;
+    const int64_t gy = T < (4096 + gx - 1) / gx ? T : (4096 + gx - 1) / gx;
+    kda_cuda_coef_gate<<<dim3((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535)), THREADS, 0, st>>>(C);
+  }
   kda_cuda_coef_beta<<<grid_of(C.nb, THREADS), THREADS, 0, st>>>(C);
   if (p->n_checkpoints > 0) {
     kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
@@ -874,6 +877,8 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   memset(&C, 0, sizeof C);
   C.H = p->H, C.HV = p->HV, C.K = p->K, C.V = p->V, C.VP = (p->V + 63) / 64 * 64;
   C.G = p->HV / p->H, C.N = p->N, C.n_chunks = d->n_chunks;
+  C.slices = d->slices, C.n_slices = d->n_slices;
+  C.scratch_chunks = d->slices ? d->scratch_chunks : d->n_chunks;
   C.decays = p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
   C.erases = p->family != KDA_FAMILY_LINEAR;
   C.gate_scalar = p->family == KDA_FAMILY_GDN;
