@@ -349,6 +349,16 @@ static const char *const serving_descs[] = {
 };
 #define N_SERVING (sizeof serving_descs / sizeof serving_descs[0])
 
+/* --repeat's bit check and the serving checks (o.prefix), in this process: it holds the CUDA
+ * context, which a forked child could not use. */
+static kda_conform_opts serving_opts(void) {
+  kda_conform_opts o;
+  kda_conform_opts_init(&o);
+  o.repeat = 1, o.prefix = 1;
+  o.call.isolate = 0;
+  return o;
+}
+
 START_TEST(test_chunk_serving) {
   kda_plugin *pl;
   const kda_backend *b = load_gpu(&pl);
@@ -359,10 +369,7 @@ START_TEST(test_chunk_serving) {
   kda_test_gen_case(serving_descs[_i], &c, &t);
   static const char *const params[] = {"algo=chunk", "algo=auto", "algo=recurrent"};
   for (size_t k = 0; k < sizeof params / sizeof params[0]; k++) {
-    kda_conform_opts o;
-    kda_conform_opts_init(&o);
-    o.repeat = 1, o.prefix = 1;
-    o.call.isolate = 0;
+    kda_conform_opts o = serving_opts();
     kda_case_report r;
     ck_assert_msg(kda_conform_case(b, params[k], &c, &t, &o, &r, err, sizeof err) == KDA_OK,
                   "%s", err);
@@ -397,10 +404,7 @@ START_TEST(test_chunk_decay_limit) {
   for (int64_t tk = 0; tk < c.p.T; tk++)
     for (int ch = 0; ch < 16; ch++) c.g[tk * c.p.K + ch] = ch < 8 ? -5.0 : -5.0 + 0x1p-12;
   ck_assert_msg(kda_truth_compute(&c, NULL, &t, err, sizeof err) == KDA_OK, "%s", err);
-  kda_conform_opts o;
-  kda_conform_opts_init(&o);
-  o.repeat = 1, o.prefix = 1;
-  o.call.isolate = 0;
+  kda_conform_opts o = serving_opts();
   kda_case_report r;
   ck_assert_msg(kda_conform_case(b, "algo=chunk", &c, &t, &o, &r, err, sizeof err) == KDA_OK,
                 "%s", err);
@@ -489,10 +493,7 @@ START_TEST(test_chunk_slices) {
   kda_case c;
   kda_truth t;
   kda_test_gen_case(cases[1], &c, &t);
-  kda_conform_opts o;
-  kda_conform_opts_init(&o);
-  o.repeat = 1, o.prefix = 1;
-  o.call.isolate = 0;
+  kda_conform_opts o = serving_opts();
   kda_case_report r;
   ck_assert_msg(kda_conform_case(b, "algo=chunk scratch_mb=1", &c, &t, &o, &r, err, sizeof err) == KDA_OK,
                 "%s", err);
