@@ -807,7 +807,8 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
     kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
                                                                   p->HV, p->has_A_log);
   if (!chunked || !QK_IN_PREP) kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
-  if (C.n) { /* about 4096 blocks: one wave at full occupancy, each thread a few tokens */
+  if (C.n) { /* about 4096 blocks (two waves of 128-thread blocks on 132 multiprocessors at
+             * full occupancy), each thread a few tokens */
     const int64_t W = p->HV * GW, gx = (W + THREADS - 1) / THREADS;
     const int64_t gy = T < (4096 + gx - 1) / gx ? T : (4096 + gx - 1) / gx;
     kda_cuda_coef_gate<<<dim3((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535)), THREADS, 0, st>>>(C);
