@@ -332,14 +332,15 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
   const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks, h->chunk_cap);
   const size_t plan_bytes = chunked ? kda_cuda_plan_ints(p, n_chunks) * sizeof(int32_t) : 0;
   /* The sequences go through the chunk scratch in slices of at most chunk_cap bytes (the
-   * same bits: kda_cuda_chunk.h); the scratch holds the largest slice. */
+   * same bits: kda_cuda_chunk.h); the scratch holds the largest slice.  b->slices belongs to
+   * b from here on: the callers free it, on failure too. */
   int32_t *plan = NULL;
   int64_t n_slices = 0, capacity = 0;
   if (chunked) {
     plan = (int32_t *)malloc(plan_bytes);
     b->slices = (int64_t *)malloc(2 * ((size_t)p->N + 1) * sizeof(int64_t));
     if (!plan || !b->slices) {
-      free(plan), free(b->slices), b->slices = NULL;
+      free(plan);
       return say(h->err, sizeof h->err, KDA_ENOMEM, "cuda: out of memory for the chunk plan");
     }
     kda_cuda_chunk_fill(p, t->cu_seqlens, t->checkpoints, plan);
@@ -359,8 +360,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
                              2 * up(2 * nqk) + up(2 * nv) + up(2 * ng)};
   const size_t total = off_raw + (half ? raw_off[4] + up(2 * nb) : 0);
   cudaError_t e = cudaMalloc(&b->mem, total);
-  if (e != cudaSuccess) free(plan), free(b->slices), b->slices = NULL;
-  if (e != cudaSuccess) return b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
+  if (e != cudaSuccess) return free(plan), b->mem = NULL, cuda_err(h, KDA_ENOMEM, "device allocation", e);
   char *m = (char *)b->mem;
   const size_t f = sizeof(float), HV = (size_t)p->HV;
   const size_t GW = (size_t)gate_width(p), st_bytes = HV * (size_t)p->K * (size_t)p->V * f;
@@ -382,7 +382,7 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
       (e = put(m, off_pool, pooled ? t->pool : NULL, pool_bytes, s)) ||
       (e = put(m, off_idx, pooled ? t->state_indices : NULL, (size_t)p->N * sizeof(int64_t), s)) ||
       (e = cudaStreamSynchronize(s))) {
-    free(plan), free(b->slices), b->slices = NULL;
+    free(plan);
     cudaFree(b->mem);
     b->mem = NULL;
     return cuda_err(h, KDA_EIO, "copy to the device", e);
