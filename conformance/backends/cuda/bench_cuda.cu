@@ -124,9 +124,9 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
   d.cu_seqlens = dcu;
   CK(cudaMalloc(&d.o, (size_t)T * HV * V * 4));
   CK(cudaMalloc(&d.ht, (size_t)st * 4));
-  CK(cudaMalloc(&d.scratch, kda_cuda_scratch_bytes(&p)));
   const int64_t n_chunks = kda_cuda_chunk_count(&p, cu.data(), NULL);
   const int chunked = kda_cuda_use_chunk(&p, algo, bc->T1, n_chunks, KDA_CUDA_CHUNK_CAP);
+  CK(cudaMalloc(&d.scratch, kda_cuda_scratch_bytes(&p, chunked)));
   int32_t *dplan = NULL;
   if (chunked) { /* the plan is built on the host, as the plugin does */
     std::vector<int32_t> plan(kda_cuda_plan_ints(&p, n_chunks));

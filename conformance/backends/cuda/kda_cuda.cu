@@ -283,7 +283,7 @@ typedef struct layout {
 
 static size_t up(size_t x) { return (x + 255) / 256 * 256; }
 
-static layout layout_of(const kda_problem *p) {
+static layout layout_of(const kda_problem *p, int chunked) {
   const size_t f = sizeof(float), T = (size_t)p->T, HV = (size_t)p->HV, K = (size_t)p->K,
                V = (size_t)p->V, st = HV * K * V * f;
   const size_t sz[14] = {T * p->H * K * f, T * p->H * K * f, T * HV * V * f,
@@ -291,7 +291,7 @@ static layout layout_of(const kda_problem *p) {
                          HV * (size_t)gate_width(p) * f, (size_t)p->N * st,
                          ((size_t)p->N + 1) * 8, (size_t)p->n_checkpoints * 8, T * HV * V * f,
                          (size_t)p->N * st, (size_t)p->n_checkpoints * st,
-                         kda_cuda_scratch_bytes(p)};
+                         kda_cuda_scratch_bytes(p, chunked)};
   size_t off[14], at = 0;
   for (int i = 0; i < 14; i++) off[i] = at, at += up(sz[i]);
   layout L = {off[0], off[1], off[2], off[3], off[4], off[5], off[6],
@@ -325,11 +325,11 @@ static int32_t make_buffers(cuda_handle *h, const kda_problem *p, const kda_back
    * pool comes back, so slots no sequence names keep their bits. */
   const int pooled = is_pool_call(t);
   const size_t slot_bytes = (size_t)p->HV * (size_t)p->K * (size_t)p->V * sizeof(float);
-  const layout L = layout_of(p);
   /* The chunk plan (host: it is built from cu_seqlens and checkpoints) and its scratch after
    * the rest of the allocation. */
   const int64_t n_chunks = kda_cuda_chunk_count(p, t->cu_seqlens, t->checkpoints);
   const int chunked = kda_cuda_use_chunk(p, h->algo, b->o.max_len, n_chunks, h->chunk_cap);
+  const layout L = layout_of(p, chunked);
   const size_t plan_bytes = chunked ? kda_cuda_plan_ints(p, n_chunks) * sizeof(int32_t) : 0;
   /* The sequences go through the chunk scratch in slices of at most chunk_cap bytes (the
    * same bits: kda_cuda_chunk.h); the scratch holds the largest slice.  b->slices belongs to

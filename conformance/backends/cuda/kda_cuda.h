@@ -65,8 +65,9 @@ typedef struct kda_cuda_opts {
                    * only right with all) */
 } kda_cuda_opts;
 
-/* Bytes of scratch one call needs (0 when T = 0). */
-size_t kda_cuda_scratch_bytes(const kda_problem *p);
+/* Bytes of scratch one call needs (0 when T = 0); chunked: the call runs the chunked kernels
+ * (kda_cuda_use_chunk), which need less. */
+size_t kda_cuda_scratch_bytes(const kda_problem *p, int chunked);
 
 /* KDA_OK or KDA_EUNSUPPORTED with the reason in why: what the kernels cannot run. */
 int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len);

@@ -50,13 +50,24 @@ static int64_t gate_width(const kda_problem *p) {
   return p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
 }
 
-static scratch_map scratch_layout(const kda_problem *p) {
+/* The chunked kernels normalize q and k in prep (kda_cuda_chunk.cu, prep_norms: the same
+ * arithmetic, the same bits) rather than reading the prologue's qh, kh: at B1 T32768 H32 that
+ * spares the prologue 1 GiB of reads and 1 GiB of writes.  0 restores coef_qk (the bench's
+ * side-by-side build). */
+#ifndef QK_IN_PREP
+#define QK_IN_PREP 1
+#endif
+
+/* chunked: the chunked kernels read neither qh, kh (QK_IN_PREP) nor a (they take the
+ * log-gates lg), so those take no room (computed: 1.5 GiB at B1 T32768 H32, 26 GB at B4
+ * T131072). */
+static scratch_map scratch_layout(const kda_problem *p, int chunked) {
   scratch_map m;
-  const size_t T = (size_t)p->T, qk = T * (size_t)p->H * (size_t)p->K * sizeof(float);
+  const size_t T = (size_t)p->T, qk = chunked && QK_IN_PREP ? 0 : T * (size_t)p->H * (size_t)p->K * sizeof(float);
   m.qh = 0;
   m.kh = round_up(qk);
   m.a = m.kh + round_up(qk);
-  m.b = m.a + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
+  m.b = m.a + (chunked ? 0 : round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float)));
   m.ckpt = m.b + round_up(T * (size_t)p->HV * sizeof(float));
   m.lg = m.ckpt + round_up(T * sizeof(int32_t)); /* g_eff, for the chunked kernels */
   m.ea = m.lg + round_up(T * (size_t)p->HV * (size_t)gate_width(p) * sizeof(float));
@@ -64,8 +75,8 @@ static scratch_map scratch_layout(const kda_problem *p) {
   return m;
 }
 
-size_t kda_cuda_scratch_bytes(const kda_problem *p) {
-  return p->T > 0 ? scratch_layout(p).total : 0;
+size_t kda_cuda_scratch_bytes(const kda_problem *p, int chunked) {
+  return p->T > 0 ? scratch_layout(p, chunked).total : 0;
 }
 
 /* ==== Coefficients (SPEC.md §4), evaluated in float64 and rounded to float once ====
@@ -780,14 +791,6 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* The chunked kernels normalize q and k in prep (kda_cuda_chunk.cu, prep_norms: the same
- * arithmetic, the same bits) rather than reading the prologue's qh, kh: at B1 T32768 H32 that
- * spares the prologue 1 GiB of reads and 1 GiB of writes.  0 restores coef_qk (the bench's
- * side-by-side build). */
-#ifndef QK_IN_PREP
-#define QK_IN_PREP 1
-#endif
-
 /* Enqueues the prologue kernels of SPEC.md §4. */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
                             int chunked, cudaStream_t st) {
@@ -887,7 +890,8 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   C.vk = p->state_layout == KDA_STATE_VK;
   C.has_h0 = p->has_initial_state != 0, C.want_ht = p->want_final_state != 0;
   C.phases = phases;
-  C.qh = (const float *)(base + m->qh), C.kh = (const float *)(base + m->kh);
+  C.qh = QK_IN_PREP ? NULL : (const float *)(base + m->qh);
+  C.kh = QK_IN_PREP ? NULL : (const float *)(base + m->kh);
   C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
   C.v = d->v, C.h0 = d->h0, C.plan = d->plan, C.slots = d->slots;
   C.o = d->o, C.ht = d->ht, C.hc = d->hc;
@@ -919,8 +923,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
                     d->raw_dtype == KDA_PRECISION_BF16};
     kda_cuda_widen<<<dim3(1024, 5), THREADS, 0, stream>>>(W);
   }
-  const scratch_map m = scratch_layout(p);
   const int chunked = d->plan && d->n_chunks > 0;
+  const scratch_map m = scratch_layout(p, chunked);
   if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
