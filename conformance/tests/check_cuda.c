@@ -680,6 +680,55 @@ START_TEST(test_prologue_math) {
 }
 END_TEST
 
+/* A gate as prep sums them (SPEC.md §4.1: g_eff <= 0; -inf clamped to -1e4): moderate, tiny,
+ * large, a mixture with zeros and clamps. */
+static float decay_gate(int kind, uint64_t *s) {
+  const double u = math_u01(s), v = math_u01(s);
+  switch (kind) {
+  case 0: return (float)(-5.0 * u);
+  case 1: return (float)-exp2(-40.0 * u);
+  case 2: return (float)(-88.0 - 912.0 * u);
+  default: return v < 0.1 ? -1e4f : v < 0.2 ? 0.0f : (float)(-exp2(20.0 * u - 10.0));
+  }
+}
+
+/* kda_cuda_math.h's float pairs (the chunked prep's decay exponents): after n <= 16 adds, hi +
+ * lo within n^2 / 2 * 2^-48 of the largest partial sum's magnitude (against MPFR); kcm_df_norm
+ * exact, its hi the rounded sum. */
+START_TEST(test_decay_sums) {
+  const uint64_t seed = 20261202;
+  uint64_t s = seed;
+  mpfr_t S, D;
+  mpfr_init2(S, 256), mpfr_init2(D, 256);
+  double worst = 0.0;
+  for (int trial = 0; trial < 100000; trial++) {
+    kcm_df g = {0.0f, 0.0f};
+    mpfr_set_zero(S, 1);
+    double big = 0.0;
+    for (int n = 1; n <= 16; n++) {
+      const float x = decay_gate(trial % 4, &s);
+      g = kcm_df_add(g, x);
+      mpfr_add_d(S, S, (double)x, MPFR_RNDN); /* exact: 256 bits */
+      const double sum = fabs(mpfr_get_d(S, MPFR_RNDN));
+      big = sum > big ? sum : big;
+      mpfr_set_d(D, (double)g.hi, MPFR_RNDN), mpfr_add_d(D, D, (double)g.lo, MPFR_RNDN);
+      mpfr_sub(D, D, S, MPFR_RNDN);
+      const double err = fabs(mpfr_get_d(D, MPFR_RNDN)), bound = n * n / 2.0 * 0x1p-48 * big;
+      ck_assert_msg(err <= bound, "seed %llu trial %d: %d adds: error %a > %a (largest |sum| %a)",
+                    (unsigned long long)seed, trial, n, err, bound, big);
+      if (bound > 0.0 && err / bound > worst) worst = err / bound;
+      const kcm_df r = kcm_df_norm(g);
+      ck_assert_msg((double)r.hi + (double)r.lo == (double)g.hi + (double)g.lo &&
+                        (float)((double)r.hi + (double)r.lo) == r.hi,
+                    "seed %llu trial %d: kcm_df_norm(%a, %a) = (%a, %a)", (unsigned long long)seed,
+                    trial, (double)g.hi, (double)g.lo, (double)r.hi, (double)r.lo);
+    }
+  }
+  mpfr_clear(S), mpfr_clear(D);
+  ck_assert(worst > 0.0); /* some sums were inexact: the comparison saw errors */
+}
+END_TEST
+
 static Suite *cuda_suite(void) {
   Suite *s = suite_create("cuda");
   TCase *tc = tcase_create("core");
@@ -703,6 +752,7 @@ static TCase *math_tcase(void) {
   TCase *tc = tcase_create("prologue-math");
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_prologue_math);
+  tcase_add_test(tc, test_decay_sums);
   return tc;
 }
 

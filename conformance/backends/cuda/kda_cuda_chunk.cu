@@ -30,13 +30,16 @@
  * three factors <= 1 when J < I (gamma does not increase).  For J = I it is
  * e^(gamma_t - rho_(I-1)) * e^(rho_(I-1) - gamma_s), the second factor >= 1, used only when
  * row t's decay since the block's start is <= 80 (else the slow path sums the gates of each
- * pair directly); a reference after t would make row t depend on later tokens' gates.  Every exponent is a float64 difference rounded once, so a
- * gate of -1000 or -inf (clamped to -1e4 in the cumulative sums: e^-1e4 = +0 as e^-inf) costs
- * no precision elsewhere in the chunk and gives no NaN (golden gate-values-*).
+ * pair directly); a reference after t would make row t depend on later tokens' gates.  Every
+ * exponent is a sum of the gates between its two ends, within one 16-token block or of whole
+ * blocks (PREP_DF), rounded once, so a gate of -1000 or -inf (clamped to -1e4 in the sums:
+ * e^-1e4 = +0 as e^-inf) costs no precision elsewhere in the chunk and gives no NaN (golden
+ * gate-values-*).
  */
 #include <cuda_pipeline.h>
 
 #include "kda_cuda_chunk.h"
+#include "kda_cuda_math.h"
 
 #define CT KDA_CUDA_CHUNK   /* tokens a chunk */
 #define KP KDA_CUDA_CHUNK_K /* key channels (zero-padded) */
@@ -135,11 +138,90 @@ __device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const f
  * whose decay since its block's start exceeds SLOW_RANGE on some channel is marked slow.  What
  * row t of A and M uses depends on tokens <= t only, so outputs are bitwise causal (SPEC.md
  * §7's causality check): the diagonal blocks take their reference at the block's start, not
- * its end.  Every exponent is a float64 difference rounded once; e^gamma and e^(rho_3 - gamma)
- * are products of two such exponentials. */
+ * its end.  Every exponent is a sum of gates (float pairs within a block, float64 over
+ * blocks: below) rounded once; e^gamma and e^(rho_3 - gamma) are products of two such
+ * exponentials. */
+/* PREP_DF (default): the log-decays as float pairs (kda_cuda_math.h), each exponent from sums
+ * over one 16-token block only, so none is a difference of two long sums:
+ *   x1_t = gamma_t - rho_(I-1): the gates of block I up to t (a prefix from 0);
+ *   x2_t = rho_I - gamma_t: the gates of block I after t (a suffix from 0, summed backwards);
+ *   P_J = the whole of block J, exchanged through shared memory; the per-chunk exponents
+ *   (r0 = rho_(I-1), rho_3 - rho_I, rho_(I-1) - rho_J, rho_3) are float64 sums of P_J.
+ * Every exponent is then within 2^-41 of the largest partial sum of its own block (at most
+ * 16 adds, kda_cuda_math.h; the float64 cumulative sums from the chunk's start were within
+ * 2^-47 of the chunk's whole decay, which after a gate of -1000 or -inf is large next to an
+ * exponent within a later block), and on the float32 pipe: the float64 sums cost about 15
+ * float <-> double conversions a (token, channel) pair, which sm_90 runs at 16 a clock a
+ * multiprocessor, an eighth of the float32 rate.  A thread adds 48 gates instead of 80 and
+ * subtracts none.  An exponent x = hi + lo is taken as xf = RN(x) and d = x - xf
+ * (kcm_df_norm), as exp_of takes them.  Measured on the H200 (B1 T32768 H32, session 9): prep
+ * 5.17 -> 4.95 ms (float pairs summed from the chunk's start, as the float64 sums were: 5.03),
+ * every bench shape's output hash unchanged.  0: the float64 sums (session 8). */
+#ifndef PREP_DF
+#define PREP_DF 1
+#endif
+__device__ __forceinline__ float exp_df(kcm_df x) { /* exp_of for a normalized pair */
+  const float e = expf(x.hi);
+  return fmaf(e, x.lo, e);
+}
+__device__ __forceinline__ float clampg(float g) { return fmaxf(g, -1e4f); } /* -inf: e^-1e4 = +0 */
+
 __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const float *Gs, float *Xa,
                             float *Xm, float *Y, float *Yd, float *E, float *F, const float *bs,
-                            int *slow) {
+                            int *slow, float *Pf) {
+#if PREP_DF
+  /* P_I, then every block's from the other threads of channel c (Pf: 2 4 KP floats) */
+  kcm_df p = {0.0f, 0.0f};
+  for (int u = 0; u < 16; u++) p = kcm_df_add(p, clampg(Gs[(I * 16 + u) * KP + c]));
+  Pf[(I * KP + c) * 2] = p.hi, Pf[(I * KP + c) * 2 + 1] = p.lo;
+  __syncthreads();
+  double P[4];
+#pragma unroll
+  for (int J = 0; J < 4; J++) P[J] = (double)Pf[(J * KP + c) * 2] + (double)Pf[(J * KP + c) * 2 + 1];
+  double r0 = 0.0, after = 0.0; /* rho_(I-1) and rho_3 - rho_I */
+#pragma unroll
+  for (int J = 0; J < 4; J++) {
+    if (J < I) r0 += P[J];
+    if (J > I) after += P[J];
+  }
+  /* Per-chunk factors, correctly rounded (float64 exp): gC multiplies the state once a
+   * chunk, so a biased rounding would compound over the sequence. */
+  const float fI = (float)exp(r0), gI = (float)exp(after);
+  kcm_df x1 = {0.0f, 0.0f};
+  for (int u = 0; u < 16; u++) { /* the factors of x1 = gamma_t - rho_(I-1) */
+    const int t = I * 16 + u, at = t * KSTR + c;
+    x1 = kcm_df_add(x1, clampg(Gs[t * KP + c]));
+    const kcm_df x = kcm_df_norm(x1);
+    /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
+     * pairs (a row after a slow one is slow); the cap's history: the float64 branch below. */
+    const bool slw = x.hi < -(float)SLOW_RANGE || (x.hi == -(float)SLOW_RANGE && x.lo < 0.0f);
+    const bool cap = x.hi < -88.0f || (x.hi == -88.0f && x.lo < 0.0f);
+    const float eds = exp_df(x), edd = cap ? expf(88.0f) : exp_df(kcm_df{-x.hi, -x.lo});
+    if (slw) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
+    const float k = Y[at], q = Xm[at];
+    Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Yd[at] = k * edd;
+    A.Qs[(ci * CT + t) * KP + c] = q * eds * fI;
+  }
+  kcm_df x2 = {0.0f, 0.0f};
+  for (int u = 15; u >= 0; u--) { /* the factors of x2 = rho_I - gamma_t, last token first */
+    const int t = I * 16 + u, at = t * KSTR + c;
+    const float ede = exp_df(kcm_df_norm(x2)), k = Y[at];
+    Y[at] = k * ede;
+    A.Kd[(ci * CT + t) * KP + c] = k * ede * gI;
+    x2 = kcm_df_add(x2, clampg(Gs[t * KP + c])); /* gamma_t includes token t's gate */
+  }
+#pragma unroll
+  for (int J = 0; J < 3; J++)
+    if (J < I) { /* rho_(I-1) - rho_J: the blocks strictly between J and I */
+      double d = 0.0;
+#pragma unroll
+      for (int K = 0; K < 4; K++)
+        if (K > J && K < I) d += P[K];
+      E[(I * (I - 1) / 2 + J) * KP + c] = (float)exp(d);
+    }
+  F[I * KP + c] = fI;
+  if (I == 0) A.gC[ci * KP + c] = (float)exp(P[0] + P[1] + P[2] + P[3]);
+#else
   double rho[4], g = 0.0;
 #pragma unroll
   for (int J = 0; J < 4; J++) {
@@ -175,6 +257,7 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
     if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = (float)exp(r0 - rho[J]);
   F[I * KP + c] = fI;
   if (I == 0) A.gC[ci * KP + c] = (float)exp(rho[3]);
+#endif
 }
 
 /* ---- The off-diagonal pair blocks on the tensor cores, in 3xTF32 ----
@@ -315,7 +398,11 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
  * accumulators each), the halves added lo + hi after one shuffle (both lanes get the same
  * bits).  Entries of A at s >= t are zeros and the unsolved x[s] finite, so the unrolled loop
  * needs no guards.  The solve is the larger part of prep (prep without it: 3.5 of 8.4 ms at B1
- * T32768 H32); one thread a column, half the block idle, took 0.45 ms more. */
+ * T32768 H32); one thread a column, half the block idle, took 0.45 ms more.  W and U as
+ * products with an explicit T = (I + A)^-1 (fla's solve_tril: 16 x 16 diagonal blocks by
+ * substitution, then the off-diagonal blocks in two levels, then an 8 x 4 register-tiled
+ * product) made prep 5.15 -> 5.59 ms (session 9): the product costs what the substitution did
+ * and building T is seven latency-bound steps between barriers. */
 __device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
                            int half, const float *Xa, const float *F, const float *bs,
                            const float *Am, const float *Vsm) {
@@ -497,7 +584,7 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
     prep_norms(A, ch, Y, Xm, inv);
     __syncthreads();
   }
-  prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow);
+  prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow, Am); /* Am: scratch */
   __syncthreads();
   if (PAIRS_TC) prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
   prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, inv, Am);
@@ -737,7 +824,17 @@ __global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
 #ifndef OUT_SPLIT
 #define OUT_SPLIT 1
 #endif
-__global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
+/* OUT_T8: 128 threads a block, an 8 x 4 tile a thread (rows g + 8 i, g = tid / 16: the two
+ * row groups of a warp in distinct banks), 32 FMAs for three shared loads a k instead of 16
+ * for two; each output's sum is the same (k in order, Qs S0 then M Unew), so are the bits
+ * (measured on the H200, B1 T32768 H32, session 9: out 1.56 -> 1.48 ms, every bench shape's
+ * output hash unchanged).  0: 256 threads, 4 x 4 tiles. */
+#ifndef OUT_T8
+#define OUT_T8 1
+#endif
+#define NTO (OUT_T8 ? 128 : NT) /* threads a block: out */
+#define OR_ (OUT_T8 ? 8 : 4)    /* rows a thread: out */
+__global__ void __launch_bounds__(NTO) kda_chunk_out(const cargs A) {
   extern __shared__ __align__(16) float sm[];
   constexpr int VST = VC + 4;
   float *Qs = sm, *St = Qs + CT * KSTR, *Ms = St + KP * VST, *Vt = Ms + CT * ASTR;
@@ -745,20 +842,20 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
   const int j0 = blockIdx.z * VC, tid = threadIdx.x;
   const chunk_at ch = chunk_of(A, A.cbase + blockIdx.x);
   /* Asynchronous copies: every load of the block in flight at once. */
-  for (int e = tid; e < CT * KP / 4; e += NT) {
+  for (int e = tid; e < CT * KP / 4; e += NTO) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
     async16(Qs + t * KSTR + c4, A.Qs + (ci * CT + t) * KP + c4);
   }
-  for (int e = tid; e < KP * VC / 4; e += NT) {
+  for (int e = tid; e < KP * VC / 4; e += NTO) {
     const int i = e / (VC / 4), c4 = e % (VC / 4) * 4;
     async16(St + i * VST + c4, A.S0 + (ci * KP + i) * A.VP + j0 + c4);
   }
   if (OUT_SPLIT) __pipeline_commit(); /* group 1: Qs, S0 (pass 0); group 2: M, Unew (pass 1) */
-  for (int e = tid; e < CT * CT / 4; e += NT) {
+  for (int e = tid; e < CT * CT / 4; e += NTO) {
     const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
     async16(Ms + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
   }
-  for (int e = tid; e < CT * VC / 4; e += NT) {
+  for (int e = tid; e < CT * VC / 4; e += NTO) {
     const int t = e / (VC / 4), c4 = e % (VC / 4) * 4;
     async16(Vt + t * VST + c4, A.Vn + (ci * CT + t) * A.VP + j0 + c4);
   }
@@ -766,8 +863,9 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
   if (OUT_SPLIT) __pipeline_wait_prior(1);
   else __pipeline_wait_prior(0);
   __syncthreads();
-  const int tr = tid / 16 * 4, jg = tid % 16 * 4;
-  float acc[4][4] = {};
+  /* rows: OUT_T8 g + 8 r (g = tid / 16), else tid / 16 * 4 + r; columns jg .. jg + 3 */
+  const int g = tid / 16, jg = tid % 16 * 4, r0 = OUT_T8 ? g : g * 4, rs = OUT_T8 ? 8 : 1;
+  float acc[OR_][4] = {};
   for (int pass = 0; pass < 2; pass++) { /* Qs S0 (over KP), then M Unew (over CT) */
     if (OUT_SPLIT && pass == 1) {
       __pipeline_wait_prior(0);
@@ -777,25 +875,25 @@ __global__ void __launch_bounds__(NT) kda_chunk_out(const cargs A) {
     const int n = pass ? CT : KP, ls = pass ? ASTR : KSTR;
 #pragma unroll 2
     for (int k = 0; k < n; k += 4) {
-      float l[4][4];
+      float l[OR_][4];
 #pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const float4 x = ld4(L + (tr + r) * ls + k);
+      for (int r = 0; r < OR_; r++) {
+        const float4 x = ld4(L + (r0 + rs * r) * ls + k);
         l[r][0] = x.x, l[r][1] = x.y, l[r][2] = x.z, l[r][3] = x.w;
       }
 #pragma unroll
       for (int kk = 0; kk < 4; kk++) {
         const float4 y = ld4(R + (k + kk) * VST + jg);
 #pragma unroll
-        for (int r = 0; r < 4; r++) {
+        for (int r = 0; r < OR_; r++) {
           acc[r][0] = fmaf(l[r][kk], y.x, acc[r][0]), acc[r][1] = fmaf(l[r][kk], y.y, acc[r][1]);
           acc[r][2] = fmaf(l[r][kk], y.z, acc[r][2]), acc[r][3] = fmaf(l[r][kk], y.w, acc[r][3]);
         }
       }
     }
   }
-  for (int r = 0; r < 4; r++) {
-    const int t = tr + r;
+  for (int r = 0; r < OR_; r++) {
+    const int t = r0 + rs * r;
     if (t >= ch.len) continue;
     float *o = A.o + ((int64_t)(ch.start + t) * A.HV + hv) * A.V;
     for (int cc = 0; cc < 4; cc++)
@@ -933,7 +1031,7 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
     if ((ph & 2) && seqs > 0) /* empty sequences too: their final state */
       kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
     if ((ph & 4) && chunks > 0)
-      kda_chunk_out<<<dim3((unsigned)chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NT, out_bytes, st>>>(A);
+      kda_chunk_out<<<dim3((unsigned)chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NTO, out_bytes, st>>>(A);
   }
   return cudaGetLastError();
 }

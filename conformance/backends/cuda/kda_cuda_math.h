@@ -1,5 +1,6 @@
 /* kda_cuda_math.h: the float64 e^z (z <= 0), log1p (on (0, 1]), softplus and sigmoid of the CUDA
- * prologue's gate and beta coefficients (SPEC.md §4.1, §4.2, in the forms of §9.2).
+ * prologue's gate and beta coefficients (SPEC.md §4.1, §4.2, in the forms of §9.2), and the
+ * float pairs the chunked prep sums its log-decays in (at the end).
  * SPDX-License-Identifier: MIT
  *
  * Why not CUDA's exp and log1p: the prologue's gate kernel evaluates softplus once a gate
@@ -152,5 +153,43 @@ KCM_FN double kcm_sigmoid(double y) {
   const double e = kcm_exp_neg(y);
   return e / KCM_ADD(1.0, e);
 }
+
+
+/* ---- Float pairs for the chunked prep's cumulative log-decays (kda_cuda_chunk.cu) ----
+ * A sum of gates kept as hi + lo: each float x is added to hi by TwoSum (Knuth: s = RN(hi + x)
+ * and its exact error, for any magnitudes), the errors summed in lo.  After n adds of floats
+ * whose partial sums stay within |S| in magnitude, hi + lo is within n^2 / 2 * 2^-48 |S| of the
+ * exact sum (lo's own roundings, each within 2^-24 |lo|, |lo| <= i 2^-24 |S| after i adds): for
+ * the 16 gates of a 16-token block, 2^-41 |S|; check_cuda tests that bound against MPFR. */
+#ifdef __CUDA_ARCH__
+#define KCM_FADD(a, b) __fadd_rn(a, b)
+#define KCM_FSUB(a, b) __fsub_rn(a, b)
+#else
+#define KCM_FADD(a, b) ((a) + (b))
+#define KCM_FSUB(a, b) ((a) - (b))
+#endif
+typedef struct kcm_df {
+  float hi, lo;
+} kcm_df;
+/* a + b = s + e exactly (s = RN(a + b)). */
+KCM_FN void kcm_two_sum(float a, float b, float *s, float *e) {
+  const float x = KCM_FADD(a, b), bb = KCM_FSUB(x, a), aa = KCM_FSUB(x, bb);
+  *s = x, *e = KCM_FADD(KCM_FSUB(a, aa), KCM_FSUB(b, bb));
+}
+/* g + x, x a float. */
+KCM_FN kcm_df kcm_df_add(kcm_df g, float x) {
+  kcm_df r;
+  float e;
+  kcm_two_sum(g.hi, x, &r.hi, &e);
+  r.lo = KCM_FADD(g.lo, e);
+  return r;
+}
+/* hi + lo as RN(hi + lo) and the exact remainder: the form e^x is taken in (xf, x - xf). */
+KCM_FN kcm_df kcm_df_norm(kcm_df g) {
+  kcm_df r;
+  kcm_two_sum(g.hi, g.lo, &r.hi, &r.lo);
+  return r;
+}
+KCM_FN double kcm_df_val(kcm_df g) { return (double)g.hi + (double)g.lo; }
 
 #endif
