@@ -81,13 +81,18 @@ __device__ __forceinline__ int64_t state_idx(const cargs &A, int64_t i, int64_t 
 __device__ __forceinline__ void async16(void *dst, const void *src) {
   __pipeline_memcpy_async(dst, src, 16);
 }
-/* e^x of a float64 exponent, |x| < 88.7: expf of x rounded to float, corrected by the
- * rounding's remainder d (e^(xf + d) = e^xf (1 + d) to d^2 ~ 1e-11).  Rounding x alone would
- * cost up to |x| 2^-25 of relative error, 40 ulps at |x| = 80, in factors whose product is
- * near 1 (a pair of nearby tokens far into a strongly decaying block). */
+/* e^x of an exponent given as xf = RN(x) and its remainder d = x - xf, |x| < 88.7: expf of
+ * xf corrected by d (e^(xf + d) = e^xf (1 + d) to d^2 ~ 1e-11).  Rounding x alone would cost
+ * up to |x| 2^-25 of relative error, 40 ulps at |x| = 80, in factors whose product is near 1
+ * (a pair of nearby tokens far into a strongly decaying block). */
+__device__ __forceinline__ float exp_df(kcm_df x) {
+  const float e = expf(x.hi);
+  return fmaf(e, x.lo, e);
+}
+/* The same for a float64 exponent. */
 __device__ __forceinline__ float exp_of(double x) {
-  const float xf = (float)x, e = expf(xf);
-  return fmaf(e, (float)(x - (double)xf), e);
+  const float xf = (float)x;
+  return exp_df(kcm_df{xf, (float)(x - (double)xf)});
 }
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
@@ -160,10 +165,8 @@ __device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const f
 #ifndef PREP_DF
 #define PREP_DF 1
 #endif
-__device__ __forceinline__ float exp_df(kcm_df x) { /* exp_of for a normalized pair */
-  const float e = expf(x.hi);
-  return fmaf(e, x.lo, e);
-}
+/* x < c for a normalized pair x (|lo| <= ulp(hi) / 2) and a float c. */
+__device__ __forceinline__ bool df_below(kcm_df x, float c) { return x.hi < c || (x.hi == c && x.lo < 0.0f); }
 __device__ __forceinline__ float clampg(float g) { return fmaxf(g, -1e4f); } /* -inf: e^-1e4 = +0 */
 
 __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const float *Gs, float *Xa,
@@ -177,7 +180,7 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
   __syncthreads();
   double P[4];
 #pragma unroll
-  for (int J = 0; J < 4; J++) P[J] = (double)Pf[(J * KP + c) * 2] + (double)Pf[(J * KP + c) * 2 + 1];
+  for (int J = 0; J < 4; J++) P[J] = kcm_df_val(kcm_df{Pf[(J * KP + c) * 2], Pf[(J * KP + c) * 2 + 1]});
   double r0 = 0.0, after = 0.0; /* rho_(I-1) and rho_3 - rho_I */
 #pragma unroll
   for (int J = 0; J < 4; J++) {
@@ -194,8 +197,7 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
     const kcm_df x = kcm_df_norm(x1);
     /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
      * pairs (a row after a slow one is slow); the cap's history: the float64 branch below. */
-    const bool slw = x.hi < -(float)SLOW_RANGE || (x.hi == -(float)SLOW_RANGE && x.lo < 0.0f);
-    const bool cap = x.hi < -88.0f || (x.hi == -88.0f && x.lo < 0.0f);
+    const bool slw = df_below(x, -(float)SLOW_RANGE), cap = df_below(x, -88.0f);
     const float eds = exp_df(x), edd = cap ? expf(88.0f) : exp_df(kcm_df{-x.hi, -x.lo});
     if (slw) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
     const float k = Y[at], q = Xm[at];

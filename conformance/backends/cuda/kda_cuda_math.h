@@ -154,7 +154,6 @@ KCM_FN double kcm_sigmoid(double y) {
   return e / KCM_ADD(1.0, e);
 }
 
-
 /* ---- Float pairs for the chunked prep's cumulative log-decays (kda_cuda_chunk.cu) ----
  * A sum of gates kept as hi + lo: each float x is added to hi by TwoSum (Knuth: s = RN(hi + x)
  * and its exact error, for any magnitudes), the errors summed in lo.  After n adds of floats
