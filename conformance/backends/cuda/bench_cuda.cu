@@ -160,10 +160,10 @@ static int run_case(const bench_case *bc, int ksplit, int no_decode, int algo) {
   }
   const uint64_t last = bits_of(d.o, (size_t)T * HV * V) ^ bits_of(d.ht, (size_t)st);
   if (bc->T1 > 1) compare_outputs(d.o, (size_t)T * HV * V, chunked);
-  /* each stage alone: 8 prologue, 1 prep, 2 scan, 4 out; without the chunked kernels 8 the
+  /* each stage alone: 8 prologue, 1 prep, 2 scan (with the outputs); without the chunked kernels 8 the
    * prologue and 7 the kernel */
   if (getenv("BENCH_PHASES"))
-    for (int ph = chunked ? 1 : 7; ph <= 8; ph += ph == 7 ? 1 : ph) {
+    for (const int ph : chunked ? std::vector<int>{1, 2, 8} : std::vector<int>{7, 8}) {
       o.phases = ph;
       std::vector<float> pm;
       for (int r = 0; r < 5; r++) {

@@ -60,7 +60,7 @@ typedef struct kda_cuda_opts {
   int32_t no_decode; /* 1: never the decode kernel (every sequence <= 1 token, K <= 128) */
   int64_t max_len;
   int64_t max_grid;
-  int32_t phases; /* the stages to run: 8 the prologue; chunked: 1 prep, 2 scan, 4 out, else any
+  int32_t phases; /* the stages to run: 8 the prologue; chunked: 1 prep, 2 scan (with the outputs), else any
                    * of 7 the kernel; 0: all (bench_cuda times them one by one; results are
                    * only right with all) */
 } kda_cuda_opts;

@@ -8,21 +8,23 @@
  *   O[t]   = (q_t e^gamma_t) S0 + sum_{s <= t} M[t][s] Unew[s],  M[t][s] = sum_c q_t k_s e^(...)
  *   S_end  = e^gamma_L S0 + sum_s (k_s e^(gamma_L - gamma_s)) Unew[s]
  * which is SPEC.md §3.1's recurrence token by token (decay, erase, write, readout after the
- * write), regrouped.  Three kernels:
+ * write), regrouped.  Two kernels:
  *   prep  (chunk, value head), parallel: k and q normalized (SPEC.md §4.3, the prologue's
  *         arithmetic), gamma in float64, A and M, then W = (I+A)^-1 (beta k e^gamma) and
  *         U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
- *         Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, the chunk-start states and Unew out;
- *   out   (chunk, value head, 64 value columns), parallel: O = Qs S0 + M Unew.
+ *         a chain of 256 threads, Unew = U - W S and S <- e^gamma_L S + Kd^T Unew, and 128
+ *         more threads, one chunk behind, O = Qs S0 + M Unew from the chunk-start state and
+ *         Unew left in shared memory.
  * A batch whose chunk scratch would pass the cap (32 GiB, or the scratch_mb parameter) runs
  * in slices of whole sequences that take the scratch in turn (kda_cuda_chunk_slices), the
  * same bits as one slice: no chunk and no sequence's scan depends on the others.
  * Products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16 blocks,
  * which are 3xTF32 tensor-core products (prep_pairs_tc); no atomics in any sum: identical bits
- * run to run, whatever the grid or batch.  The scan's state update and the out kernel stay in
- * FMA: with the out kernel on the tensor cores too, golden/L1 drift-decay-small failed a
- * prefix resume (94.5 units > 64) and the production cases' errors doubled (docs/cuda.md).
+ * run to run, whatever the grid or batch.  The scan's state update and the outputs stay in
+ * FMA: with the outputs on the tensor cores too (session 5's out kernel), golden/L1
+ * drift-decay-small failed a prefix resume (94.5 units > 64) and the production cases' errors
+ * doubled (docs/cuda.md).
  *
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
@@ -45,10 +47,9 @@
 #define KP KDA_CUDA_CHUNK_K /* key channels (zero-padded) */
 #define KSTR (KP + 4)       /* row stride of [token][channel] tiles: float4 rows in distinct banks */
 #define ASTR (CT + 4)
-#define NT 256              /* threads a block: scan and out */
+#define NT 256              /* threads of the scan's state chain */
 #define NTP 512             /* threads a block: prep (4 blocks of 16 tokens x 128 channels) */
-#define VS 32               /* value columns of a scan block */
-#define VC 64               /* value columns of an out block */
+#define VS KDA_CUDA_CHUNK_VS /* value columns of a scan block */
 /* A row's decay since its block's start above which its diagonal-block pairs take the slow
  * path: below it the factors lie in [e^-80, e^80], normal floats whose products keep float
  * precision.  Production gates stay well inside (lower_bound >= -5 a token: at most 75 over a
@@ -96,7 +97,6 @@ __device__ __forceinline__ float exp_of(double x) {
 }
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
-
 /* ==== prep ==== */
 
 /* Normalized k (q: scaled) of row t from the raw input and the row's 1 / norm, as the
@@ -337,6 +337,11 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
   }
 }
 
+/* PAIRS_ZERO: the blocks above the diagonal blocks are stored as zeros without the loop's
+ * sums and shuffles (they were summed as zeros); the same bits.  0: through the loop. */
+#ifndef PAIRS_ZERO
+#define PAIRS_ZERO 1
+#endif
 /* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
  * 16-token blocks; lanes 2e and 2e+1 compute entry e = (ti, si) of each, over alternate
  * groups of 4 channels,
@@ -352,6 +357,10 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
       if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
+      if (J > I && PAIRS_ZERO) { /* zeros above the diagonal blocks: no sums, no shuffles */
+        if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
+        continue;
+      }
       if (J < I) { /* reference rho_J, between s and t */
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
         const float *e = E + (I * (I - 1) / 2 + J) * KP;
@@ -517,6 +526,13 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
  * the prologue's; the channels past K are zeros and add +0.  inv[t] (k) and inv[CT + t] (q)
  * are kept for the slow pairs.  Rows past len stay zeros (their 1 / norm, inf when l2_eps = 0,
  * is formed but neither stored nor used). */
+/* PREP_NORM1: each row's square root and division once a warp (lane l takes row l % 8 and
+ * shuffles the results to all lanes) instead of in all 32 lanes: the same float64 operations
+ * on the same sums, so the same bits, and an eighth of the float64 instructions of that step.
+ * 0: in every lane. */
+#ifndef PREP_NORM1
+#define PREP_NORM1 1
+#endif
 __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *Xm, double *inv) {
   /* Warp w takes rows w + 16 i, i < 8 (k rows for i < 4, q rows after), all eight at once:
    * their sums, butterflies and 1 / norms are independent chains, interleaved (one row after
@@ -525,6 +541,7 @@ __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *
    * interleaved, prep 4.96 -> 4.89 ms on the H200, the same bits: most of the cost was not that
    * latency). */
   constexpr int NR = 2 * CT / (NTP / 32);
+  static_assert(NR == 8, "prep_norms: eight rows a warp");
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
   float x[NR][KP / 32];
   double iv[NR];
@@ -547,9 +564,19 @@ __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *
     for (int m = 16; m >= 1; m >>= 1)
 #pragma unroll
       for (int i = 0; i < NR; i++) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], m);
+    if (PREP_NORM1) { /* lane l: row l % NR's 1 / norm, then every lane all NR of them */
+      const int r = lane % NR; /* a select tree, not an indexed (local-memory) read */
+      const double s01 = r & 1 ? ss[1] : ss[0], s23 = r & 1 ? ss[3] : ss[2];
+      const double s45 = r & 1 ? ss[5] : ss[4], s67 = r & 1 ? ss[7] : ss[6];
+      double mine = r & 4 ? (r & 2 ? s67 : s45) : (r & 2 ? s23 : s01);
+      mine = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(mine + A.l2_eps) : fmax(sqrt(mine), A.l2_eps));
 #pragma unroll
-    for (int i = 0; i < NR; i++)
-      iv[i] = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss[i] + A.l2_eps) : fmax(sqrt(ss[i]), A.l2_eps));
+      for (int i = 0; i < NR; i++) iv[i] = __shfl_sync(0xffffffffu, mine, i);
+    } else {
+#pragma unroll
+      for (int i = 0; i < NR; i++)
+        iv[i] = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss[i] + A.l2_eps) : fmax(sqrt(ss[i]), A.l2_eps));
+    }
   } else {
 #pragma unroll
     for (int i = 0; i < NR; i++) iv[i] = 1.0;
@@ -565,7 +592,19 @@ __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *
   }
 }
 
-__global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
+/* PREP_GRID_CONST: the argument block read in place (__grid_constant__): slow_pair and
+ * prep_solve_v, not inlined, take its address, for which every thread otherwise copies it to
+ * local memory first (prep's 624-byte stack frame; inferred from session 9's profile, where
+ * local stores at the kernel's start were a part of its first 15 %).  0: by value. */
+#ifndef PREP_GRID_CONST
+#define PREP_GRID_CONST 1
+#endif
+#if PREP_GRID_CONST
+#define PREP_PARAM __grid_constant__
+#else
+#define PREP_PARAM
+#endif
+__global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) {
   extern __shared__ __align__(16) float sm[];
   float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *Yd = Y + CT * KSTR;
   float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
@@ -598,21 +637,29 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const cargs A) {
 
 /* ==== scan ==== */
 
-/* Issues the copies of chunk c's W, Kd, U (this block's columns) and gC into one buffer. */
-__device__ void scan_issue(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *Kd,
-                           float *U, float *G) {
+/* Issues the copies of chunk c's W, U (this block's columns) and gC, by the NT threads of the
+ * state chain. */
+__device__ void scan_issue(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *U, float *G) {
   const int64_t ci = (c - A.cbase) * A.HV + hv;
-  const float *w = A.W + ci * CT * KP, *k = A.Kd + ci * CT * KP;
-  for (int e = threadIdx.x; e < CT * KP / 4; e += NT) {
+  const float *w = A.W + ci * CT * KP;
+  for (int e = threadIdx.x; A.erases && e < CT * KP / 4; e += NT) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    if (A.erases) async16(W + t * KSTR + c4, w + t * KP + c4);
-    async16(Kd + t * KSTR + c4, k + t * KP + c4);
+    async16(W + t * KSTR + c4, w + t * KP + c4);
   }
   for (int e = threadIdx.x; e < CT * VS / 4; e += NT) {
     const int t = e / (VS / 4), c4 = e % (VS / 4) * 4;
     async16(U + t * VS + c4, A.U + (ci * CT + t) * A.VP + j0 + c4);
   }
   for (int e = threadIdx.x; e < KP / 4; e += NT) async16(G + e * 4, A.gC + ci * KP + e * 4);
+}
+
+/* Issues the copies of chunk c's Kd alone (the chain's single Kd buffer). */
+__device__ void scan_issue_kd(const cargs &A, int64_t c, int64_t hv, float *Kd) {
+  const float *k = A.Kd + ((c - A.cbase) * A.HV + hv) * CT * KP;
+  for (int e = threadIdx.x; e < CT * KP / 4; e += NT) {
+    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
+    async16(Kd + t * KSTR + c4, k + t * KP + c4);
+  }
 }
 
 /* Thread (rg, jg) holds state rows 4 rg .. 4 rg + 3, columns j0 + 4 jg .. + 3 in S. */
@@ -631,41 +678,6 @@ __device__ void scan_store(const cargs &A, const float (*S)[4], float *dst, int 
 #ifndef SCAN_PREFETCH
 #define SCAN_PREFETCH 1
 #endif
-/* u[r][c] -= sum_k W[t0 + r][k] Ss[k][4 jg + c], over k in order. */
-__device__ __forceinline__ void scan_unew(const float *W, const float *Ss, int t0, int jg, float (*u)[4]) {
-  float4 sc[4], w0 = ld4(W + t0 * KSTR), w1 = ld4(W + (t0 + 1) * KSTR);
-#pragma unroll
-  for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + kk * VS + jg * 4);
-#pragma unroll 4
-  for (int k = 0; k < KP; k += 4) {
-    float4 sn[4], n0 = w0, n1 = w1;
-    const int kn = k + 4 < KP ? k + 4 : k; /* the last step reloads its own (unused) */
-    if (SCAN_PREFETCH) {
-      n0 = ld4(W + t0 * KSTR + kn), n1 = ld4(W + (t0 + 1) * KSTR + kn);
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) sn[kk] = ld4(Ss + (kn + kk) * VS + jg * 4);
-    } else {
-      w0 = ld4(W + t0 * KSTR + k), w1 = ld4(W + (t0 + 1) * KSTR + k);
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + (k + kk) * VS + jg * 4);
-    }
-    const float wa[2][4] = {{w0.x, w0.y, w0.z, w0.w}, {w1.x, w1.y, w1.z, w1.w}};
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const float4 s = sc[kk];
-#pragma unroll
-      for (int r = 0; r < 2; r++) {
-        u[r][0] = fmaf(-wa[r][kk], s.x, u[r][0]), u[r][1] = fmaf(-wa[r][kk], s.y, u[r][1]);
-        u[r][2] = fmaf(-wa[r][kk], s.z, u[r][2]), u[r][3] = fmaf(-wa[r][kk], s.w, u[r][3]);
-      }
-    }
-    if (SCAN_PREFETCH) {
-      w0 = n0, w1 = n1;
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) sc[kk] = sn[kk];
-    }
-  }
-}
 /* S[r][c] += sum_s Kd[s][4 rg + r] Vs[s][4 jg + c], over s in order. */
 __device__ __forceinline__ void scan_write(const float *Kd, const float *Vs, int rg, int jg, float (*S)[4]) {
   float4 kd = ld4(Kd + rg * 4), v = ld4(Vs + jg * 4);
@@ -685,16 +697,11 @@ __device__ __forceinline__ void scan_write(const float *Kd, const float *Vs, int
   }
 }
 
-/* SCAN_KSPLIT: Unew = U - W S with a 4 x 4 tile a thread (rows rq + 16 r: four distinct
- * banks a warp) over half the k range, the two halves added through shared memory: 8 FMAs a
- * shared load instead of 5.3 and 16 independent sums a thread instead of 8 (the scan waits
- * on its shared loads: 8 warps a multiprocessor).  The sum's order differs from the plain
- * loop's (lo half from U, hi half from 0, then lo + hi), so the bits do too.  Measured on the
- * H200 (B1 T32768 H32): scan 3.19 -> 2.96 ms; golden/L1 and golden/L2 pass (docs/cuda.md).
- * 0: the plain loop (scan_unew), for the bench's side-by-side build. */
-#ifndef SCAN_KSPLIT
-#define SCAN_KSPLIT 1
-#endif
+/* Unew = U - W S with a 4 x 4 tile a thread (rows rq + 16 r: four distinct banks a warp)
+ * over half the k range, the two halves added through shared memory: 8 FMAs a shared load
+ * instead of 5.3 and 16 independent sums a thread instead of 8 (the chain waits on its shared
+ * loads).  The sum's order: lo half from U, hi half from 0, then lo + hi (session 8: 3.19 ->
+ * 2.96 ms at B1 T32768 H32 against one thread a row over all of k; docs/cuda.md). */
 __device__ __forceinline__ void scan_unew4(const float *W, const float *Ss, int rq, int jg, int kh,
                                            float (*u)[4]) {
   constexpr int KH = KP / 2;
@@ -726,10 +733,13 @@ __device__ __forceinline__ void scan_unew4(const float *W, const float *Ss, int 
     for (int r = 0; r < 4; r++) wc[r] = wn[r], sc[r] = sn[r];
   }
 }
-/* Unew of chunk c (this block's 32 columns) into Vs and out, SCAN_KSPLIT's way; P: 16 x 128
- * floats of shared memory for the high halves. */
+/* The barrier of the NT threads of the state chain (named barrier 1). */
+__device__ __forceinline__ void chain_sync() { asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); }
+
+/* Unew of chunk c (this block's 32 columns) into Vs; P: 16 x 128 floats of shared memory for
+ * the high halves. */
 __device__ void scan_unew_split(const cargs &A, const float *W, const float *Ss, const float *U,
-                                float *P, float *Vs, int64_t ci, int j) {
+                                float *P, float *Vs) {
   const int tid = threadIdx.x, kh = tid / 128, q = tid % 128, rq = q / 8, jg = tid % 8;
   float u[4][4];
 #pragma unroll
@@ -741,7 +751,7 @@ __device__ void scan_unew_split(const cargs &A, const float *W, const float *Ss,
   if (kh && A.erases)
 #pragma unroll
     for (int e = 0; e < 16; e++) P[e * 128 + q] = u[e / 4][e % 4];
-  __syncthreads();
+  chain_sync();
   if (kh) return;
 #pragma unroll
   for (int r = 0; r < 4; r++) {
@@ -750,158 +760,197 @@ __device__ void scan_unew_split(const cargs &A, const float *W, const float *Ss,
       v.x += P[(4 * r) * 128 + q], v.y += P[(4 * r + 1) * 128 + q], v.z += P[(4 * r + 2) * 128 + q],
           v.w += P[(4 * r + 3) * 128 + q];
     st4(Vs + (rq + 16 * r) * VS + jg * 4, v);
-    st4(A.Vn + (ci * CT + rq + 16 * r) * A.VP + j, v);
   }
 }
 
-__global__ void __launch_bounds__(NT) kda_chunk_scan(const cargs A) {
-  extern __shared__ __align__(16) float sm[];
-  float *Wb = sm, *Kb = Wb + 2 * CT * KSTR, *Ub = Kb + 2 * CT * KSTR, *Gb = Ub + 2 * CT * VS;
-  float *Ss = Gb + 2 * KP, *Vs = Ss + KP * VS, *P = Vs + CT * VS; /* P: SCAN_KSPLIT */
+/* A scan block's work item: (sequence n, value head hv, columns j0 .. j0 + VS - 1), its
+ * chunks c0 .. c1 - 1 and its state slot (a pool's padding entry: -1). */
+struct scan_item {
+  int64_t hv, n, c0, c1, slot, soff;
+  int j0;
+};
+__device__ scan_item scan_item_of(const cargs &A) {
   const int64_t ns = A.VP / VS, item = blockIdx.x;
-  const int64_t hv = (item / ns) % A.HV, n = A.n0 + item / (ns * A.HV);
-  const int j0 = (int)(item % ns) * VS;
+  scan_item w;
+  w.hv = (item / ns) % A.HV, w.n = A.n0 + item / (ns * A.HV);
+  w.j0 = (int)(item % ns) * VS;
   const int32_t *seq_first = A.plan + 4 * A.n_chunks;
-  const int64_t c0 = seq_first[n], c1 = seq_first[n + 1];
-  const int tid = threadIdx.x, rg = tid / 8, jg = tid % 8, j = j0 + jg * 4;
-  const int64_t slot = A.slots ? A.slots[n] : n; /* a pool's padding entry: -1 */
-  const int64_t soff = ((slot < 0 ? 0 : slot) * A.HV + hv) * A.K * A.V;
-  float S[4][4];
+  w.c0 = seq_first[w.n], w.c1 = seq_first[w.n + 1];
+  w.slot = A.slots ? A.slots[w.n] : w.n;
+  w.soff = ((w.slot < 0 ? 0 : w.slot) * A.HV + w.hv) * A.K * A.V;
+  return w;
+}
+/* Thread (rg, jg)'s tile of the initial state (zeros without h0 or for a padding entry). */
+__device__ void scan_h0(const cargs &A, const scan_item &w, int rg, int j, float (*S)[4]) {
   for (int r = 0; r < 4; r++)
     for (int cc = 0; cc < 4; cc++) {
       const int64_t i = rg * 4 + r, jj = j + cc;
-      S[r][cc] = A.has_h0 && slot >= 0 && i < A.K && jj < A.V ? A.h0[soff + state_idx(A, i, jj)] : 0.0f;
+      S[r][cc] = A.has_h0 && w.slot >= 0 && i < A.K && jj < A.V ? A.h0[w.soff + state_idx(A, i, jj)] : 0.0f;
     }
-  if (c0 < c1) scan_issue(A, c0, hv, j0, Wb, Kb, Ub, Gb);
-  __pipeline_commit();
-  for (int64_t c = c0; c < c1; c++) {
-    const int cur = (int)((c - c0) & 1), nxt = cur ^ 1;
-    if (c + 1 < c1)
-      scan_issue(A, c + 1, hv, j0, Wb + nxt * CT * KSTR, Kb + nxt * CT * KSTR, Ub + nxt * CT * VS,
-                 Gb + nxt * KP);
-    __pipeline_commit();
-    const int64_t ci = (c - A.cbase) * A.HV + hv;
-    for (int r = 0; r < 4; r++) { /* the chunk-start state: into Ss and out for the out kernel */
-      const float4 v = make_float4(S[r][0], S[r][1], S[r][2], S[r][3]);
-      st4(Ss + (rg * 4 + r) * VS + jg * 4, v);
-      st4(A.S0 + (ci * KP + rg * 4 + r) * A.VP + j, v);
-    }
-    __pipeline_wait_prior(1);
-    __syncthreads();
-    const float *W = Wb + cur * CT * KSTR, *Kd = Kb + cur * CT * KSTR, *U = Ub + cur * CT * VS;
-    const float *G = Gb + cur * KP;
-    if (SCAN_KSPLIT) {
-      scan_unew_split(A, W, Ss, U, P, Vs, ci, j);
-    } else {
-      const int t0 = rg * 2; /* Unew rows t0, t0 + 1 (the same thread index split) */
-      float u[2][4];
-      for (int r = 0; r < 2; r++) {
-        const float4 x = ld4(U + (t0 + r) * VS + jg * 4);
-        u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
-      }
-      if (A.erases) scan_unew(W, Ss, t0, jg, u);
-      for (int r = 0; r < 2; r++) {
-        const float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
-        st4(Vs + (t0 + r) * VS + jg * 4, v);
-        st4(A.Vn + (ci * CT + t0 + r) * A.VP + j, v);
-      }
-    }
-    __syncthreads();
-    for (int r = 0; r < 4; r++) {
-      const float gr = G[rg * 4 + r];
-      for (int cc = 0; cc < 4; cc++) S[r][cc] *= gr;
-    }
-    scan_write(Kd, Vs, rg, jg, S);
-    const int cp = A.plan[4 * c + 2]; /* the state after this chunk's last token (SPEC.md §5) */
-    if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
-    __syncthreads(); /* this buffer is refilled by the next iteration's copies */
+}
+/* S <- e^gamma_L S + Kd^T Unew for chunk c, and its checkpoint (the state after the chunk's
+ * last token, SPEC.md §5). */
+__device__ __forceinline__ void scan_update(const cargs &A, int64_t c, int64_t hv, const float *G,
+                                            const float *Kd, const float *Vs, int rg, int jg, int j,
+                                            float (*S)[4]) {
+  for (int r = 0; r < 4; r++) {
+    const float gr = G[rg * 4 + r];
+    for (int cc = 0; cc < 4; cc++) S[r][cc] *= gr;
   }
-  if (A.want_ht && slot >= 0) scan_store(A, S, A.ht + soff, rg, j); /* in place on a pool */
+  scan_write(Kd, Vs, rg, jg, S);
+  const int cp = A.plan[4 * c + 2];
+  if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
 }
 
-/* ==== out ==== */
+/* The scan kernel computes the outputs too: its NT threads run the state chain and NTX more
+ * compute the outputs of each chunk one chunk behind, from the chunk-start state and Unew the
+ * chain leaves in shared memory (two buffers of each, handed over by one block-wide barrier a
+ * chunk).  The chunk-start states and Unew never go to global memory (S0, 1 GiB, and Unew,
+ * 0.5 GiB, written and read back at B1 T32768 H32 by the separate out kernel of sessions
+ * 5-9), and the outputs' FMAs fill issue slots that the latency-bound chain leaves idle.  Each
+ * output's sum keeps that out kernel's order (Qs S0 over k, then M Unew over s), so the bits
+ * are the same.  Measured on the H200 (B1 T32768 H32, session 10): scan 3.12 ms + out 1.49 ms
+ * -> 4.14 ms, the same output hash on every bench shape; an L2 prefetch of chunk c + 2's
+ * operands (cp.async.bulk.prefetch.L2) gave nothing (4.14 -> 4.16 ms) and was dropped. */
+#define NTX 128      /* threads of the out part: 16 row groups x 8 column groups */
+#define NTS (NT + NTX) /* threads a block: scan */
+__device__ __forceinline__ void out_sync() { asm volatile("bar.sync 2, %0;" ::"n"(NTX) : "memory"); }
+__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 3, %0;" ::"n"(NTS) : "memory"); }
 
-/* The second product's operands arrive while the first runs (two groups of copies; out
- * 1.74 -> 1.56 ms at B1 T32768 H32, the same bits); 0: one group, waited for at the start. */
-#ifndef OUT_SPLIT
-#define OUT_SPLIT 1
-#endif
-/* OUT_T8: 128 threads a block, an 8 x 4 tile a thread (rows g + 8 i, g = tid / 16: the two
- * row groups of a warp in distinct banks), 32 FMAs for three shared loads a k instead of 16
- * for two; each output's sum is the same (k in order, Qs S0 then M Unew), so are the bits
- * (measured on the H200, B1 T32768 H32, session 9: out 1.56 -> 1.48 ms, every bench shape's
- * output hash unchanged).  0: 256 threads, 4 x 4 tiles. */
-#ifndef OUT_T8
-#define OUT_T8 1
-#endif
-#define NTO (OUT_T8 ? 128 : NT) /* threads a block: out */
-#define OR_ (OUT_T8 ? 8 : 4)    /* rows a thread: out */
-__global__ void __launch_bounds__(NTO) kda_chunk_out(const cargs A) {
-  extern __shared__ __align__(16) float sm[];
-  constexpr int VST = VC + 4;
-  float *Qs = sm, *St = Qs + CT * KSTR, *Ms = St + KP * VST, *Vt = Ms + CT * ASTR;
-  const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv; /* ci: in the slice */
-  const int j0 = blockIdx.z * VC, tid = threadIdx.x;
-  const chunk_at ch = chunk_of(A, A.cbase + blockIdx.x);
-  /* Asynchronous copies: every load of the block in flight at once. */
-  for (int e = tid; e < CT * KP / 4; e += NTO) {
+/* The out part's copies of chunk item ci's Qs (Qb not NULL) and M (Mb not NULL; ot: the
+ * thread's index in the part). */
+__device__ void out_issue(const cargs &A, int64_t ci, float *Qb, float *Mb, int ot) {
+  for (int e = ot; Qb && e < CT * KP / 4; e += NTX) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    async16(Qs + t * KSTR + c4, A.Qs + (ci * CT + t) * KP + c4);
+    async16(Qb + t * KSTR + c4, A.Qs + (ci * CT + t) * KP + c4);
   }
-  for (int e = tid; e < KP * VC / 4; e += NTO) {
-    const int i = e / (VC / 4), c4 = e % (VC / 4) * 4;
-    async16(St + i * VST + c4, A.S0 + (ci * KP + i) * A.VP + j0 + c4);
-  }
-  if (OUT_SPLIT) __pipeline_commit(); /* group 1: Qs, S0 (pass 0); group 2: M, Unew (pass 1) */
-  for (int e = tid; e < CT * CT / 4; e += NTO) {
+  for (int e = ot; Mb && e < CT * CT / 4; e += NTX) {
     const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
-    async16(Ms + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
-  }
-  for (int e = tid; e < CT * VC / 4; e += NTO) {
-    const int t = e / (VC / 4), c4 = e % (VC / 4) * 4;
-    async16(Vt + t * VST + c4, A.Vn + (ci * CT + t) * A.VP + j0 + c4);
-  }
-  __pipeline_commit();
-  if (OUT_SPLIT) __pipeline_wait_prior(1);
-  else __pipeline_wait_prior(0);
-  __syncthreads();
-  /* rows: OUT_T8 g + 8 r (g = tid / 16), else tid / 16 * 4 + r; columns jg .. jg + 3 */
-  const int g = tid / 16, jg = tid % 16 * 4, r0 = OUT_T8 ? g : g * 4, rs = OUT_T8 ? 8 : 1;
-  float acc[OR_][4] = {};
-  for (int pass = 0; pass < 2; pass++) { /* Qs S0 (over KP), then M Unew (over CT) */
-    if (OUT_SPLIT && pass == 1) {
-      __pipeline_wait_prior(0);
-      __syncthreads();
-    }
-    const float *L = pass ? Ms : Qs, *R = pass ? Vt : St;
-    const int n = pass ? CT : KP, ls = pass ? ASTR : KSTR;
-#pragma unroll 2
-    for (int k = 0; k < n; k += 4) {
-      float l[OR_][4];
-#pragma unroll
-      for (int r = 0; r < OR_; r++) {
-        const float4 x = ld4(L + (r0 + rs * r) * ls + k);
-        l[r][0] = x.x, l[r][1] = x.y, l[r][2] = x.z, l[r][3] = x.w;
-      }
-#pragma unroll
-      for (int kk = 0; kk < 4; kk++) {
-        const float4 y = ld4(R + (k + kk) * VST + jg);
-#pragma unroll
-        for (int r = 0; r < OR_; r++) {
-          acc[r][0] = fmaf(l[r][kk], y.x, acc[r][0]), acc[r][1] = fmaf(l[r][kk], y.y, acc[r][1]);
-          acc[r][2] = fmaf(l[r][kk], y.z, acc[r][2]), acc[r][3] = fmaf(l[r][kk], y.w, acc[r][3]);
-        }
-      }
-    }
-  }
-  for (int r = 0; r < OR_; r++) {
-    const int t = r0 + rs * r;
-    if (t >= ch.len) continue;
-    float *o = A.o + ((int64_t)(ch.start + t) * A.HV + hv) * A.V;
-    for (int cc = 0; cc < 4; cc++)
-      if (j0 + jg + cc < A.V) o[j0 + jg + cc] = acc[r][cc];
+    async16(Mb + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
   }
 }
+/* acc += L R over k = 0 .. n - 1 in order (L: rows of stride ls; R: n rows of VS columns):
+ * thread ot's rows ot / 8 + 16 r (four distinct banks a warp) and columns 4 (ot % 8) .. + 3. */
+__device__ __forceinline__ void out_pass(const float *L, const float *R, int n, int ls, int ot,
+                                         float (*acc)[4]) {
+  const int rg = ot / 8, cg = ot % 8;
+#pragma unroll 2
+  for (int k = 0; k < n; k += 4) {
+    float l[4][4];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+      const float4 x = ld4(L + (rg + 16 * r) * ls + k);
+      l[r][0] = x.x, l[r][1] = x.y, l[r][2] = x.z, l[r][3] = x.w;
+    }
+#pragma unroll
+    for (int kk = 0; kk < 4; kk++) {
+      const float4 y = ld4(R + (k + kk) * VS + cg * 4);
+#pragma unroll
+      for (int r = 0; r < 4; r++) {
+        acc[r][0] = fmaf(l[r][kk], y.x, acc[r][0]), acc[r][1] = fmaf(l[r][kk], y.y, acc[r][1]);
+        acc[r][2] = fmaf(l[r][kk], y.z, acc[r][2]), acc[r][3] = fmaf(l[r][kk], y.w, acc[r][3]);
+      }
+    }
+  }
+}
+/* Thread ot's outputs of chunk c (rows past the chunk's length and columns past V not written). */
+__device__ void out_store(const cargs &A, int64_t c, int64_t hv, int j0, int ot, const float (*acc)[4]) {
+  const int rg = ot / 8, cg = ot % 8;
+  const chunk_at ch = chunk_of(A, c);
+  const int jj = j0 + cg * 4;
+  for (int r = 0; r < 4; r++) {
+    const int t = rg + 16 * r;
+    if (t >= ch.len) continue;
+    float *o = A.o + ((int64_t)(ch.start + t) * A.HV + hv) * A.V + jj;
+    if (A.V % 4 == 0 && jj + 3 < A.V) st4(o, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+    else
+      for (int cc = 0; cc < 4; cc++)
+        if (jj + cc < A.V) o[cc] = acc[r][cc];
+  }
+}
+
+/* The out part: chunk c's outputs while the chain computes chunk c + 1; as many block
+ * barriers as the chain.  O = Qs S0 + M Unew, each output's sum in the order of the former out
+ * kernel (Qs S0 over k, then M Unew over s); the next chunk's Qs is copied in while M Unew
+ * runs, and its M from then on (two groups of copies, Qs then M, in flight alternately: the
+ * scan 4.32 -> 4.14 ms at B1 T32768 H32 against one group copied after both products). */
+__device__ void scan_outputs(const cargs &A, const scan_item &w, float *Qb, float *Mb,
+                             const float *Ss, const float *Vs, int ot) {
+  const int64_t ci0 = (w.c0 - A.cbase) * A.HV + w.hv;
+  if (w.c0 < w.c1) out_issue(A, ci0, Qb, NULL, ot);
+  __pipeline_commit();
+  if (w.c0 < w.c1) out_issue(A, ci0, NULL, Mb, ot);
+  __pipeline_commit();
+  for (int64_t c = w.c0; c <= w.c1; c++) {
+    if (c > w.c0) { /* chunk c - 1, whose S0 and Unew the last barrier handed over */
+      const int b = (int)((c - 1 - w.c0) & 1);
+      const int64_t ci = (c - A.cbase) * A.HV + w.hv; /* the next chunk's, when c < c1 */
+      float acc[4][4] = {};
+      __pipeline_wait_prior(1); /* Qs of c - 1 (pending: its M) */
+      out_sync();
+      out_pass(Qb, Ss + b * KP * VS, KP, KSTR, ot, acc);
+      out_sync(); /* every thread of the part is done with Qb */
+      if (c < w.c1) out_issue(A, ci, Qb, NULL, ot);
+      __pipeline_commit();
+      __pipeline_wait_prior(1); /* M of c - 1 (pending: the next Qs) */
+      out_sync();
+      out_pass(Mb, Vs + b * CT * VS, CT, ASTR, ot, acc);
+      out_store(A, c - 1, w.hv, w.j0, ot, acc);
+      if (c == w.c1) break;
+      out_sync(); /* every thread of the part is done with Mb */
+      out_issue(A, ci, NULL, Mb, ot);
+      __pipeline_commit();
+    }
+    if (c < w.c1) block_sync();
+  }
+}
+
+/* The chain, sequential over the chunks: Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, with
+ * the next chunk's W and U in flight (two buffers) and a single Kd buffer refilled as soon as
+ * the state update has read it (shared memory holds no second one beside the out part's
+ * tiles); chunk c's start state and Unew go to buffer (c - c0) & 1 of Ss and Vs for the out
+ * part. */
+__device__ void scan_chain(const cargs &A, const scan_item &w, float *Wb, float *Kb, float *Ub,
+                           float *Gb, float *Ss, float *Vs, float *P) {
+  const int tid = threadIdx.x, rg = tid / 8, jg = tid % 8, j = w.j0 + jg * 4;
+  const int64_t hv = w.hv;
+  float S[4][4];
+  scan_h0(A, w, rg, j, S);
+  if (w.c0 < w.c1) scan_issue(A, w.c0, hv, w.j0, Wb, Ub, Gb);
+  __pipeline_commit();
+  if (w.c0 < w.c1) scan_issue_kd(A, w.c0, hv, Kb);
+  __pipeline_commit();
+  for (int64_t c = w.c0; c < w.c1; c++) {
+    const int cur = (int)((c - w.c0) & 1), nxt = cur ^ 1;
+    if (c + 1 < w.c1)
+      scan_issue(A, c + 1, hv, w.j0, Wb + nxt * CT * KSTR, Ub + nxt * CT * VS, Gb + nxt * KP);
+    __pipeline_commit(); /* pending: W/U of c, Kd of c, W/U of c + 1 */
+    float *S0 = Ss + cur * KP * VS, *Vn = Vs + cur * CT * VS;
+    for (int r = 0; r < 4; r++) st4(S0 + (rg * 4 + r) * VS + jg * 4, make_float4(S[r][0], S[r][1], S[r][2], S[r][3]));
+    __pipeline_wait_prior(2);
+    chain_sync();
+    scan_unew_split(A, Wb + cur * CT * KSTR, S0, Ub + cur * CT * VS, P, Vn);
+    __pipeline_wait_prior(1);
+    chain_sync();
+    scan_update(A, c, hv, Gb + cur * KP, Kb, Vn, rg, jg, j, S);
+    chain_sync(); /* Kb and this W/U buffer are read */
+    if (c + 1 < w.c1) scan_issue_kd(A, c + 1, hv, Kb);
+    __pipeline_commit();
+    block_sync(); /* S0 and Unew of chunk c to the out part */
+  }
+  if (A.want_ht && w.slot >= 0) scan_store(A, S, A.ht + w.soff, rg, j); /* in place on a pool */
+}
+
+__global__ void __launch_bounds__(NTS, 1) kda_chunk_scan(const cargs A) {
+  extern __shared__ __align__(16) float sm[];
+  float *Wb = sm, *Kb = Wb + 2 * CT * KSTR, *Ub = Kb + CT * KSTR, *Gb = Ub + 2 * CT * VS;
+  float *Ss = Gb + 2 * KP, *Vs = Ss + 2 * KP * VS, *P = Vs + 2 * CT * VS;
+  float *Qb = P + 16 * 128, *Mb = Qb + CT * KSTR;
+  const scan_item w = scan_item_of(A);
+  if (threadIdx.x < NT) scan_chain(A, w, Wb, Kb, Ub, Gb, Ss, Vs, P);
+  else scan_outputs(A, w, Qb, Mb, Ss, Vs, threadIdx.x - NT);
+}
+
 /* ==== Host side ==== */
 
 /* Walks the plan; fills it when plan is not NULL (n_total: the count, to place seq_first). */
@@ -936,31 +985,32 @@ void kda_cuda_chunk_fill(const kda_problem *p, const int64_t *cu, const int64_t 
   walk(p, cu, ck, plan, walk(p, cu, ck, NULL, 0));
 }
 
-static int64_t vpad(const kda_problem *p) { return (p->V + VC - 1) / VC * VC; }
+static int64_t vpad(const kda_problem *p) { return (p->V + VS - 1) / VS * VS; }
 static size_t up256(size_t x) { return (x + 255) / 256 * 256; }
 
-/* Floats of each scratch array per (chunk, value head): W U Qs Kd gC M Vn S0. */
-static void per_chunk(const kda_problem *p, size_t f[8]) {
+/* Floats of each scratch array per (chunk, value head): W U Qs Kd gC M. */
+#define NSCR 6
+static void per_chunk(const kda_problem *p, size_t f[NSCR]) {
   const size_t VP = (size_t)vpad(p);
-  const size_t v[8] = {CT * KP, CT * VP, CT * KP, CT * KP, KP, CT * CT, CT * VP, KP * VP};
-  for (int i = 0; i < 8; i++) f[i] = v[i];
+  const size_t v[NSCR] = {CT * KP, CT * VP, CT * KP, CT * KP, KP, CT * CT};
+  for (int i = 0; i < NSCR; i++) f[i] = v[i];
 }
 
 size_t kda_cuda_chunk_bytes(const kda_problem *p, int64_t n_chunks) {
-  size_t f[8], total = 0;
+  size_t f[NSCR], total = 0;
   per_chunk(p, f);
-  for (int i = 0; i < 8; i++) total += up256(f[i] * sizeof(float) * (size_t)n_chunks * (size_t)p->HV);
+  for (int i = 0; i < NSCR; i++) total += up256(f[i] * sizeof(float) * (size_t)n_chunks * (size_t)p->HV);
   return total;
 }
 
 void kda_cuda_chunk_scratch(cargs *a, void *base) {
   kda_problem p;
   p.V = a->V, p.HV = a->HV;
-  size_t f[8];
+  size_t f[NSCR];
   per_chunk(&p, f);
-  float **dst[8] = {&a->W, &a->U, &a->Qs, &a->Kd, &a->gC, &a->M, &a->Vn, &a->S0};
+  float **dst[NSCR] = {&a->W, &a->U, &a->Qs, &a->Kd, &a->gC, &a->M};
   char *at = (char *)base;
-  for (int i = 0; i < 8; i++) {
+  for (int i = 0; i < NSCR; i++) {
     *dst[i] = (float *)at;
     at += up256(f[i] * sizeof(float) * (size_t)a->scratch_chunks * (size_t)a->HV);
   }
@@ -970,7 +1020,7 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
                        size_t cap) {
   if (algo == 2 || p->K > KP || p->T == 0 || n_chunks < 1) return 0;
   const int64_t scan_blocks = p->N * p->HV * (vpad(p) / VS);
-  if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535 || vpad(p) / VC > 65535)
+  if (n_chunks > 0x7fffffffLL || scan_blocks > 0x7fffffffLL || p->HV > 65535)
     return 0;
   if (algo == 1) return 1;
   /* auto: wide heads (K is padded to 128: small heads gain nothing), long sequences (the
@@ -1013,14 +1063,15 @@ int64_t kda_cuda_chunk_slices(const kda_problem *p, const int32_t *plan, int64_t
 static const size_t prep_bytes =
     (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float) +
     2 * CT * sizeof(double);
-static const size_t scan_bytes =
-    (4 * CT * KSTR + 2 * CT * VS + 2 * KP + KP * VS + CT * VS + SCAN_KSPLIT * 16 * 128) * sizeof(float);
-static const size_t out_bytes = (CT * KSTR + KP * (VC + 4) + CT * ASTR + CT * (VC + 4)) * sizeof(float);
+/* W x 2, Kd, U x 2, gC x 2, S0 x 2, Unew x 2, P (the chain); Qs, M (the out part): 227 328
+ * bytes, within sm_90's 227 KB a block. */
+static const size_t scan_bytes = (2 * CT * KSTR + CT * KSTR + 2 * CT * VS + 2 * KP + 2 * KP * VS +
+                                  2 * CT * VS + 16 * 128 + CT * KSTR + CT * ASTR) *
+                                 sizeof(float);
 
 cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   cudaError_t e = cudaFuncSetAttribute(kda_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bytes);
   if (!e) e = cudaFuncSetAttribute(kda_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_bytes);
-  if (!e) e = cudaFuncSetAttribute(kda_chunk_out, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)out_bytes);
   if (e) return e;
   const int64_t one[4] = {0, 0, a->N, a->n_chunks};
   const int64_t *sl = a->slices ? a->slices : one, nsl = a->slices ? a->n_slices : 1;
@@ -1031,9 +1082,7 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
     const int64_t seqs = sl[2 * s + 2] - A.n0, chunks = sl[2 * s + 3] - A.cbase;
     if ((ph & 1) && chunks > 0) kda_chunk_prep<<<dim3((unsigned)chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
     if ((ph & 2) && seqs > 0) /* empty sequences too: their final state */
-      kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NT, scan_bytes, st>>>(A);
-    if ((ph & 4) && chunks > 0)
-      kda_chunk_out<<<dim3((unsigned)chunks, (unsigned)A.HV, (unsigned)(A.VP / VC)), NTO, out_bytes, st>>>(A);
+      kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NTS, scan_bytes, st>>>(A);
   }
   return cudaGetLastError();
 }

@@ -26,6 +26,7 @@ extern "C" {
 
 #define KDA_CUDA_CHUNK 64   /* tokens a chunk at most */
 #define KDA_CUDA_CHUNK_K 128 /* K the chunked kernels hold (smaller K is zero-padded) */
+#define KDA_CUDA_CHUNK_VS 32 /* value columns of a scan block (V is zero-padded to a multiple) */
 
 /* Chunks of the plan for these (host) cu_seqlens and checkpoints (validated by the caller). */
 int64_t kda_cuda_chunk_count(const kda_problem *p, const int64_t *cu, const int64_t *ck);
@@ -64,7 +65,7 @@ typedef struct kda_cuda_chunk_args {
   const int32_t *plan;                    /* device copy of the plan */
   const int64_t *slots;                   /* a state pool's slots (kda_cuda_dev.slots) or NULL */
   float *o, *ht, *hc;
-  float *W, *U, *Qs, *Kd, *gC, *M, *Vn, *S0; /* scratch, per (chunk, value head) */
+  float *W, *U, *Qs, *Kd, *gC, *M; /* scratch, per (chunk, value head) */
   /* Slices (kda_cuda_chunk_slices): n_slices pairs (first sequence, first chunk) and the
    * sentinel, a host array; NULL: one slice, everything.  The scratch holds scratch_chunks
    * chunks (n_chunks when not sliced); the kernels of a slice index it from the slice's first
@@ -75,7 +76,7 @@ typedef struct kda_cuda_chunk_args {
 
 /* Splits the chunk scratch at base into the arrays of a. */
 void kda_cuda_chunk_scratch(kda_cuda_chunk_args *a, void *base);
-/* Enqueues the three phases on stream. */
+/* Enqueues the two phases (prep; the scan with the outputs) on stream. */
 cudaError_t kda_cuda_chunk_run(const kda_cuda_chunk_args *a, cudaStream_t stream);
 
 #ifdef __cplusplus

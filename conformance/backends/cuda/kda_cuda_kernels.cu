@@ -174,20 +174,36 @@ __device__ static float dev_decay(double ge) {
  * j of the x grid owns gate element j of every token's row of W = HV GW elements (so its
  * value head, dt_bias and e^A_log are read once, and neighbouring threads touch neighbouring
  * elements) and takes tokens blockIdx.y, + gridDim.y, ... (the launch: launch_prologue). */
+/* GATE_UNROLL tokens a thread at once: their loads are all issued before the float64 work,
+ * so a warp has that many loads in flight instead of one (with one, B1 T32768 H32's 134 M
+ * gate elements moved at about 1.3 TB/s: too few bytes in flight to cover the memory's
+ * latency).  Every element's arithmetic is unchanged, so are the bits.  1: one at a time. */
+#ifndef GATE_UNROLL
+#define GATE_UNROLL 4
+#endif
+__device__ __forceinline__ void gate_put(const coef_args &C, int64_t e, double x, int lm, double ea,
+                                         double db) {
+  const double ge = lm ? x
+                    : C.gate_mode == KDA_GATE_SOFTPLUS ? -(ea * dev_softplus(x + db))
+                                                       : C.lb * dev_sigmoid(ea * (x + db));
+  if (C.a) C.a[e] = dev_decay(ge);
+  if (C.lg) C.lg[e] = (float)ge;
+}
 __device__ void coef_gate(const coef_args &C) {
   const int64_t W = C.HV * C.GW, j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
   if (j >= W) return;
   const int64_t hv = j / C.GW, T = C.n / W, stride = (int64_t)gridDim.y * W;
   const int lm = C.gate_mode == KDA_GATE_LOG;
   const double ea = lm ? 1.0 : C.ea[hv], db = lm ? 0.0 : (double)C.dt_bias[j];
-  for (int64_t t = blockIdx.y, e = t * W + j; t < T; t += gridDim.y, e += stride) {
-    const double x = (double)C.g[e];
-    const double ge = lm ? x
-                      : C.gate_mode == KDA_GATE_SOFTPLUS ? -(ea * dev_softplus(x + db))
-                                                         : C.lb * dev_sigmoid(ea * (x + db));
-    if (C.a) C.a[e] = dev_decay(ge);
-    if (C.lg) C.lg[e] = (float)ge;
+  int64_t t = blockIdx.y, e = t * W + j;
+  for (; t + (GATE_UNROLL - 1) * (int64_t)gridDim.y < T; t += GATE_UNROLL * gridDim.y, e += GATE_UNROLL * stride) {
+    float x[GATE_UNROLL];
+#pragma unroll
+    for (int u = 0; u < GATE_UNROLL; u++) x[u] = C.g[e + u * stride];
+#pragma unroll
+    for (int u = 0; u < GATE_UNROLL; u++) gate_put(C, e + u * stride, (double)x[u], lm, ea, db);
   }
+  for (; t < T; t += gridDim.y, e += stride) gate_put(C, e, (double)C.g[e], lm, ea, db);
 }
 
 /* beta_eff per (t, hv) (SPEC.md §4.2). */
@@ -233,8 +249,10 @@ struct widen_args {
   int64_t n[5];
   int32_t bf16;
 };
-/* blockIdx.y: which of q, k, v, g, beta; a grid-stride loop over its elements. */
-__global__ void kda_cuda_widen(const widen_args W) {
+/* blockIdx.y: which of q, k, v, g, beta; a grid-stride loop over its elements.  The argument
+ * block is read in place (__grid_constant__): indexed by blockIdx.y, it was otherwise first
+ * copied to local memory by every thread (a 128-byte stack frame). */
+__global__ void kda_cuda_widen(const __grid_constant__ widen_args W) {
   const int a = blockIdx.y;
   const uint16_t *s = W.src[a];
   float *d = W.dst[a];
@@ -879,7 +897,7 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   const char *base = (const char *)d->scratch;
   kda_cuda_chunk_args C;
   memset(&C, 0, sizeof C);
-  C.H = p->H, C.HV = p->HV, C.K = p->K, C.V = p->V, C.VP = (p->V + 63) / 64 * 64;
+  C.H = p->H, C.HV = p->HV, C.K = p->K, C.V = p->V, C.VP = (p->V + KDA_CUDA_CHUNK_VS - 1) / KDA_CUDA_CHUNK_VS * KDA_CUDA_CHUNK_VS;
   C.G = p->HV / p->H, C.N = p->N, C.n_chunks = d->n_chunks;
   C.slices = d->slices, C.n_slices = d->n_slices;
   C.scratch_chunks = d->slices ? d->scratch_chunks : d->n_chunks;
