@@ -10,7 +10,8 @@
  * persistent grid too, decode shapes through the decode kernel and (decode=0) the recurrent
  * one, and with algo=chunk the chunked kernels (K <= 128), with --repeat's bit check.
  * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
- * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing.
+ * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing, or
+ * fails when KDA_REQUIRE_CUDA_BUILD=1 (CI, which installs nvcc: tools/cuda-toolkit.sh).
  */
 #include <check.h>
 #include <dlfcn.h>
@@ -757,6 +758,11 @@ static TCase *math_tcase(void) {
 
 int main(void) {
   if (access(plugin_path(), R_OK) != 0) {
+    const char *req = getenv("KDA_REQUIRE_CUDA_BUILD"); /* CI: nvcc is installed, so no skip */
+    if (req && strcmp(req, "1") == 0) {
+      fprintf(stderr, "check_cuda: %s not built, and KDA_REQUIRE_CUDA_BUILD=1 requires it\n", plugin_path());
+      return 1;
+    }
     printf("check_cuda: %s not built (make cuda needs nvcc): the plugin's tests skipped\n", plugin_path());
     Suite *s = suite_create("cuda");
     suite_add_tcase(s, math_tcase());
