@@ -337,6 +337,77 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
   }
 }
 
+/* PAIRS_DIAG2: the four diagonal blocks' pairs (t, s), s <= t, at once, 2 x 2 entries a lane
+ * pair, by warps 12 - 15 while warps 0 - 11 compute the off-diagonal blocks on tensor cores
+ * (prep_pairs_tc); prep_pairs had taken the diagonal blocks one after the other, after those,
+ * a float4 of Xa, Xm and Yd loaded for 8 FMAs.  Rows 2 tp, 2 tp + 1 and columns 2 sp, 2 sp + 1
+ * (sp <= tp: 36 tiles a block, 144 entries for the 136 needed) share their loads; prep_pairs
+ * writes the zeros of the tiles above (the solve and the out part read them).  Each entry's
+ * sums are prep_pairs' own (the same channels per lane in the same order, the same two
+ * accumulators, the same shuffle), its slow rows the same slow_pair: the same bits.  Measured
+ * on the H200 (session 13, bench_cuda, the same hashes on every bench shape): prep 3.72 -> 3.47
+ * ms and prefill 8.62-8.65 -> 8.40-8.41 ms at B1 T32768 H32.  0: prep_pairs' loop. */
+#ifndef PAIRS_DIAG2
+#define PAIRS_DIAG2 1
+#endif
+#define DIAG2_FIRST 384 /* the first thread of prep_pairs_diag2 (prep_pairs_tc: warps 0 - 11) */
+__device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
+                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
+                                 const float *bs, const int *slow, const double *inv, float *Am,
+                                 int q, int half);
+__device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
+                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
+                                 const float *bs, const int *slow, const double *inv, float *Am) {
+  const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
+  if (threadIdx.x < DIAG2_FIRST) return; /* warps 12 - 15: beside prep_pairs_tc's 0 - 11 */
+  for (int q = q0; q < 4 * 36; q += (NTP - DIAG2_FIRST) / 2) /* uniform a warp: 144 tiles */
+    pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
+}
+__device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
+                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
+                                 const float *bs, const int *slow, const double *inv, float *Am,
+                                 int q, int half) {
+  const int I = q / 36;
+  int r = q % 36, tp = 0;
+  while (r > tp) r -= ++tp; /* the r-th tile (tp, sp) with sp <= tp, row by row */
+  const int sp = r, t0 = I * 16 + 2 * tp, s0 = I * 16 + 2 * sp;
+  float a[2][2] = {}, m[2][2] = {}, a1[2][2] = {}, m1[2][2] = {};
+#pragma unroll 2
+  for (int c = 4 * half; c < KP; c += 8) { /* prep_pairs' channels and order, per entry */
+    float4 p[2], x[2], y[2];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+      p[i] = ld4(Xa + (t0 + i) * KSTR + c), x[i] = ld4(Xm + (t0 + i) * KSTR + c), y[i] = ld4(Yd + (s0 + i) * KSTR + c);
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+      for (int j = 0; j < 2; j++) {
+        a[i][j] = fmaf(p[i].x, y[j].x, a[i][j]), a1[i][j] = fmaf(p[i].y, y[j].y, a1[i][j]);
+        a[i][j] = fmaf(p[i].z, y[j].z, a[i][j]), a1[i][j] = fmaf(p[i].w, y[j].w, a1[i][j]);
+        m[i][j] = fmaf(x[i].x, y[j].x, m[i][j]), m1[i][j] = fmaf(x[i].y, y[j].y, m1[i][j]);
+        m[i][j] = fmaf(x[i].z, y[j].z, m[i][j]), m1[i][j] = fmaf(x[i].w, y[j].w, m1[i][j]);
+      }
+  }
+#pragma unroll
+  for (int i = 0; i < 2; i++)
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+      const int t = t0 + i, s = s0 + j;
+      float ae = 0.0f, me = 0.0f;
+      if (s <= t && !slow[t]) ae = a[i][j] + a1[i][j], me = m[i][j] + m1[i][j];
+      else if (s <= t) {
+        slow_pair(A, ch, h, Gs, inv, t, s, half * (KP / 2), half * (KP / 2) + KP / 2, ae, me);
+        ae *= bs[t];
+      }
+      ae += __shfl_xor_sync(0xffffffffu, ae, 1);
+      me += __shfl_xor_sync(0xffffffffu, me, 1);
+      if (s >= t) ae = 0.0f; /* selected, not multiplied: no inf * 0 */
+      if (s > t) me = 0.0f;
+      if (!A.erases) ae = 0.0f;
+      if (!half) Am[t * ASTR + s] = ae, A.M[(ci * CT + t) * CT + s] = me;
+    }
+}
+
 /* PAIRS_ZERO: the blocks above the diagonal blocks are stored as zeros without the loop's
  * sums and shuffles (they were summed as zeros); the same bits.  0: through the loop. */
 #ifndef PAIRS_ZERO
@@ -357,6 +428,10 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
       if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
+      if (J == I && PAIRS_DIAG2) { /* prep_pairs_diag2 writes the 2 x 2 tiles on and below */
+        if (si / 2 > ti / 2 && !half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
+        continue; /* the tiles above: zeros, as the loop below writes them (the solve reads them) */
+      }
       if (J > I && PAIRS_ZERO) { /* zeros above the diagonal blocks: no sums, no shuffles */
         if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
         continue;
@@ -628,6 +703,7 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
   prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow, Am); /* Am: scratch */
   __syncthreads();
   if (PAIRS_TC) prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
+  if (PAIRS_DIAG2) prep_pairs_diag2(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am);
   prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, inv, Am);
   __syncthreads();
   for (int col = tid / 2; col < KP + A.VP; col += NTP / 2) /* warp-uniform: 16 columns a warp */

@@ -142,6 +142,8 @@ typedef struct coef_args {
   const double *ea;
   float *a, *lg, *b; /* a: the recurrent kernels' e^g_eff; lg: the chunked kernels' g_eff */
   int64_t n, HV, GW, nb;
+  const float *A_log; /* kda_cuda_coef_one: e^A_log evaluated by the gate threads (ea NULL) */
+  int32_t has_A_log;
 } coef_args;
 
 /* qh = scale * L2(q), kh = L2(k): one warp per (t, h) (rows of block blk); the sum of squares
@@ -162,6 +164,48 @@ __device__ void coef_qk(const coef_args &C, int64_t blk) {
       y[i] = (float)(which ? xi : C.scale * xi);
     }
   }
+}
+
+/* coef_qk for K <= 128 (PRO_ONE): the q and k rows' loads issued together, four floats a
+ * lane each, before either sum (coef_qk waits for q's row, then for k's).  The same operations
+ * in the same order as coef_qk and dev_inv_norm (a lane's sum over i = lane + 32 u in u order,
+ * the butterfly, x * (1 / norm)), so the same bits: the lanes past K add 0 * 0 = +0 to a sum of
+ * squares that starts at +0, which leaves it as it is. */
+__device__ void coef_qk_row(const coef_args &C, int64_t blk) {
+  const int64_t row = (blk * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= C.rows) return; /* whole warps leave together: blocks hold whole warps */
+  float x[2][4];
+#pragma unroll
+  for (int w = 0; w < 2; w++)
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int64_t i = lane + 32 * u;
+      x[w][u] = i < C.K ? (w ? C.k : C.q)[row * C.K + i] : 0.0f;
+    }
+  double inv[2] = {1.0, 1.0};
+  if (C.l2_mode != KDA_L2_OFF) {
+    double ss[2] = {0.0, 0.0};
+#pragma unroll
+    for (int w = 0; w < 2; w++)
+#pragma unroll
+      for (int u = 0; u < 4; u++) ss[w] += (double)x[w][u] * (double)x[w][u];
+#pragma unroll
+    for (int m = 16; m >= 1; m >>= 1)
+#pragma unroll
+      for (int w = 0; w < 2; w++) ss[w] += __shfl_xor_sync(0xffffffffu, ss[w], m);
+#pragma unroll
+    for (int w = 0; w < 2; w++)
+      inv[w] = 1.0 / (C.l2_mode == KDA_L2_FLA ? sqrt(ss[w] + C.eps) : fmax(sqrt(ss[w]), C.eps));
+  }
+#pragma unroll
+  for (int w = 0; w < 2; w++)
+#pragma unroll
+    for (int u = 0; u < 4; u++) {
+      const int64_t i = lane + 32 * u;
+      const double xi = (double)x[w][u] * inv[w];
+      if (i < C.K) (w ? C.kh : C.qh)[row * C.K + i] = (float)(w ? xi : C.scale * xi);
+    }
 }
 
 /* e^g_eff for the recurrent kernels: g_eff <= 0 in every mode but log with positive gates. */
@@ -189,21 +233,24 @@ __device__ __forceinline__ void gate_put(const coef_args &C, int64_t e, double x
   if (C.a) C.a[e] = dev_decay(ge);
   if (C.lg) C.lg[e] = (float)ge;
 }
-__device__ void coef_gate(const coef_args &C) {
-  const int64_t W = C.HV * C.GW, j = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+/* Block (bx, by) of a grid of gy rows; OWN_EA: e^A_log evaluated here (dev_ea, the ea
+ * kernel's function: the same bits) rather than read from C.ea. */
+template <bool OWN_EA> __device__ void coef_gate(const coef_args &C, int64_t bx, int64_t by, int64_t gy) {
+  const int64_t W = C.HV * C.GW, j = bx * blockDim.x + threadIdx.x;
   if (j >= W) return;
-  const int64_t hv = j / C.GW, T = C.n / W, stride = (int64_t)gridDim.y * W;
+  const int64_t hv = j / C.GW, T = C.n / W, stride = gy * W;
   const int lm = C.gate_mode == KDA_GATE_LOG;
-  const double ea = lm ? 1.0 : C.ea[hv], db = lm ? 0.0 : (double)C.dt_bias[j];
-  int64_t t = blockIdx.y, e = t * W + j;
-  for (; t + (GATE_UNROLL - 1) * (int64_t)gridDim.y < T; t += GATE_UNROLL * gridDim.y, e += GATE_UNROLL * stride) {
+  const double ea = lm ? 1.0 : OWN_EA ? dev_ea(C.A_log, hv, C.has_A_log) : C.ea[hv];
+  const double db = lm ? 0.0 : (double)C.dt_bias[j];
+  int64_t t = by, e = t * W + j;
+  for (; t + (GATE_UNROLL - 1) * gy < T; t += GATE_UNROLL * gy, e += GATE_UNROLL * stride) {
     float x[GATE_UNROLL];
 #pragma unroll
     for (int u = 0; u < GATE_UNROLL; u++) x[u] = C.g[e + u * stride];
 #pragma unroll
     for (int u = 0; u < GATE_UNROLL; u++) gate_put(C, e + u * stride, (double)x[u], lm, ea, db);
   }
-  for (; t < T; t += gridDim.y, e += stride) gate_put(C, e, (double)C.g[e], lm, ea, db);
+  for (; t < T; t += gy, e += stride) gate_put(C, e, (double)C.g[e], lm, ea, db);
 }
 
 /* beta_eff per (t, hv) (SPEC.md §4.2). */
@@ -216,8 +263,30 @@ __device__ void coef_beta(const coef_args &C, int64_t blk) {
  * the float64-bound gate blocks, was measured slower (prologue 1.93 -> 2.10 ms at B1 T32768
  * H32 on the H200; docs/cuda.md). */
 __global__ void kda_cuda_coef_qk(const coef_args C) { coef_qk(C, blockIdx.x); }
-__global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate(C); }
+__global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate<false>(C, blockIdx.x, blockIdx.y, gridDim.y); }
 __global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x); }
+
+/* PRO_ONE: for decode (a token a sequence) the whole prologue in one launch, the four kernels'
+ * blocks in one grid (ng gate blocks, gx across, then nq of qk, then the betas'), e^A_log
+ * evaluated by each gate thread instead of by a kernel of its own: the same functions on the
+ * same values, so the same bits.  At B1024 H32 the four launches' prologue took 0.072 ms for
+ * 0.1 GB of traffic (docs/cuda.md); the kernels are short and each waited for the one before.
+ * Measured (H200, session 12, bench_cuda twice, the same bits): B64 0.099-0.100 -> 0.088-0.089
+ * ms, B256 0.305-0.307 -> 0.298-0.300, B1024 1.135 -> 1.127-1.128 (PRO_ONE_MIN 16; 8 and 12
+ * within the spread: 1.123-1.133).  0: four launches. */
+#ifndef PRO_ONE
+#define PRO_ONE 1
+#endif
+#ifndef PRO_ONE_MIN /* blocks a multiprocessor the registers must allow (16: 32 a thread) */
+#define PRO_ONE_MIN 16
+#endif
+__global__ void __launch_bounds__(THREADS, PRO_ONE_MIN) kda_cuda_coef_one(const coef_args C, int64_t ng, int64_t gx, int64_t gy, int64_t nq) {
+  const int64_t b = blockIdx.x;
+  if (b < ng) coef_gate<true>(C, b % gx, b / gx, gy);
+  else if (b < ng + nq && C.K <= 128) coef_qk_row(C, b - ng);
+  else if (b < ng + nq) coef_qk(C, b - ng);
+  else coef_beta(C, b - ng - nq);
+}
 
 /* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
 __global__ void kda_cuda_ckpt_fill(int32_t *ckpt, int64_t T) {
@@ -809,9 +878,9 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* Enqueues the prologue kernels of SPEC.md §4. */
+/* Enqueues the prologue kernels of SPEC.md §4; one: in one launch (PRO_ONE, decode). */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
-                            int chunked, cudaStream_t st) {
+                            int chunked, int one, cudaStream_t st) {
   char *base = (char *)d->scratch;
   const int64_t GW = gate_width(p), T = p->T;
   coef_args C;
@@ -824,17 +893,24 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   C.n = GW > 0 ? T * p->HV * GW : 0, C.HV = p->HV, C.GW = GW;
   C.gate_mode = p->gate_mode, C.lb = p->lower_bound;
   C.beta = d->beta, C.b = (float *)(base + m->b), C.nb = T * p->HV, C.beta_mode = p->beta_mode;
-  if (GW > 0 && p->gate_mode != KDA_GATE_LOG)
-    kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
-                                                                  p->HV, p->has_A_log);
-  if (!chunked || !QK_IN_PREP) kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
-  if (C.n) { /* about 4096 blocks (two waves of 128-thread blocks on 132 multiprocessors at
-             * full occupancy), each thread a few tokens */
-    const int64_t W = p->HV * GW, gx = (W + THREADS - 1) / THREADS;
-    const int64_t gy = T < (4096 + gx - 1) / gx ? T : (4096 + gx - 1) / gx;
-    kda_cuda_coef_gate<<<dim3((unsigned)gx, (unsigned)(gy < 65535 ? gy : 65535)), THREADS, 0, st>>>(C);
+  C.A_log = d->A_log, C.has_A_log = p->has_A_log;
+  /* the gate grid: about 4096 blocks (two waves of 128-thread blocks on 132 multiprocessors
+   * at full occupancy), each thread a few tokens */
+  const int64_t W = p->HV * GW, gx = (W + THREADS - 1) / THREADS; /* 0: no gates (GW = 0) */
+  int64_t gy = gx == 0 ? 0 : T < (4096 + gx - 1) / gx ? T : (4096 + gx - 1) / gx;
+  gy = gy < 65535 ? gy : 65535;
+  const int gate = C.n != 0, qk = !chunked || !QK_IN_PREP;
+  if (one) {
+    const int64_t ng = gate ? gx * gy : 0, nq = qk ? grid_of(C.rows * 32, THREADS) : 0;
+    kda_cuda_coef_one<<<(unsigned)(ng + nq + grid_of(C.nb, THREADS)), THREADS, 0, st>>>(C, ng, gx, gy, nq);
+  } else {
+    if (GW > 0 && p->gate_mode != KDA_GATE_LOG)
+      kda_cuda_coef_ea<<<grid_of(p->HV, THREADS), THREADS, 0, st>>>(d->A_log, (double *)(base + m->ea),
+                                                                    p->HV, p->has_A_log);
+    if (qk) kda_cuda_coef_qk<<<grid_of(C.rows * 32, THREADS), THREADS, 0, st>>>(C);
+    if (gate) kda_cuda_coef_gate<<<dim3((unsigned)gx, (unsigned)gy), THREADS, 0, st>>>(C);
+    kda_cuda_coef_beta<<<grid_of(C.nb, THREADS), THREADS, 0, st>>>(C);
   }
-  kda_cuda_coef_beta<<<grid_of(C.nb, THREADS), THREADS, 0, st>>>(C);
   if (p->n_checkpoints > 0) {
     kda_cuda_ckpt_fill<<<grid_of(T, THREADS), THREADS, 0, st>>>((int32_t *)(base + m->ckpt), T);
     kda_cuda_ckpt_scatter<<<grid_of(p->n_checkpoints, THREADS), THREADS, 0, st>>>(
@@ -943,7 +1019,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   }
   const int chunked = d->plan && d->n_chunks > 0;
   const scratch_map m = scratch_layout(p, chunked);
-  if (p->T > 0 && (!o->phases || (o->phases & 8))) launch_prologue(p, d, &m, chunked, stream);
+  if (p->T > 0 && (!o->phases || (o->phases & 8)))
+    launch_prologue(p, d, &m, chunked, PRO_ONE && decode && !chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
