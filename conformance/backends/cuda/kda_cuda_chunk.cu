@@ -354,18 +354,6 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
 __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
                                  const float *bs, const int *slow, const double *inv, float *Am,
-                                 int q, int half);
-__device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
-                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
-                                 const float *bs, const int *slow, const double *inv, float *Am) {
-  const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
-  if (threadIdx.x < DIAG2_FIRST) return; /* warps 12 - 15: beside prep_pairs_tc's 0 - 11 */
-  for (int q = q0; q < 4 * 36; q += (NTP - DIAG2_FIRST) / 2) /* uniform a warp: 144 tiles */
-    pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
-}
-__device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
-                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
-                                 const float *bs, const int *slow, const double *inv, float *Am,
                                  int q, int half) {
   const int I = q / 36;
   int r = q % 36, tp = 0;
@@ -407,6 +395,14 @@ __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, 
       if (!half) Am[t * ASTR + s] = ae, A.M[(ci * CT + t) * CT + s] = me;
     }
 }
+__device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
+                                 const float *Xa, const float *Xm, const float *Yd, const float *Gs,
+                                 const float *bs, const int *slow, const double *inv, float *Am) {
+  const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
+  if (threadIdx.x < DIAG2_FIRST) return; /* warps 12 - 15: beside prep_pairs_tc's 0 - 11 */
+  for (int q = q0; q < 4 * 36; q += (NTP - DIAG2_FIRST) / 2) /* uniform a warp: 144 tiles */
+    pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
+}
 
 /* PAIRS_ZERO: the blocks above the diagonal blocks are stored as zeros without the loop's
  * sums and shuffles (they were summed as zeros); the same bits.  0: through the loop. */
@@ -428,14 +424,13 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
       if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
-      if (J == I && PAIRS_DIAG2) { /* prep_pairs_diag2 writes the 2 x 2 tiles on and below */
-        if (si / 2 > ti / 2 && !half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
-        continue; /* the tiles above: zeros, as the loop below writes them (the solve reads them) */
-      }
-      if (J > I && PAIRS_ZERO) { /* zeros above the diagonal blocks: no sums, no shuffles */
+      /* zeros above the diagonal blocks, and above prep_pairs_diag2's 2 x 2 tiles (the solve
+       * and the out part read them): no sums, no shuffles */
+      if ((J > I && PAIRS_ZERO) || (J == I && PAIRS_DIAG2 && si / 2 > ti / 2)) {
         if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
         continue;
       }
+      if (J == I && PAIRS_DIAG2) continue; /* prep_pairs_diag2 wrote these */
       if (J < I) { /* reference rho_J, between s and t */
         const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
         const float *e = E + (I * (I - 1) / 2 + J) * KP;

@@ -142,7 +142,7 @@ typedef struct coef_args {
   const double *ea;
   float *a, *lg, *b; /* a: the recurrent kernels' e^g_eff; lg: the chunked kernels' g_eff */
   int64_t n, HV, GW, nb;
-  const float *A_log; /* kda_cuda_coef_one: e^A_log evaluated by the gate threads (ea NULL) */
+  const float *A_log; /* kda_cuda_coef_one: e^A_log evaluated by the gate threads (ea unread) */
   int32_t has_A_log;
 } coef_args;
 
