@@ -84,7 +84,7 @@ KCM_FN float kcm_frcp(float x) {
 
 /* e^z for z <= 0 (and -inf): within 2^-51 relative while e^z is a normal double (z >= -708),
  * the correctly scaled subnormal below that, +0 below -1100 (e^z < 2^-1074 there too). */
-KCM_FN double kcm_exp_neg(double z) {
+KCM_FN double kcm_exp_neg0(double z) {
   const double SHIFT = 6755399441055744.0; /* 1.5 * 2^52: t's low bits hold rint(z log2 e) */
   const double LOG2E = 1.4426950408889634;
   const double LN2_HI = 0x1.62e42fefa39efp-1, LN2_LO = 0x1.abc9e3b39803fp-56;
@@ -116,7 +116,7 @@ KCM_FN double kcm_exp_neg(double z) {
 
 /* log1p(e) for 0 <= e <= 1 (the callers pass e^-|y|), within 2^-51 relative for normal e; for a
  * subnormal e, e itself give or take its last bit. */
-KCM_FN double kcm_log1p_unit(double e) {
+KCM_FN double kcm_log1p_unit0(double e) {
   const double LN2_HI = 0x1.62e42fefa39efp-1, LN2_LO = 0x1.abc9e3b39803fp-56;
   const int big = e > 0.41421356237309503; /* 1 + e > sqrt 2: log((1 + e) / 2) + ln 2 */
   const double f = big ? KCM_MUL(KCM_ADD(e, -1.0), 0.5) : e; /* log1p(f), |f| <= 0.415 */
@@ -143,16 +143,203 @@ KCM_FN double kcm_log1p_unit(double e) {
 }
 
 /* softplus(y) = max(y, 0) + log1p(e^-|y|) (SPEC.md §4.1, §9.2: no threshold). */
-KCM_FN double kcm_softplus(double y) {
-  return KCM_ADD(y > 0.0 ? y : 0.0, kcm_log1p_unit(kcm_exp_neg(-fabs(y)))); /* NaN: NaN */
+KCM_FN double kcm_softplus0(double y) {
+  return KCM_ADD(y > 0.0 ? y : 0.0, kcm_log1p_unit0(kcm_exp_neg0(-fabs(y)))); /* NaN: NaN */
 }
 
 /* sigmoid in the form that never overflows (SPEC.md §9.2). */
-KCM_FN double kcm_sigmoid(double y) {
-  if (y >= 0.0) return 1.0 / KCM_ADD(1.0, kcm_exp_neg(-y));
-  const double e = kcm_exp_neg(y);
+KCM_FN double kcm_sigmoid0(double y) {
+  if (y >= 0.0) return 1.0 / KCM_ADD(1.0, kcm_exp_neg0(-y));
+  const double e = kcm_exp_neg0(y);
   return e / KCM_ADD(1.0, e);
 }
+
+/* ---- KCM_FAST 1: table-driven e^z and log1p (the gate kernel's fewer instructions) ----
+ * Tables and coefficients: conformance/backends/cuda/kcm_gen.py (mpmath), pasted below as its
+ * output.  The tables are __device__ arrays read through the read-only cache on the device and
+ * the same values in host arrays on the host (the test), so both sides see the same bits. */
+/* e^r = 1 + r (1 + r (a2 + r (a3 + r (a4 + r a5)))): worst 2^-52.6 */
+#define KCM_EXP_POLY 0x1.11115d8aec0eap-7, 0x1.5555c4dc61969p-5, 0x1.5555555547471p-3, 0x1.ffffffffe4ab7p-2
+#define KCM_EXP_TAB \
+  0x1.0000000000000p+64,\
+  0x1.059b0d3158574p+64,\
+  0x1.0b5586cf9890fp+64,\
+  0x1.11301d0125b51p+64,\
+  0x1.172b83c7d517bp+64,\
+  0x1.1d4873168b9aap+64,\
+  0x1.2387a6e756238p+64,\
+  0x1.29e9df51fdee1p+64,\
+  0x1.306fe0a31b715p+64,\
+  0x1.371a7373aa9cbp+64,\
+  0x1.3dea64c123422p+64,\
+  0x1.44e086061892dp+64,\
+  0x1.4bfdad5362a27p+64,\
+  0x1.5342b569d4f82p+64,\
+  0x1.5ab07dd485429p+64,\
+  0x1.6247eb03a5585p+64,\
+  0x1.6a09e667f3bcdp+64,\
+  0x1.71f75e8ec5f74p+64,\
+  0x1.7a11473eb0187p+64,\
+  0x1.82589994cce13p+64,\
+  0x1.8ace5422aa0dbp+64,\
+  0x1.93737b0cdc5e5p+64,\
+  0x1.9c49182a3f090p+64,\
+  0x1.a5503b23e255dp+64,\
+  0x1.ae89f995ad3adp+64,\
+  0x1.b7f76f2fb5e47p+64,\
+  0x1.c199bdd85529cp+64,\
+  0x1.cb720dcef9069p+64,\
+  0x1.d5818dcfba487p+64,\
+  0x1.dfc97337b9b5fp+64,\
+  0x1.ea4afa2a490dap+64,\
+  0x1.f50765b6e4540p+64
+/* log1p(r) = r + r^2 (b0 + r (b1 + ... + r b6)): worst 2^-56.8 */
+#define KCM_LOG_POLY -0x1.ff666ea80a6b5p-4, 0x1.24ac6be7f0637p-3, -0x1.55555cc063e32p-3, 0x1.999998bddb7e0p-3, -0x1.ffffffffd8a91p-3, 0x1.55555555563c8p-2, -0x1.0000000000000p-1
+#define KCM_LOG_TAB \
+  {0x1.0000000000000p+0, 0x0.0p+0},\
+  {0x1.f000000000000p-1, 0x1.0415d89e74444p-5},\
+  {0x1.e0f83e0f83e10p-1, 0x1.001558891aedep-4},\
+  {0x1.d2d2d2d2d2d2dp-1, 0x1.7a5c724fc5377p-4},\
+  {0x1.c57c57c57c57cp-1, 0x1.f11814fd90d71p-4},\
+  {0x1.b8e38e38e38e4p-1, 0x1.323db198f4a82p-3},\
+  {0x1.acf914c1bacf9p-1, 0x1.6a5aa5a99c635p-3},\
+  {0x1.a1af286bca1afp-1, 0x1.a0f87d32164e6p-3},\
+  {0x1.96f96f96f96f9p-1, 0x1.d62b1ff6e27c8p-3},\
+  {0x1.8cccccccccccdp-1, 0x1.05027950a3599p-2},\
+  {0x1.831f3831f3832p-1, 0x1.1e4b7e7ec079ep-2},\
+  {0x1.79e79e79e79e8p-1, 0x1.36f885ce88e96p-2},\
+  {0x1.711dc47711dc4p-1, 0x1.4f10e6c1e05bap-2},\
+  {0x1.68ba2e8ba2e8cp-1, 0x1.669b77359474ap-2},\
+  {0x1.60b60b60b60b6p-1, 0x1.7d9e97094f253p-2},\
+  {0x1.590b21642c859p-1, 0x1.94203a7f8b88fp-2},\
+  {0x1.51b3bea3677d4p-1, 0x1.aa25f37fe2ae5p-2},\
+  {0x1.4aaaaaaaaaaabp-1, 0x1.bfb4f9dfc80d3p-2},\
+  {0x1.43eb1a1f58d10p-1, 0x1.d4d232d0977eap-2},\
+  {0x1.3d70a3d70a3d7p-1, 0x1.e982378d782aap-2},\
+  {0x1.3737373737373p-1, 0x1.fdc95b5fead2bp-2},\
+  {0x1.313b13b13b13bp-1, 0x1.08d5d8875f7bbp-1},\
+  {0x1.2b78c13521cfbp-1, 0x1.129687e444543p-1},\
+  {0x1.25ed097b425edp-1, 0x1.1c288bcc39ec7p-1},\
+  {0x1.2094f2094f209p-1, 0x1.258d9ab934a2ep-1},\
+  {0x1.1b6db6db6db6ep-1, 0x1.2ec75370eb514p-1},\
+  {0x1.1674c59d31675p-1, 0x1.37d73eb28255fp-1},\
+  {0x1.11a7b9611a7b9p-1, 0x1.40bed0bed8503p-1},\
+  {0x1.0d0456c797dd5p-1, 0x1.497f6abf49e5dp-1},\
+  {0x1.0888888888889p-1, 0x1.521a5c0e4e6f2p-1},\
+  {0x1.04325c53ef369p-1, 0x1.5a90e364eb2ffp-1},\
+  {0x1.0000000000000p-1, 0x1.62e42fefa39efp-1}
+
+/* The constants the float64 operations take, by index (KCM_K): on the device a __constant__
+ * array that is not const, so that the compiler cannot fold its values into immediates and each
+ * FMA reads its operand from the constant bank (a 64-bit immediate costs two UMOVs an
+ * element in the gate kernel's loop); on the host the same values. */
+enum { KCM_K_INV, KCM_K_CHI, KCM_K_CLO, KCM_K_EP, KCM_K_LP = KCM_K_EP + 4, KCM_K_31 = KCM_K_LP + 7, KCM_K_N };
+#define KCM_K_VALUES \
+  0x1.71547652b82fep+5,                       /* 32 / ln 2 */ \
+  0x1.62e42fefa39efp-6, 0x1.abc9e3b39803fp-61, /* ln2 / 32, high and low parts */ \
+  KCM_EXP_POLY, KCM_LOG_POLY, 31.0
+#ifdef __CUDACC__
+static __constant__ double kcm_k_d[KCM_K_N] = {KCM_K_VALUES};
+static __device__ const double kcm_exp_tab_d[32] = {KCM_EXP_TAB};
+static __device__ const double2 kcm_log_tab_d[32] = {KCM_LOG_TAB};
+#endif
+static const double kcm_k_h[KCM_K_N] = {KCM_K_VALUES};
+static const double kcm_exp_tab_h[32] = {KCM_EXP_TAB};
+static const double kcm_log_tab_h[32][2] = {KCM_LOG_TAB};
+#ifdef __CUDA_ARCH__
+#define KCM_K(i) kcm_k_d[i]
+#else
+#define KCM_K(i) kcm_k_h[i]
+#endif
+
+/* 2^(j/32) 2^64, j < 32. */
+KCM_FN double kcm_exp_tab(uint32_t j) {
+#ifdef __CUDA_ARCH__
+  return __ldg(&kcm_exp_tab_d[j]);
+#else
+  return kcm_exp_tab_h[j];
+#endif
+}
+/* c_j = RN(1 / (1 + j/31)) into *c, -log c_j (rounded) into *l, j < 32. */
+KCM_FN void kcm_log_tab(uint32_t j, double *c, double *l) {
+#ifdef __CUDA_ARCH__
+  const double2 v = __ldg(&kcm_log_tab_d[j]);
+  *c = v.x, *l = v.y;
+#else
+  *c = kcm_log_tab_h[j][0], *l = kcm_log_tab_h[j][1];
+#endif
+}
+
+/* x 2^m by adding m to x's exponent field (x 2^m normal): on the device to the high word alone
+ * (one integer op, where a 64-bit add takes two). */
+KCM_FN double kcm_scale(double x, int32_t m) {
+#ifdef __CUDA_ARCH__
+  return __hiloint2double(__double2hiint(x) + (m << 20), __double2loint(x));
+#else
+  return kcm_double(kcm_bits(x) + ((uint64_t)(int64_t)m << 52));
+#endif
+}
+
+/* e^z for z <= 0 (and -inf), table-driven: n = rint(32 z / ln 2) = 32 m + j (0 <= j < 32),
+ * r = z - n ln2/32 (|r| <= ln2/64; the first FMA is exact: z - n C_HI is a multiple of ulp(C_HI)
+ * below 2^-6), e^z = 2^m 2^(j/32) e^r with e^r = 1 + r h(r) (degree 5, 2^-52.6).  The table holds
+ * 2^(j/32) 2^64, so s = 2^(j/32) 2^(m+64) is a normal double for every m >= -1076 (z >= -745.5:
+ * below, e^z < 2^-1075 rounds to +0, and so does the clamped value) and is built by adding m to
+ * the exponent field; the last multiply by 2^-64 is exact for a normal e^z and rounds once
+ * (after the one rounding of s (1 + p), 2^-53 of a subnormal's 2^-1022) for a subnormal one. */
+KCM_FN double kcm_exp_neg1(double z) {
+  const double SHIFT = 6755399441055744.0; /* 1.5 * 2^52: t's low bits hold n */
+  const double zc = z < -745.5 ? -745.5 : z; /* NaN compares false, stays and propagates */
+  const double t = KCM_FMA(zc, KCM_K(KCM_K_INV), SHIFT);
+  const double n = KCM_ADD(t, -SHIFT); /* exact */
+  double r = KCM_FMA(n, -KCM_K(KCM_K_CHI), zc);
+  r = KCM_FMA(n, -KCM_K(KCM_K_CLO), r);
+  double h = KCM_K(KCM_K_EP);
+  for (int k = 1; k < 4; k++) h = KCM_FMA(h, r, KCM_K(KCM_K_EP + k));
+  h = KCM_FMA(h, r, 1.0);
+  const int32_t ni = (int32_t)(uint32_t)kcm_bits(t); /* n in two's complement */
+  const double s = kcm_scale(kcm_exp_tab((uint32_t)ni & 31), ni >> 5);
+  return KCM_MUL(KCM_FMA(s, KCM_MUL(h, r), s), 0x1p-64);
+}
+
+/* log1p(e) for 0 <= e <= 1, table-driven: j = rint(31 e), x = 1 + e = x_j (1 + r) with
+ * r = c_j x - 1 = c_j e + (c_j - 1) in one FMA (c_j - 1 exact: c_j >= 1/2), |r| <= 1/62,
+ * log1p(e) = -log c_j + log1p(r), log1p(r) = r + r^2 h(r) (degree 8, 2^-56.8).  j = 0: c = 1,
+ * r = e exactly and the table's 0 adds nothing, so small and subnormal e keep their relative
+ * accuracy (subnormal: e itself). */
+KCM_FN double kcm_log1p_unit1(double e) {
+  const double SHIFT = 6755399441055744.0;
+  const double t = KCM_FMA(e, KCM_K(KCM_K_31), SHIFT);
+  double c, l;
+  kcm_log_tab((uint32_t)kcm_bits(t) & 31, &c, &l); /* the mask keeps a NaN's index in the table */
+  const double r = KCM_FMA(c, e, KCM_ADD(c, -1.0));
+  double h = KCM_K(KCM_K_LP);
+  for (int k = 1; k < 7; k++) h = KCM_FMA(h, r, KCM_K(KCM_K_LP + k));
+  return KCM_ADD(l, KCM_FMA(KCM_MUL(r, r), h, r));
+}
+
+/* softplus as kcm_softplus0, the max as a select of the sum (fewer instructions than a max):
+ * y + l for y > 0, else l (+ 0, which changes no l >= +0). */
+KCM_FN double kcm_softplus1(double y) {
+  const double l = kcm_log1p_unit1(kcm_exp_neg1(-fabs(y))); /* NaN: NaN */
+  return y > 0.0 ? KCM_ADD(y, l) : l;
+}
+
+KCM_FN double kcm_sigmoid1(double y) {
+  if (y >= 0.0) return 1.0 / KCM_ADD(1.0, kcm_exp_neg1(-y));
+  const double e = kcm_exp_neg1(y);
+  return e / KCM_ADD(1.0, e);
+}
+
+/* The prologue's functions: KCM_FAST 1 the table-driven ones, 0 the Taylor/atanh ones (kept for
+ * the side-by-side build; check_cuda tests both). */
+#ifndef KCM_FAST
+#define KCM_FAST 1
+#endif
+KCM_FN double kcm_exp_neg(double z) { return KCM_FAST ? kcm_exp_neg1(z) : kcm_exp_neg0(z); }
+KCM_FN double kcm_log1p_unit(double e) { return KCM_FAST ? kcm_log1p_unit1(e) : kcm_log1p_unit0(e); }
+KCM_FN double kcm_softplus(double y) { return KCM_FAST ? kcm_softplus1(y) : kcm_softplus0(y); }
+KCM_FN double kcm_sigmoid(double y) { return KCM_FAST ? kcm_sigmoid1(y) : kcm_sigmoid0(y); }
 
 /* ---- Float pairs for the chunked prep's cumulative log-decays (kda_cuda_chunk.cu) ----
  * A sum of gates kept as hi + lo: each float x is added to hi by TwoSum (Knuth: s = RN(hi + x)
