@@ -697,9 +697,9 @@ END_TEST
 /* The two implementations' results rounded to float (what the kernels store), compared on the
  * callers' arguments: softplus of y = g + dt_bias (two floats), e^z of the decay's z <= 0,
  * sigmoid of any y.  Both are within 2^-48 of the exact value, so they round to different floats
- * only where the exact value lies within about 2^-48 of a midpoint between two floats: an
- * analysis printed, not a bound asserted (a handful in millions is expected; many would mean a
- * bug the MPFR test's sampling missed). */
+ * only where the exact value lies within about 2^-48 of a midpoint between two floats: the
+ * counts are printed (a handful in millions is expected), and more than 1 in 10^4 fails as a
+ * gross bug the MPFR test's sampling missed. */
 START_TEST(test_prologue_float_agree) {
   uint64_t s = 20261203;
   const char *names[] = {"exp_neg", "log1p_unit", "softplus", "sigmoid"};
