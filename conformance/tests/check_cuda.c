@@ -273,6 +273,12 @@ static const char *const descs[] = {
     "checkpoints=0,2 id=decode-rows-log",
     "seed=77 seqlens=1,1 H=1 HV=1 K=100 V=8 gate=lower_bound lb=-5 beta=logit l2=fla prec=bf16 "
     "h0=1 id=decode-rows-lb-alog",
+    /* K = V = 128 (the row kernel's compiled-in shape): pads, checkpoints, the prologue
+     * before it as a programmatic dependent launch when there are no checkpoints */
+    "seed=78 seqlens=1,1,0,1,1,1 H=2 HV=4 K=128 V=128 gate=softplus beta=logit l2=fla "
+    "prec=f32 h0=1 checkpoints=0,3,4 id=decode-rows-128-ckpt",
+    "seed=79 seqlens=1,0,1,1,1,1,1,1 H=2 HV=4 K=128 V=128 gate=lower_bound lb=-5 beta=logit "
+    "l2=fla prec=f32 h0=1 head_map=mod id=decode-rows-128",
     "seed=62 T=300 H=1 HV=2 K=1 V=3 gate=softplus beta=logit l2=fla prec=f32 final=0 "
     "checkpoints=0,299 id=k1-v1",
     /* the chunked kernels (algo=chunk): sequences over several 64-token chunks, starting

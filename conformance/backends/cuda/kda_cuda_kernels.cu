@@ -221,9 +221,12 @@ __device__ static float dev_decay(double ge) {
 /* GATE_UNROLL tokens a thread at once: their loads are all issued before the float64 work,
  * so a warp has that many loads in flight instead of one (with one, B1 T32768 H32's 134 M
  * gate elements moved at about 1.3 TB/s: too few bytes in flight to cover the memory's
- * latency).  Every element's arithmetic is unchanged, so are the bits.  1: one at a time. */
+ * latency).  Every element's arithmetic is unchanged, so are the bits.  1: one at a time.
+ * 8 rather than 4 (session 17, H100, the same bits): the prefill prologue at B1 T32768 0.547
+ * -> 0.489 ms; decode B1024 1.511-1.512 -> 1.504-1.510 ms with PRO_ONE_MIN 8 (with 16 the
+ * one-launch prologue spills more and decode got slower, 1.522-1.525). */
 #ifndef GATE_UNROLL
-#define GATE_UNROLL 4
+#define GATE_UNROLL 8
 #endif
 __device__ __forceinline__ void gate_put(const coef_args &C, int64_t e, double x, int lm, double ea,
                                          double db) {
@@ -273,19 +276,41 @@ __global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x)
  * 0.1 GB of traffic (docs/cuda.md); the kernels are short and each waited for the one before.
  * Measured (H200, session 12, bench_cuda twice, the same bits): B64 0.099-0.100 -> 0.088-0.089
  * ms, B256 0.305-0.307 -> 0.298-0.300, B1024 1.135 -> 1.127-1.128 (PRO_ONE_MIN 16; 8 and 12
- * within the spread: 1.123-1.133).  0: four launches. */
+ * within the spread: 1.123-1.133; 8 since GATE_UNROLL 8, whose eight loads in flight a gate
+ * thread need the registers).  0: four launches. */
 #ifndef PRO_ONE
 #define PRO_ONE 1
 #endif
-#ifndef PRO_ONE_MIN /* blocks a multiprocessor the registers must allow (16: 32 a thread) */
-#define PRO_ONE_MIN 16
+#ifndef PRO_ONE_MIN /* blocks a multiprocessor the registers must allow (8: 64 a thread) */
+#define PRO_ONE_MIN 8
 #endif
+/* PRO_MIX: the ng gate blocks (float64-bound) spread evenly among the nq qk blocks (bound by
+ * memory) instead of all before them: block b is gate block gi = floor(b ng / (ng + nq)) when
+ * floor((b + 1) ng / (ng + nq)) > gi, else qk block b - gi.  Each block's work is unchanged. */
+#ifndef PRO_MIX
+#define PRO_MIX 1
+#endif
+/* DECODE_PDL: the row decode kernel is launched as a programmatic dependent of this one
+ * (launch_decode_rows), which lets it start once every block of this grid has begun: its
+ * blocks issue their state loads, then wait (pdl_wait) for this grid's completion and its
+ * writes before they read qh, kh, a and b. */
+#ifndef DECODE_PDL
+#define DECODE_PDL 1
+#endif
+__device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __global__ void __launch_bounds__(THREADS, PRO_ONE_MIN) kda_cuda_coef_one(const coef_args C, int64_t ng, int64_t gx, int64_t gy, int64_t nq) {
-  const int64_t b = blockIdx.x;
-  if (b < ng) coef_gate<true>(C, b % gx, b / gx, gy);
-  else if (b < ng + nq && C.K <= 128) coef_qk_row(C, b - ng);
-  else if (b < ng + nq) coef_qk(C, b - ng);
-  else coef_beta(C, b - ng - nq);
+  if (DECODE_PDL) pdl_trigger();
+  const int64_t b = blockIdx.x, nm = ng + nq;
+  if (b >= nm) {
+    coef_beta(C, b - nm);
+    return;
+  }
+  const int64_t gi = PRO_MIX ? b * ng / nm : b < ng ? b : ng; /* gate blocks before block b */
+  const bool gate = PRO_MIX ? (b + 1) * ng / nm > gi : b < ng;
+  if (gate) coef_gate<true>(C, gi % gx, gi / gx, gy);
+  else if (C.K <= 128) coef_qk_row(C, b - gi);
+  else coef_qk(C, b - gi);
 }
 
 /* ckpt[t] = c when checkpoints[c] = t, else -1 (checkpoints were validated on the host). */
@@ -747,33 +772,51 @@ static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid,
  * staged in shared memory; the sums over i (p_j, then o_j) are a per-thread sum over its 32
  * rows and the four warps' partials added in a fixed order (no atomics). */
 #define DROWS 32
-__global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args A, int64_t items,
-                                                                int64_t tiles) {
+/* DECODE_V128: the K = V = 128 instance (KV below).  Measured (H200, session 17, bench_cuda
+ * three times in each of two calls, the same bits): B1024 1.121-1.125 -> 1.109-1.116 ms.  0: the
+ * run-time instance for every shape. */
+#ifndef DECODE_V128
+#define DECODE_V128 1
+#endif
+/* Blocks a multiprocessor the KV instance's registers must allow: 1 leaves it 187 registers
+ * (two blocks); 3 (168 registers, no spill, three blocks) was slower (H200, session 17:
+ * B1024 1.120-1.122 against 1.109-1.112 ms). */
+#ifndef DECODE_MINB
+#define DECODE_MINB 1
+#endif
+template <int KV> __global__ void __launch_bounds__(THREADS, KV ? DECODE_MINB : 1)
+kda_cuda_decode_rows(const recur_args A, int64_t items, int64_t tiles_rt) {
+  /* KV = 128: K = V = 128 known when compiled (the production shape), so a thread's 32 rows
+   * are one base address plus immediate offsets and no row or column is out of range; KV = 0:
+   * K, V at run time.  The same operations in the same order either way, so the same bits. */
+  const int64_t V = KV ? KV : A.V, K = KV ? KV : A.K, tiles = KV ? 1 : tiles_rt;
   __shared__ __align__(16) float sk[128], sq[128], sa[128], part[4][128];
   const int g = threadIdx.x % 32, sw = threadIdx.x / 32;
   for (int64_t item = blockIdx.x; item < items; item += gridDim.x) {
     const int64_t n = item / (A.HV * tiles), hv = item / tiles % A.HV, j = item % tiles * 128 + 4 * g;
     const int64_t slot = A.slots ? A.slots[n] : n;
-    const bool pad = slot < 0, col = j < A.V;
+    const bool pad = slot < 0, col = KV || j < V;
     const int64_t bos = A.cu[n], eos = A.cu[n + 1], h = A.head_mod ? hv % A.H : hv / A.G;
-    const int64_t soff = ((pad ? 0 : slot) * A.HV + hv) * A.K * A.V;
+    const int64_t soff = ((pad ? 0 : slot) * A.HV + hv) * K * V;
+    /* rows sw*32 + r of this thread's 4 columns: float4 r*V/4 from the first */
+    const int64_t r0 = soff + sw * DROWS * V + j;
+    const bool load = A.has_h0 && !pad && col;
     float4 S[DROWS];
 #pragma unroll
-    for (int r = 0; r < DROWS; r++) { /* 1. the state, all loads issued before any use */
-      const int64_t i = sw * DROWS + r;
-      S[r] = A.has_h0 && !pad && col && i < A.K
-                 ? *reinterpret_cast<const float4 *>(A.h0 + soff + i * A.V + j)
+    for (int r = 0; r < DROWS; r++) /* 1. the state, all loads issued before any use */
+      S[r] = load && (KV || sw * DROWS + r < K)
+                 ? reinterpret_cast<const float4 *>(A.h0 + r0)[r * (V / 4)]
                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    }
     if (eos > bos) {
       const int64_t t = bos;
+      if (DECODE_PDL) pdl_wait(); /* the prologue's coefficients (launch_decode_rows) */
       __syncthreads(); /* the previous item's readers of sk, sq, sa and part are done */
       const int i = threadIdx.x;
-      sk[i] = i < A.K ? A.kh[(t * A.H + h) * A.K + i] : 0.0f;
-      sq[i] = i < A.K ? A.qh[(t * A.H + h) * A.K + i] : 0.0f;
-      sa[i] = !A.decays || i >= A.K ? 1.0f
-              : A.a[A.gate_scalar ? t * A.HV + hv : (t * A.HV + hv) * A.K + i];
-      const float4 v = col ? *reinterpret_cast<const float4 *>(A.v + (t * A.HV + hv) * A.V + j)
+      sk[i] = (KV || i < K) ? A.kh[(t * A.H + h) * K + i] : 0.0f;
+      sq[i] = (KV || i < K) ? A.qh[(t * A.H + h) * K + i] : 0.0f;
+      sa[i] = !A.decays || i >= K ? 1.0f
+              : A.a[A.gate_scalar ? t * A.HV + hv : (t * A.HV + hv) * K + i];
+      const float4 v = col ? *reinterpret_cast<const float4 *>(A.v + (t * A.HV + hv) * V + j)
                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
       const float beta = A.b[t * A.HV + hv];
       __syncthreads();
@@ -812,21 +855,20 @@ __global__ void __launch_bounds__(THREADS) kda_cuda_decode_rows(const recur_args
         out.y = ((part[0][4 * g + 1] + part[1][4 * g + 1]) + part[2][4 * g + 1]) + part[3][4 * g + 1];
         out.z = ((part[0][4 * g + 2] + part[1][4 * g + 2]) + part[2][4 * g + 2]) + part[3][4 * g + 2];
         out.w = ((part[0][4 * g + 3] + part[1][4 * g + 3]) + part[2][4 * g + 3]) + part[3][4 * g + 3];
-        *reinterpret_cast<float4 *>(A.o + (t * A.HV + hv) * A.V + j) = out;
+        *reinterpret_cast<float4 *>(A.o + (t * A.HV + hv) * V + j) = out;
       }
       const int cp = A.has_ckpt ? A.ckpt[t] : -1;
       if (cp >= 0 && col) {
-        float *dst = A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V;
+        float4 *dst = reinterpret_cast<float4 *>(A.hc + ((int64_t)cp * A.HV + hv) * K * V + sw * DROWS * V + j);
 #pragma unroll
         for (int r = 0; r < DROWS; r++)
-          if (sw * DROWS + r < A.K) *reinterpret_cast<float4 *>(dst + (sw * DROWS + r) * A.V + j) = S[r];
+          if (KV || sw * DROWS + r < K) dst[r * (V / 4)] = S[r];
       }
     }
     if (A.want_ht && col && !pad) { /* in place on a pool: this thread read these */
 #pragma unroll
       for (int r = 0; r < DROWS; r++)
-        if (sw * DROWS + r < A.K)
-          *reinterpret_cast<float4 *>(A.ht + soff + (sw * DROWS + r) * A.V + j) = S[r];
+        if (KV || sw * DROWS + r < K) reinterpret_cast<float4 *>(A.ht + r0)[r * (V / 4)] = S[r];
     }
   }
 }
@@ -836,14 +878,22 @@ static int decode_rows_fits(const kda_problem *p) {
   return p->state_layout == KDA_STATE_KV && p->K <= 4 * DROWS && p->V % 4 == 0;
 }
 
-static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t max_grid,
+/* pdl: the kernel just before it on the stream is the prologue's kda_cuda_coef_one. */
+static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t max_grid, int pdl,
                                       cudaStream_t st) {
   /* One block an item (the scheduler overlaps one block's loads with another's work); tests
    * cap the grid so that blocks take many items in turn. */
   const int64_t tiles = (A.V + 127) / 128, items = N * A.HV * tiles;
   const int64_t grid = max_grid > 0 && items > max_grid ? max_grid : items;
-  kda_cuda_decode_rows<<<(unsigned)grid, THREADS, 0, st>>>(A, items, tiles);
-  return cudaGetLastError();
+  cudaLaunchAttribute at = {};
+  at.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  at.val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchConfig_t cfg = {};
+  cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(THREADS), cfg.stream = st;
+  cfg.attrs = &at, cfg.numAttrs = DECODE_PDL && pdl ? 1 : 0;
+  return DECODE_V128 && A.K == 128 && A.V == 128
+             ? cudaLaunchKernelEx(&cfg, kda_cuda_decode_rows<128>, A, items, tiles)
+             : cudaLaunchKernelEx(&cfg, kda_cuda_decode_rows<0>, A, items, tiles);
 }
 
 /* ==== Host side ==== */
@@ -1051,7 +1101,9 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   A.items = blocks;
   const int R = rows_for(p->K, ks);
   if (decode) {
-    e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, stream)
+    /* the prologue ran just before (one launch, no checkpoint map after it) */
+    const int pdl = PRO_ONE && p->T > 0 && (!o->phases || (o->phases & 8)) && p->n_checkpoints == 0;
+    e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, pdl, stream)
                             : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
     return KDA_OK;
