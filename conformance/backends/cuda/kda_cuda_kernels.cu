@@ -1069,8 +1069,8 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   }
   const int chunked = d->plan && d->n_chunks > 0;
   const scratch_map m = scratch_layout(p, chunked);
-  if (p->T > 0 && (!o->phases || (o->phases & 8)))
-    launch_prologue(p, d, &m, chunked, PRO_ONE && decode && !chunked, stream);
+  const int prologue = p->T > 0 && (!o->phases || (o->phases & 8));
+  if (prologue) launch_prologue(p, d, &m, chunked, PRO_ONE && decode && !chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
@@ -1102,7 +1102,7 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   const int R = rows_for(p->K, ks);
   if (decode) {
     /* the prologue ran just before (one launch, no checkpoint map after it) */
-    const int pdl = PRO_ONE && p->T > 0 && (!o->phases || (o->phases & 8)) && p->n_checkpoints == 0;
+    const int pdl = prologue && PRO_ONE && p->n_checkpoints == 0;
     e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, pdl, stream)
                             : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);
