@@ -1022,6 +1022,227 @@ __global__ void __launch_bounds__(NTS, 1) kda_chunk_scan(const cargs A) {
   else scan_outputs(A, w, Qb, Mb, Ss, Vs, threadIdx.x - NT);
 }
 
+/* ==== scan on the float64 tensor cores (SCAN_DMMA) ==== */
+
+/* The scan's three products on sm_90's float64 tensor cores (mma.sync m8n8k4 .f64: 256
+ * multiply-adds a warp instruction, 128 a clock a multiprocessor, the float32 FMA pipe's rate),
+ * every product and sum in float64: the chunk-start state S lives in float64 registers across
+ * the chunks (a float32 copy of it is what checkpoints and the final state store), Unew and
+ * the outputs are float64 sums rounded once.  The float32 FMA scan was bound by shared-memory
+ * traffic into registers (4 x 4 tiles: a 32-bit load every two FMAs, 128 bytes a clock;
+ * session 13); a fragment of m8n8k4 feeds 8 multiply-adds a lane with two loads.  The
+ * operands prep wrote (W, U, Kd, Qs, M, gC: float32) are converted exactly when they are
+ * loaded; S0 and Unew are kept in shared memory as float64.  One block of 8 warps a
+ * (sequence, value head, 32 columns), each chunk in three steps between block barriers:
+ *   Unew = U - W S0                      (64 x 32, a 16 x 16 tile a warp, over k = 128)
+ *   O = Qs S0 + M Unew  and  S <- e^gamma_L S + Kd^T Unew   (16 x 16 and 16 x 32 a warp)
+ *   S to shared memory for the next chunk.
+ * Fragments (PTX ISA, mma.m8n8k4.f64), lane = 4 g + q: A[g][q], B[q][g], C[g][2q + e]. */
+#ifndef SCAN_DMMA
+#define SCAN_DMMA 1
+#endif
+#define NTD 256      /* threads of the float64 scan: 8 warps */
+#define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
+#define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
+
+/* D += A B, m16n8k8 in float64 (sm_90; twice m8n8k4's rate on the H100).  Lane 4 g + q holds
+ * A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4]; B[q][g], B[q + 4][g];
+ * C[g][2q], C[g][2q + 1], C[g + 8][2q], C[g + 8][2q + 1]. */
+__device__ __forceinline__ void dmma(double (&d)[4], const double (&a)[4], const double (&b)[2]) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f64.f64.f64.f64 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+      "{%0, %1, %2, %3};"
+      : "+d"(d[0]), "+d"(d[1]), "+d"(d[2]), "+d"(d[3])
+      : "d"(a[0]), "d"(a[1]), "d"(a[2]), "d"(a[3]), "d"(b[0]), "d"(b[1]));
+}
+/* The A fragment of rows r0.., columns k.. of a float32 tile X (row stride ld), converted exactly. */
+__device__ __forceinline__ void frag_a(double (&a)[4], const float *X, int ld, int r0, int k, int g, int q) {
+  a[0] = X[(r0 + g) * ld + k + q], a[1] = X[(r0 + g + 8) * ld + k + q];
+  a[2] = X[(r0 + g) * ld + k + q + 4], a[3] = X[(r0 + g + 8) * ld + k + q + 4];
+}
+/* The same of X's transpose (A[r][k] = X[k][r]). */
+__device__ __forceinline__ void frag_at(double (&a)[4], const float *X, int ld, int r0, int k, int g, int q) {
+  a[0] = X[(k + q) * ld + r0 + g], a[1] = X[(k + q) * ld + r0 + g + 8];
+  a[2] = X[(k + q + 4) * ld + r0 + g], a[3] = X[(k + q + 4) * ld + r0 + g + 8];
+}
+/* The B fragment of rows k.., columns n0.. of a float64 tile Y (row stride SDS). */
+__device__ __forceinline__ void frag_b(double (&b)[2], const double *Y, int k, int n0, int g, int q) {
+  b[0] = Y[(k + q) * SDS + n0 + g], b[1] = Y[(k + q + 4) * SDS + n0 + g];
+}
+/* Chunk c's W, U (this block's columns) and gC into one of the two buffers. */
+__device__ void sd_issue_wu(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *U, float *G) {
+  const int64_t ci = (c - A.cbase) * A.HV + hv;
+  const float *w = A.W + ci * CT * KP;
+  for (int e = threadIdx.x; A.erases && e < CT * KP / 4; e += NTD)
+    async16(W + e / (KP / 4) * KSTR + e % (KP / 4) * 4, w + e * 4);
+  for (int e = threadIdx.x; e < CT * VS / 4; e += NTD) {
+    const int t = e / (VS / 4), c4 = e % (VS / 4) * 4;
+    async16(U + t * VS + c4, A.U + (ci * CT + t) * A.VP + j0 + c4);
+  }
+  for (int e = threadIdx.x; e < KP / 4; e += NTD) async16(G + e * 4, A.gC + ci * KP + e * 4);
+}
+/* Chunk c's Kd, Qs and M (one buffer each: copied once the chunk before has read them). */
+__device__ void sd_issue_kqm(const cargs &A, int64_t c, int64_t hv, float *Kd, float *Qb, float *Mb) {
+  const int64_t ci = (c - A.cbase) * A.HV + hv;
+  const float *k = A.Kd + ci * CT * KP, *qs = A.Qs + ci * CT * KP, *m = A.M + ci * CT * CT;
+  for (int e = threadIdx.x; e < CT * KP / 4; e += NTD) {
+    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
+    async16(Kd + t * KDS + c4, k + e * 4), async16(Qb + t * KSTR + c4, qs + e * 4);
+  }
+  for (int e = threadIdx.x; e < CT * CT / 4; e += NTD) async16(Mb + e / (CT / 4) * ASTR + e % (CT / 4) * 4, m + e * 4);
+}
+
+/* Unew = U - W S0 for warp wp's tile (rows tb.. + 15, columns cb.. + 15), into Vs: the
+ * fragments accumulate -U + W S0 (negated once at the end, exactly). */
+__device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const float *U, const double *Ss,
+                                        double *Vs, int wp, int g, int q) {
+  const int tb = 16 * (wp >> 1), cb = 16 * (wp & 1);
+  double acc[2][4];
+#pragma unroll
+  for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+      const float2 u = *reinterpret_cast<const float2 *>(U + (tb + g + 8 * h) * VS + cb + 8 * ni + 2 * q);
+      acc[ni][2 * h] = -(double)u.x, acc[ni][2 * h + 1] = -(double)u.y;
+    }
+  if (A.erases) {
+#pragma unroll 4
+    for (int k = 0; k < KP; k += 8) {
+      double a[4], b[2][2];
+      frag_a(a, W, KSTR, tb, k, g, q);
+#pragma unroll
+      for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Ss, k, cb + 8 * ni, g, q);
+#pragma unroll
+      for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
+    }
+  }
+#pragma unroll
+  for (int ni = 0; ni < 2; ni++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      *reinterpret_cast<double2 *>(Vs + (tb + g + 8 * h) * SDS + cb + 8 * ni + 2 * q) =
+          make_double2(-acc[ni][2 * h], -acc[ni][2 * h + 1]);
+}
+/* O = Qs S0 + M Unew for warp wp's tile of chunk c, rounded once; rows past the chunk's
+ * length and columns past V not written. */
+__device__ __forceinline__ void sd_out(const cargs &A, int64_t c, const scan_item &w, const float *Qb,
+                                       const float *Mb, const double *Ss, const double *Vs, int wp, int g,
+                                       int q) {
+  const int tb = 16 * (wp >> 1), cb = 16 * (wp & 1);
+  double acc[2][4] = {};
+#pragma unroll 4
+  for (int k = 0; k < KP; k += 8) {
+    double a[4], b[2][2];
+    frag_a(a, Qb, KSTR, tb, k, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Ss, k, cb + 8 * ni, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
+  }
+#pragma unroll 4
+  for (int s = 0; s < CT; s += 8) {
+    double a[4], b[2][2];
+    frag_a(a, Mb, ASTR, tb, s, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Vs, s, cb + 8 * ni, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
+  }
+  const chunk_at ch = chunk_of(A, c);
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int t = tb + g + 8 * h;
+    if (t >= ch.len) continue;
+    float *o = A.o + ((int64_t)(ch.start + t) * A.HV + w.hv) * A.V;
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) {
+      const int jj = w.j0 + cb + 8 * ni + 2 * q;
+      const float x = (float)acc[ni][2 * h], y = (float)acc[ni][2 * h + 1];
+      if (A.V % 2 == 0 && jj + 1 < A.V) *reinterpret_cast<float2 *>(o + jj) = make_float2(x, y);
+      else {
+        if (jj < A.V) o[jj] = x;
+        if (jj + 1 < A.V) o[jj + 1] = y;
+      }
+    }
+  }
+}
+/* S <- e^gamma_L S + Kd^T Unew for warp wp's rows 16 wp.. + 15 (all 32 columns). */
+__device__ __forceinline__ void sd_update(const float *G, const float *Kd, const double *Vs, int wp, int g,
+                                          int q, double (&S)[4][4]) {
+  const int ib = 16 * wp;
+  const double g0 = G[ib + g], g1 = G[ib + g + 8];
+#pragma unroll
+  for (int ni = 0; ni < 4; ni++) S[ni][0] *= g0, S[ni][1] *= g0, S[ni][2] *= g1, S[ni][3] *= g1;
+#pragma unroll 2
+  for (int t = 0; t < CT; t += 8) {
+    double a[4], b[4][2];
+    frag_at(a, Kd, KDS, ib, t, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) frag_b(b[ni], Vs, t, 8 * ni, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 4; ni++) dmma(S[ni], a, b[ni]);
+  }
+}
+/* Lane (g, q) of warp wp holds S rows 16 wp + g + 8 (r >> 1), columns j0 + 8 ni + 2 q + (r & 1). */
+#define SD_EACH(body)                                                                               \
+  _Pragma("unroll") for (int ni = 0; ni < 4; ni++) _Pragma("unroll") for (int r = 0; r < 4; r++) { \
+    const int64_t i = 16 * wp + g + 8 * (r >> 1), jj = w.j0 + 8 * ni + 2 * q + (r & 1);             \
+    const bool in = i < A.K && jj < A.V;                                                             \
+    body;                                                                                            \
+  }
+/* The initial state (zeros without h0 or for a padding entry). */
+__device__ void sd_h0(const cargs &A, const scan_item &w, int wp, int g, int q, double (&S)[4][4]) {
+  SD_EACH(S[ni][r] = A.has_h0 && w.slot >= 0 && in ? (double)A.h0[w.soff + state_idx(A, i, jj)] : 0.0)
+}
+/* S rounded to a float32 state at dst (a checkpoint, the final state). */
+__device__ void sd_store(const cargs &A, const scan_item &w, int wp, int g, int q, const double (&S)[4][4],
+                         float *dst) {
+  SD_EACH(if (in) dst[state_idx(A, i, jj)] = (float)S[ni][r])
+}
+/* S into shared memory (float64) for the next chunk's Unew and outputs. */
+__device__ __forceinline__ void sd_share(double *Ss, int wp, int g, int q, const double (&S)[4][4]) {
+#pragma unroll
+  for (int ni = 0; ni < 4; ni++)
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+      *reinterpret_cast<double2 *>(Ss + (16 * wp + g + 8 * h) * SDS + 8 * ni + 2 * q) =
+          make_double2(S[ni][2 * h], S[ni][2 * h + 1]);
+}
+
+__global__ void __launch_bounds__(NTD, 1) kda_chunk_scan_dmma(const cargs A) {
+  extern __shared__ __align__(16) double smd[];
+  double *Ss = smd, *Vs = Ss + KP * SDS;
+  float *Wb = reinterpret_cast<float *>(Vs + CT * SDS), *Ub = Wb + 2 * CT * KSTR, *Gb = Ub + 2 * CT * VS;
+  float *Kb = Gb + 2 * KP, *Qb = Kb + CT * KDS, *Mb = Qb + CT * KSTR;
+  const scan_item w = scan_item_of(A);
+  const int wp = threadIdx.x >> 5, g = (threadIdx.x & 31) >> 2, q = threadIdx.x & 3;
+  double S[4][4];
+  sd_h0(A, w, wp, g, q, S);
+  if (w.c0 < w.c1) sd_issue_wu(A, w.c0, w.hv, w.j0, Wb, Ub, Gb);
+  __pipeline_commit();
+  if (w.c0 < w.c1) sd_issue_kqm(A, w.c0, w.hv, Kb, Qb, Mb);
+  __pipeline_commit();
+  sd_share(Ss, wp, g, q, S);
+  for (int64_t c = w.c0; c < w.c1; c++) {
+    const int cur = (int)((c - w.c0) & 1), nxt = cur ^ 1;
+    if (c + 1 < w.c1) sd_issue_wu(A, c + 1, w.hv, w.j0, Wb + nxt * CT * KSTR, Ub + nxt * CT * VS, Gb + nxt * KP);
+    __pipeline_commit(); /* pending: W/U of c, Kd/Qs/M of c, W/U of c + 1 */
+    __pipeline_wait_prior(2);
+    __syncthreads(); /* W/U of c and S0 in shared memory */
+    sd_unew(A, Wb + cur * CT * KSTR, Ub + cur * CT * VS, Ss, Vs, wp, g, q);
+    __pipeline_wait_prior(1);
+    __syncthreads(); /* Unew and Kd/Qs/M of c */
+    sd_out(A, c, w, Qb, Mb, Ss, Vs, wp, g, q);
+    sd_update(Gb + cur * KP, Kb, Vs, wp, g, q, S);
+    const int cp = A.plan[4 * c + 2];
+    if (cp >= 0) sd_store(A, w, wp, g, q, S, A.hc + ((int64_t)cp * A.HV + w.hv) * A.K * A.V);
+    __syncthreads(); /* S0, Unew, Kd, Qs, M and this W/U buffer are read */
+    if (c + 1 < w.c1) sd_issue_kqm(A, c + 1, w.hv, Kb, Qb, Mb);
+    __pipeline_commit();
+    sd_share(Ss, wp, g, q, S);
+  }
+  if (A.want_ht && w.slot >= 0) sd_store(A, w, wp, g, q, S, A.ht + w.soff);
+}
+
 /* ==== Host side ==== */
 
 /* Walks the plan; fills it when plan is not NULL (n_total: the count, to place seq_first). */
@@ -1139,10 +1360,15 @@ static const size_t prep_bytes =
 static const size_t scan_bytes = (2 * CT * KSTR + CT * KSTR + 2 * CT * VS + 2 * KP + 2 * KP * VS +
                                   2 * CT * VS + 16 * 128 + CT * KSTR + CT * ASTR) *
                                  sizeof(float);
+/* S0, Unew (float64); W, U, gC x 2, Kd, Qs, M: 226 304 bytes. */
+static const size_t scan_dmma_bytes = (KP + CT) * SDS * sizeof(double) +
+                                      (2 * CT * KSTR + 2 * CT * VS + 2 * KP + CT * KDS + CT * KSTR + CT * ASTR) *
+                                          sizeof(float);
 
 cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   cudaError_t e = cudaFuncSetAttribute(kda_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bytes);
   if (!e) e = cudaFuncSetAttribute(kda_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_bytes);
+  if (!e) e = cudaFuncSetAttribute(kda_chunk_scan_dmma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_dmma_bytes);
   if (e) return e;
   const int64_t one[4] = {0, 0, a->N, a->n_chunks};
   const int64_t *sl = a->slices ? a->slices : one, nsl = a->slices ? a->n_slices : 1;
@@ -1152,8 +1378,11 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
     A.n0 = sl[2 * s], A.cbase = sl[2 * s + 1];
     const int64_t seqs = sl[2 * s + 2] - A.n0, chunks = sl[2 * s + 3] - A.cbase;
     if ((ph & 1) && chunks > 0) kda_chunk_prep<<<dim3((unsigned)chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
-    if ((ph & 2) && seqs > 0) /* empty sequences too: their final state */
-      kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NTS, scan_bytes, st>>>(A);
+    const unsigned nb = (unsigned)(seqs * A.HV * (A.VP / VS));
+    if ((ph & 2) && seqs > 0 && SCAN_DMMA) /* empty sequences too: their final state */
+      kda_chunk_scan_dmma<<<nb, NTD, scan_dmma_bytes, st>>>(A);
+    else if ((ph & 2) && seqs > 0)
+      kda_chunk_scan<<<nb, NTS, scan_bytes, st>>>(A);
   }
   return cudaGetLastError();
 }
