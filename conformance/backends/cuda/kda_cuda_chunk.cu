@@ -47,7 +47,6 @@
 #define KP KDA_CUDA_CHUNK_K /* key channels (zero-padded) */
 #define KSTR (KP + 4)       /* row stride of [token][channel] tiles: float4 rows in distinct banks */
 #define ASTR (CT + 4)
-#define NT 256              /* threads of the scan's state chain */
 #define NTP 512             /* threads a block: prep (4 blocks of 16 tokens x 128 channels) */
 #define VS KDA_CUDA_CHUNK_VS /* value columns of a scan block */
 /* A row's decay since its block's start above which its diagonal-block pairs take the slow
@@ -708,131 +707,25 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
 
 /* ==== scan ==== */
 
-/* Issues the copies of chunk c's W, U (this block's columns) and gC, by the NT threads of the
- * state chain. */
-__device__ void scan_issue(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *U, float *G) {
-  const int64_t ci = (c - A.cbase) * A.HV + hv;
-  const float *w = A.W + ci * CT * KP;
-  for (int e = threadIdx.x; A.erases && e < CT * KP / 4; e += NT) {
-    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    async16(W + t * KSTR + c4, w + t * KP + c4);
-  }
-  for (int e = threadIdx.x; e < CT * VS / 4; e += NT) {
-    const int t = e / (VS / 4), c4 = e % (VS / 4) * 4;
-    async16(U + t * VS + c4, A.U + (ci * CT + t) * A.VP + j0 + c4);
-  }
-  for (int e = threadIdx.x; e < KP / 4; e += NT) async16(G + e * 4, A.gC + ci * KP + e * 4);
-}
-
-/* Issues the copies of chunk c's Kd alone (the chain's single Kd buffer). */
-__device__ void scan_issue_kd(const cargs &A, int64_t c, int64_t hv, float *Kd) {
-  const float *k = A.Kd + ((c - A.cbase) * A.HV + hv) * CT * KP;
-  for (int e = threadIdx.x; e < CT * KP / 4; e += NT) {
-    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    async16(Kd + t * KSTR + c4, k + t * KP + c4);
-  }
-}
-
-/* Thread (rg, jg) holds state rows 4 rg .. 4 rg + 3, columns j0 + 4 jg .. + 3 in S. */
-__device__ void scan_store(const cargs &A, const float (*S)[4], float *dst, int rg, int j) {
-  for (int r = 0; r < 4; r++)
-    for (int cc = 0; cc < 4; cc++) {
-      const int64_t i = rg * 4 + r, jj = j + cc;
-      if (i < A.K && jj < A.V) dst[state_idx(A, i, jj)] = S[r][cc];
-    }
-}
-
-/* The scan's two products, with the shared-memory operands of the next step loaded into
- * registers while the current step's FMAs run (the scan is latency bound on its shared loads:
- * 8 warps a multiprocessor, short-scoreboard stalls on the H200); the FMAs and their order are
- * those of the plain loops, so the bits are too. */
-#ifndef SCAN_PREFETCH
-#define SCAN_PREFETCH 1
-#endif
-/* S[r][c] += sum_s Kd[s][4 rg + r] Vs[s][4 jg + c], over s in order. */
-__device__ __forceinline__ void scan_write(const float *Kd, const float *Vs, int rg, int jg, float (*S)[4]) {
-  float4 kd = ld4(Kd + rg * 4), v = ld4(Vs + jg * 4);
-#pragma unroll 4
-  for (int s = 0; s < CT; s++) {
-    const int sn = s + 1 < CT ? s + 1 : s;
-    float4 kn = kd, vn = v;
-    if (SCAN_PREFETCH) kn = ld4(Kd + sn * KSTR + rg * 4), vn = ld4(Vs + sn * VS + jg * 4);
-    else kd = ld4(Kd + s * KSTR + rg * 4), v = ld4(Vs + s * VS + jg * 4);
-    const float ka[4] = {kd.x, kd.y, kd.z, kd.w};
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      S[r][0] = fmaf(ka[r], v.x, S[r][0]), S[r][1] = fmaf(ka[r], v.y, S[r][1]);
-      S[r][2] = fmaf(ka[r], v.z, S[r][2]), S[r][3] = fmaf(ka[r], v.w, S[r][3]);
-    }
-    if (SCAN_PREFETCH) kd = kn, v = vn;
-  }
-}
-
-/* Unew = U - W S with a 4 x 4 tile a thread (rows rq + 16 r: four distinct banks a warp)
- * over half the k range, the two halves added through shared memory: 8 FMAs a shared load
- * instead of 5.3 and 16 independent sums a thread instead of 8 (the chain waits on its shared
- * loads).  The sum's order: lo half from U, hi half from 0, then lo + hi (session 8: 3.19 ->
- * 2.96 ms at B1 T32768 H32 against one thread a row over all of k; docs/cuda.md). */
-__device__ __forceinline__ void scan_unew4(const float *W, const float *Ss, int rq, int jg, int kh,
-                                           float (*u)[4]) {
-  constexpr int KH = KP / 2;
-  const int kb = kh * KH;
-  float4 wc[4], sc[4];
-#pragma unroll
-  for (int r = 0; r < 4; r++) wc[r] = ld4(W + (rq + 16 * r) * KSTR + kb);
-#pragma unroll
-  for (int kk = 0; kk < 4; kk++) sc[kk] = ld4(Ss + (kb + kk) * VS + jg * 4);
-#pragma unroll 2
-  for (int k = kb; k < kb + KH; k += 4) {
-    const int kn = k + 4 < kb + KH ? k + 4 : k; /* the last step reloads its own (unused) */
-    float4 wn[4], sn[4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) wn[r] = ld4(W + (rq + 16 * r) * KSTR + kn);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) sn[kk] = ld4(Ss + (kn + kk) * VS + jg * 4);
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const float4 sv = sc[kk];
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        const float w = kk == 0 ? wc[r].x : kk == 1 ? wc[r].y : kk == 2 ? wc[r].z : wc[r].w;
-        u[r][0] = fmaf(-w, sv.x, u[r][0]), u[r][1] = fmaf(-w, sv.y, u[r][1]);
-        u[r][2] = fmaf(-w, sv.z, u[r][2]), u[r][3] = fmaf(-w, sv.w, u[r][3]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < 4; r++) wc[r] = wn[r], sc[r] = sn[r];
-  }
-}
-/* The barrier of the NT threads of the state chain (named barrier 1). */
-__device__ __forceinline__ void chain_sync() { asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); }
-
-/* Unew of chunk c (this block's 32 columns) into Vs; P: 16 x 128 floats of shared memory for
- * the high halves. */
-__device__ void scan_unew_split(const cargs &A, const float *W, const float *Ss, const float *U,
-                                float *P, float *Vs) {
-  const int tid = threadIdx.x, kh = tid / 128, q = tid % 128, rq = q / 8, jg = tid % 8;
-  float u[4][4];
-#pragma unroll
-  for (int r = 0; r < 4; r++) {
-    const float4 x = kh ? make_float4(0.0f, 0.0f, 0.0f, 0.0f) : ld4(U + (rq + 16 * r) * VS + jg * 4);
-    u[r][0] = x.x, u[r][1] = x.y, u[r][2] = x.z, u[r][3] = x.w;
-  }
-  if (A.erases) scan_unew4(W, Ss, rq, jg, kh, u);
-  if (kh && A.erases)
-#pragma unroll
-    for (int e = 0; e < 16; e++) P[e * 128 + q] = u[e / 4][e % 4];
-  chain_sync();
-  if (kh) return;
-#pragma unroll
-  for (int r = 0; r < 4; r++) {
-    float4 v = make_float4(u[r][0], u[r][1], u[r][2], u[r][3]);
-    if (A.erases)
-      v.x += P[(4 * r) * 128 + q], v.y += P[(4 * r + 1) * 128 + q], v.z += P[(4 * r + 2) * 128 + q],
-          v.w += P[(4 * r + 3) * 128 + q];
-    st4(Vs + (rq + 16 * r) * VS + jg * 4, v);
-  }
-}
+/* The scan (sequence, value head, 32 value columns), sequential over the sequence's chunks,
+ * on sm_90's float64 tensor cores (mma.sync m16n8k8 .f64), every product and sum in float64:
+ * the state S lives in float64 registers across the chunks (checkpoints and the final state
+ * store it rounded to float32), Unew and the outputs are float64 sums rounded once.  The
+ * operands prep wrote (W, U, Kd, Qs, M, gC: float32) are converted exactly as they are loaded
+ * into fragments; S0 and Unew sit in shared memory as float64.  One block of 8 warps, each
+ * chunk in two steps between block barriers:
+ *   Unew = U - W S0                                   (64 x 32: a 16 x 16 tile a warp, k = 128)
+ *   O = Qs S0 + M Unew, S <- e^gamma_L S + Kd^T Unew  (16 x 16 and 16 x 32 tiles a warp)
+ * then S to shared memory for the next chunk.  The float32 FMA scan it replaces (sessions
+ * 5-17, in the tree until commit 5844843: a chain of 256 threads in 4 x 4 tiles and 128 more
+ * for the outputs one chunk behind) was bound by shared-memory traffic into registers (a
+ * 32-bit load every two FMAs); a fragment feeds 16 multiply-adds a lane for six loads.
+ * Measured on the H100 (B1 T32768 H32, session 18): 4.14 -> 3.26 ms with m16n8k8; m8n8k4,
+ * half its rate on Hopper, 5.07 ms; the two steps fused into one loop each sharing fragments,
+ * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics. */
+#define NTS 256      /* threads of the scan: 8 warps */
+#define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
+#define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
 
 /* A scan block's work item: (sequence n, value head hv, columns j0 .. j0 + VS - 1), its
  * chunks c0 .. c1 - 1 and its state slot (a pool's padding entry: -1). */
@@ -851,199 +744,6 @@ __device__ scan_item scan_item_of(const cargs &A) {
   w.soff = ((w.slot < 0 ? 0 : w.slot) * A.HV + w.hv) * A.K * A.V;
   return w;
 }
-/* Thread (rg, jg)'s tile of the initial state (zeros without h0 or for a padding entry). */
-__device__ void scan_h0(const cargs &A, const scan_item &w, int rg, int j, float (*S)[4]) {
-  for (int r = 0; r < 4; r++)
-    for (int cc = 0; cc < 4; cc++) {
-      const int64_t i = rg * 4 + r, jj = j + cc;
-      S[r][cc] = A.has_h0 && w.slot >= 0 && i < A.K && jj < A.V ? A.h0[w.soff + state_idx(A, i, jj)] : 0.0f;
-    }
-}
-/* S <- e^gamma_L S + Kd^T Unew for chunk c, and its checkpoint (the state after the chunk's
- * last token, SPEC.md §5). */
-__device__ __forceinline__ void scan_update(const cargs &A, int64_t c, int64_t hv, const float *G,
-                                            const float *Kd, const float *Vs, int rg, int jg, int j,
-                                            float (*S)[4]) {
-  for (int r = 0; r < 4; r++) {
-    const float gr = G[rg * 4 + r];
-    for (int cc = 0; cc < 4; cc++) S[r][cc] *= gr;
-  }
-  scan_write(Kd, Vs, rg, jg, S);
-  const int cp = A.plan[4 * c + 2];
-  if (cp >= 0) scan_store(A, S, A.hc + ((int64_t)cp * A.HV + hv) * A.K * A.V, rg, j);
-}
-
-/* The scan kernel computes the outputs too: its NT threads run the state chain and NTX more
- * compute the outputs of each chunk one chunk behind, from the chunk-start state and Unew the
- * chain leaves in shared memory (two buffers of each, handed over by one block-wide barrier a
- * chunk).  The chunk-start states and Unew never go to global memory (S0, 1 GiB, and Unew,
- * 0.5 GiB, written and read back at B1 T32768 H32 by the separate out kernel of sessions
- * 5-9), and the outputs' FMAs fill issue slots that the latency-bound chain leaves idle.  Each
- * output's sum keeps that out kernel's order (Qs S0 over k, then M Unew over s), so the bits
- * are the same.  Measured on the H200 (B1 T32768 H32, session 10): scan 3.12 ms + out 1.49 ms
- * -> 4.14 ms, the same output hash on every bench shape; an L2 prefetch of chunk c + 2's
- * operands (cp.async.bulk.prefetch.L2) gave nothing (4.14 -> 4.16 ms) and was dropped. */
-#define NTX 128      /* threads of the out part: 16 row groups x 8 column groups */
-#define NTS (NT + NTX) /* threads a block: scan */
-__device__ __forceinline__ void out_sync() { asm volatile("bar.sync 2, %0;" ::"n"(NTX) : "memory"); }
-__device__ __forceinline__ void block_sync() { asm volatile("bar.sync 3, %0;" ::"n"(NTS) : "memory"); }
-
-/* The out part's copies of chunk item ci's Qs (Qb not NULL) and M (Mb not NULL; ot: the
- * thread's index in the part). */
-__device__ void out_issue(const cargs &A, int64_t ci, float *Qb, float *Mb, int ot) {
-  for (int e = ot; Qb && e < CT * KP / 4; e += NTX) {
-    const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
-    async16(Qb + t * KSTR + c4, A.Qs + (ci * CT + t) * KP + c4);
-  }
-  for (int e = ot; Mb && e < CT * CT / 4; e += NTX) {
-    const int t = e / (CT / 4), c4 = e % (CT / 4) * 4;
-    async16(Mb + t * ASTR + c4, A.M + (ci * CT + t) * CT + c4);
-  }
-}
-/* acc += L R over k = 0 .. n - 1 in order (L: rows of stride ls; R: n rows of VS columns):
- * thread ot's rows ot / 8 + 16 r (four distinct banks a warp) and columns 4 (ot % 8) .. + 3. */
-__device__ __forceinline__ void out_pass(const float *L, const float *R, int n, int ls, int ot,
-                                         float (*acc)[4]) {
-  const int rg = ot / 8, cg = ot % 8;
-#pragma unroll 2
-  for (int k = 0; k < n; k += 4) {
-    float l[4][4];
-#pragma unroll
-    for (int r = 0; r < 4; r++) {
-      const float4 x = ld4(L + (rg + 16 * r) * ls + k);
-      l[r][0] = x.x, l[r][1] = x.y, l[r][2] = x.z, l[r][3] = x.w;
-    }
-#pragma unroll
-    for (int kk = 0; kk < 4; kk++) {
-      const float4 y = ld4(R + (k + kk) * VS + cg * 4);
-#pragma unroll
-      for (int r = 0; r < 4; r++) {
-        acc[r][0] = fmaf(l[r][kk], y.x, acc[r][0]), acc[r][1] = fmaf(l[r][kk], y.y, acc[r][1]);
-        acc[r][2] = fmaf(l[r][kk], y.z, acc[r][2]), acc[r][3] = fmaf(l[r][kk], y.w, acc[r][3]);
-      }
-    }
-  }
-}
-/* Thread ot's outputs of chunk c (rows past the chunk's length and columns past V not written). */
-__device__ void out_store(const cargs &A, int64_t c, int64_t hv, int j0, int ot, const float (*acc)[4]) {
-  const int rg = ot / 8, cg = ot % 8;
-  const chunk_at ch = chunk_of(A, c);
-  const int jj = j0 + cg * 4;
-  for (int r = 0; r < 4; r++) {
-    const int t = rg + 16 * r;
-    if (t >= ch.len) continue;
-    float *o = A.o + ((int64_t)(ch.start + t) * A.HV + hv) * A.V + jj;
-    if (A.V % 4 == 0 && jj + 3 < A.V) st4(o, make_float4(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-    else
-      for (int cc = 0; cc < 4; cc++)
-        if (jj + cc < A.V) o[cc] = acc[r][cc];
-  }
-}
-
-/* The out part: chunk c's outputs while the chain computes chunk c + 1; as many block
- * barriers as the chain.  O = Qs S0 + M Unew, each output's sum in the order of the former out
- * kernel (Qs S0 over k, then M Unew over s); the next chunk's Qs is copied in while M Unew
- * runs, and its M from then on (two groups of copies, Qs then M, in flight alternately: the
- * scan 4.32 -> 4.14 ms at B1 T32768 H32 against one group copied after both products). */
-__device__ void scan_outputs(const cargs &A, const scan_item &w, float *Qb, float *Mb,
-                             const float *Ss, const float *Vs, int ot) {
-  const int64_t ci0 = (w.c0 - A.cbase) * A.HV + w.hv;
-  if (w.c0 < w.c1) out_issue(A, ci0, Qb, NULL, ot);
-  __pipeline_commit();
-  if (w.c0 < w.c1) out_issue(A, ci0, NULL, Mb, ot);
-  __pipeline_commit();
-  for (int64_t c = w.c0; c <= w.c1; c++) {
-    if (c > w.c0) { /* chunk c - 1, whose S0 and Unew the last barrier handed over */
-      const int b = (int)((c - 1 - w.c0) & 1);
-      const int64_t ci = (c - A.cbase) * A.HV + w.hv; /* the next chunk's, when c < c1 */
-      float acc[4][4] = {};
-      __pipeline_wait_prior(1); /* Qs of c - 1 (pending: its M) */
-      out_sync();
-      out_pass(Qb, Ss + b * KP * VS, KP, KSTR, ot, acc);
-      out_sync(); /* every thread of the part is done with Qb */
-      if (c < w.c1) out_issue(A, ci, Qb, NULL, ot);
-      __pipeline_commit();
-      __pipeline_wait_prior(1); /* M of c - 1 (pending: the next Qs) */
-      out_sync();
-      out_pass(Mb, Vs + b * CT * VS, CT, ASTR, ot, acc);
-      out_store(A, c - 1, w.hv, w.j0, ot, acc);
-      if (c == w.c1) break;
-      out_sync(); /* every thread of the part is done with Mb */
-      out_issue(A, ci, NULL, Mb, ot);
-      __pipeline_commit();
-    }
-    if (c < w.c1) block_sync();
-  }
-}
-
-/* The chain, sequential over the chunks: Unew = U - W S, S <- e^gamma_L S + Kd^T Unew, with
- * the next chunk's W and U in flight (two buffers) and a single Kd buffer refilled as soon as
- * the state update has read it (shared memory holds no second one beside the out part's
- * tiles); chunk c's start state and Unew go to buffer (c - c0) & 1 of Ss and Vs for the out
- * part. */
-__device__ void scan_chain(const cargs &A, const scan_item &w, float *Wb, float *Kb, float *Ub,
-                           float *Gb, float *Ss, float *Vs, float *P) {
-  const int tid = threadIdx.x, rg = tid / 8, jg = tid % 8, j = w.j0 + jg * 4;
-  const int64_t hv = w.hv;
-  float S[4][4];
-  scan_h0(A, w, rg, j, S);
-  if (w.c0 < w.c1) scan_issue(A, w.c0, hv, w.j0, Wb, Ub, Gb);
-  __pipeline_commit();
-  if (w.c0 < w.c1) scan_issue_kd(A, w.c0, hv, Kb);
-  __pipeline_commit();
-  for (int64_t c = w.c0; c < w.c1; c++) {
-    const int cur = (int)((c - w.c0) & 1), nxt = cur ^ 1;
-    if (c + 1 < w.c1)
-      scan_issue(A, c + 1, hv, w.j0, Wb + nxt * CT * KSTR, Ub + nxt * CT * VS, Gb + nxt * KP);
-    __pipeline_commit(); /* pending: W/U of c, Kd of c, W/U of c + 1 */
-    float *S0 = Ss + cur * KP * VS, *Vn = Vs + cur * CT * VS;
-    for (int r = 0; r < 4; r++) st4(S0 + (rg * 4 + r) * VS + jg * 4, make_float4(S[r][0], S[r][1], S[r][2], S[r][3]));
-    __pipeline_wait_prior(2);
-    chain_sync();
-    scan_unew_split(A, Wb + cur * CT * KSTR, S0, Ub + cur * CT * VS, P, Vn);
-    __pipeline_wait_prior(1);
-    chain_sync();
-    scan_update(A, c, hv, Gb + cur * KP, Kb, Vn, rg, jg, j, S);
-    chain_sync(); /* Kb and this W/U buffer are read */
-    if (c + 1 < w.c1) scan_issue_kd(A, c + 1, hv, Kb);
-    __pipeline_commit();
-    block_sync(); /* S0 and Unew of chunk c to the out part */
-  }
-  if (A.want_ht && w.slot >= 0) scan_store(A, S, A.ht + w.soff, rg, j); /* in place on a pool */
-}
-
-__global__ void __launch_bounds__(NTS, 1) kda_chunk_scan(const cargs A) {
-  extern __shared__ __align__(16) float sm[];
-  float *Wb = sm, *Kb = Wb + 2 * CT * KSTR, *Ub = Kb + CT * KSTR, *Gb = Ub + 2 * CT * VS;
-  float *Ss = Gb + 2 * KP, *Vs = Ss + 2 * KP * VS, *P = Vs + 2 * CT * VS;
-  float *Qb = P + 16 * 128, *Mb = Qb + CT * KSTR;
-  const scan_item w = scan_item_of(A);
-  if (threadIdx.x < NT) scan_chain(A, w, Wb, Kb, Ub, Gb, Ss, Vs, P);
-  else scan_outputs(A, w, Qb, Mb, Ss, Vs, threadIdx.x - NT);
-}
-
-/* ==== scan on the float64 tensor cores (SCAN_DMMA) ==== */
-
-/* The scan's three products on sm_90's float64 tensor cores (mma.sync m8n8k4 .f64: 256
- * multiply-adds a warp instruction, 128 a clock a multiprocessor, the float32 FMA pipe's rate),
- * every product and sum in float64: the chunk-start state S lives in float64 registers across
- * the chunks (a float32 copy of it is what checkpoints and the final state store), Unew and
- * the outputs are float64 sums rounded once.  The float32 FMA scan was bound by shared-memory
- * traffic into registers (4 x 4 tiles: a 32-bit load every two FMAs, 128 bytes a clock;
- * session 13); a fragment of m8n8k4 feeds 8 multiply-adds a lane with two loads.  The
- * operands prep wrote (W, U, Kd, Qs, M, gC: float32) are converted exactly when they are
- * loaded; S0 and Unew are kept in shared memory as float64.  One block of 8 warps a
- * (sequence, value head, 32 columns), each chunk in three steps between block barriers:
- *   Unew = U - W S0                      (64 x 32, a 16 x 16 tile a warp, over k = 128)
- *   O = Qs S0 + M Unew  and  S <- e^gamma_L S + Kd^T Unew   (16 x 16 and 16 x 32 a warp)
- *   S to shared memory for the next chunk.
- * Fragments (PTX ISA, mma.m8n8k4.f64), lane = 4 g + q: A[g][q], B[q][g], C[g][2q + e]. */
-#ifndef SCAN_DMMA
-#define SCAN_DMMA 1
-#endif
-#define NTD 256      /* threads of the float64 scan: 8 warps */
-#define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
-#define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
 
 /* D += A B, m16n8k8 in float64 (sm_90; twice m8n8k4's rate on the H100).  Lane 4 g + q holds
  * A[g][q], A[g + 8][q], A[g][q + 4], A[g + 8][q + 4]; B[q][g], B[q + 4][g];
@@ -1072,23 +772,23 @@ __device__ __forceinline__ void frag_b(double (&b)[2], const double *Y, int k, i
 __device__ void sd_issue_wu(const cargs &A, int64_t c, int64_t hv, int j0, float *W, float *U, float *G) {
   const int64_t ci = (c - A.cbase) * A.HV + hv;
   const float *w = A.W + ci * CT * KP;
-  for (int e = threadIdx.x; A.erases && e < CT * KP / 4; e += NTD)
+  for (int e = threadIdx.x; A.erases && e < CT * KP / 4; e += NTS)
     async16(W + e / (KP / 4) * KSTR + e % (KP / 4) * 4, w + e * 4);
-  for (int e = threadIdx.x; e < CT * VS / 4; e += NTD) {
+  for (int e = threadIdx.x; e < CT * VS / 4; e += NTS) {
     const int t = e / (VS / 4), c4 = e % (VS / 4) * 4;
     async16(U + t * VS + c4, A.U + (ci * CT + t) * A.VP + j0 + c4);
   }
-  for (int e = threadIdx.x; e < KP / 4; e += NTD) async16(G + e * 4, A.gC + ci * KP + e * 4);
+  for (int e = threadIdx.x; e < KP / 4; e += NTS) async16(G + e * 4, A.gC + ci * KP + e * 4);
 }
 /* Chunk c's Kd, Qs and M (one buffer each: copied once the chunk before has read them). */
 __device__ void sd_issue_kqm(const cargs &A, int64_t c, int64_t hv, float *Kd, float *Qb, float *Mb) {
   const int64_t ci = (c - A.cbase) * A.HV + hv;
   const float *k = A.Kd + ci * CT * KP, *qs = A.Qs + ci * CT * KP, *m = A.M + ci * CT * CT;
-  for (int e = threadIdx.x; e < CT * KP / 4; e += NTD) {
+  for (int e = threadIdx.x; e < CT * KP / 4; e += NTS) {
     const int t = e / (KP / 4), c4 = e % (KP / 4) * 4;
     async16(Kd + t * KDS + c4, k + e * 4), async16(Qb + t * KSTR + c4, qs + e * 4);
   }
-  for (int e = threadIdx.x; e < CT * CT / 4; e += NTD) async16(Mb + e / (CT / 4) * ASTR + e % (CT / 4) * 4, m + e * 4);
+  for (int e = threadIdx.x; e < CT * CT / 4; e += NTS) async16(Mb + e / (CT / 4) * ASTR + e % (CT / 4) * 4, m + e * 4);
 }
 
 /* Unew = U - W S0 for warp wp's tile (rows tb.. + 15, columns cb.. + 15), into Vs: the
@@ -1208,7 +908,7 @@ __device__ __forceinline__ void sd_share(double *Ss, int wp, int g, int q, const
           make_double2(S[ni][2 * h], S[ni][2 * h + 1]);
 }
 
-__global__ void __launch_bounds__(NTD, 1) kda_chunk_scan_dmma(const cargs A) {
+__global__ void __launch_bounds__(NTS, 1) kda_chunk_scan(const cargs A) {
   extern __shared__ __align__(16) double smd[];
   double *Ss = smd, *Vs = Ss + KP * SDS;
   float *Wb = reinterpret_cast<float *>(Vs + CT * SDS), *Ub = Wb + 2 * CT * KSTR, *Gb = Ub + 2 * CT * VS;
@@ -1355,20 +1055,14 @@ int64_t kda_cuda_chunk_slices(const kda_problem *p, const int32_t *plan, int64_t
 static const size_t prep_bytes =
     (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float) +
     2 * CT * sizeof(double);
-/* W x 2, Kd, U x 2, gC x 2, S0 x 2, Unew x 2, P (the chain); Qs, M (the out part): 227 328
- * bytes, within sm_90's 227 KB a block. */
-static const size_t scan_bytes = (2 * CT * KSTR + CT * KSTR + 2 * CT * VS + 2 * KP + 2 * KP * VS +
-                                  2 * CT * VS + 16 * 128 + CT * KSTR + CT * ASTR) *
-                                 sizeof(float);
-/* S0, Unew (float64); W, U, gC x 2, Kd, Qs, M: 226 304 bytes. */
-static const size_t scan_dmma_bytes = (KP + CT) * SDS * sizeof(double) +
+/* S0, Unew (float64); W, U, gC x 2, Kd, Qs, M: 226 304 bytes, within sm_90's 227 KB a block. */
+static const size_t scan_bytes = (KP + CT) * SDS * sizeof(double) +
                                       (2 * CT * KSTR + 2 * CT * VS + 2 * KP + CT * KDS + CT * KSTR + CT * ASTR) *
                                           sizeof(float);
 
 cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
   cudaError_t e = cudaFuncSetAttribute(kda_chunk_prep, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)prep_bytes);
   if (!e) e = cudaFuncSetAttribute(kda_chunk_scan, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_bytes);
-  if (!e) e = cudaFuncSetAttribute(kda_chunk_scan_dmma, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)scan_dmma_bytes);
   if (e) return e;
   const int64_t one[4] = {0, 0, a->N, a->n_chunks};
   const int64_t *sl = a->slices ? a->slices : one, nsl = a->slices ? a->n_slices : 1;
@@ -1378,11 +1072,8 @@ cudaError_t kda_cuda_chunk_run(const cargs *a, cudaStream_t st) {
     A.n0 = sl[2 * s], A.cbase = sl[2 * s + 1];
     const int64_t seqs = sl[2 * s + 2] - A.n0, chunks = sl[2 * s + 3] - A.cbase;
     if ((ph & 1) && chunks > 0) kda_chunk_prep<<<dim3((unsigned)chunks, (unsigned)A.HV), NTP, prep_bytes, st>>>(A);
-    const unsigned nb = (unsigned)(seqs * A.HV * (A.VP / VS));
-    if ((ph & 2) && seqs > 0 && SCAN_DMMA) /* empty sequences too: their final state */
-      kda_chunk_scan_dmma<<<nb, NTD, scan_dmma_bytes, st>>>(A);
-    else if ((ph & 2) && seqs > 0)
-      kda_chunk_scan<<<nb, NTS, scan_bytes, st>>>(A);
+    if ((ph & 2) && seqs > 0) /* empty sequences too: their final state */
+      kda_chunk_scan<<<(unsigned)(seqs * A.HV * (A.VP / VS)), NTS, scan_bytes, st>>>(A);
   }
   return cudaGetLastError();
 }
