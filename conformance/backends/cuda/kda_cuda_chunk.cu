@@ -13,18 +13,17 @@
  *         arithmetic), gamma in float64, A and M, then W = (I+A)^-1 (beta k e^gamma) and
  *         U = (I+A)^-1 (beta v) by forward substitution, two threads a column;
  *   scan  (sequence, value head, 32 value columns), sequential over the sequence's chunks:
- *         a chain of 256 threads, Unew = U - W S and S <- e^gamma_L S + Kd^T Unew, and 128
- *         more threads, one chunk behind, O = Qs S0 + M Unew from the chunk-start state and
- *         Unew left in shared memory.
+ *         Unew = U - W S, O = Qs S + M Unew and S <- e^gamma_L S + Kd^T Unew on the float64
+ *         tensor cores, S in float64 registers from the first chunk to the last.
  * A batch whose chunk scratch would pass the cap (32 GiB, or the scratch_mb parameter) runs
  * in slices of whole sequences that take the scratch in turn (kda_cuda_chunk_slices), the
  * same bits as one slice: no chunk and no sequence's scan depends on the others.
- * Products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16 blocks,
- * which are 3xTF32 tensor-core products (prep_pairs_tc); no atomics in any sum: identical bits
- * run to run, whatever the grid or batch.  The scan's state update and the outputs stay in
- * FMA: with the outputs on the tensor cores too (session 5's out kernel), golden/L1
- * drift-decay-small failed a prefix resume (94.5 units > 64) and the production cases' errors
- * doubled (docs/cuda.md).
+ * Prep's products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16
+ * blocks, which are 3xTF32 tensor-core products (prep_pairs_tc); the scan's are float64
+ * tensor-core products (mma .f64: exact products, float64 sums), never 3xTF32: with the
+ * outputs in 3xTF32 (session 5's out kernel) golden/L1 drift-decay-small failed a prefix
+ * resume (94.5 units > 64) and the production cases' errors doubled (docs/cuda.md).  No
+ * atomics in any sum: identical bits run to run, whatever the grid or batch.
  *
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
