@@ -718,7 +718,8 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
  * then S to shared memory for the next chunk.  The float32 FMA scan it replaces (sessions
  * 5-17, in the tree until commit 5844843: a chain of 256 threads in 4 x 4 tiles and 128 more
  * for the outputs one chunk behind) was bound by shared-memory traffic into registers (a
- * 32-bit load every two FMAs); a fragment feeds 16 multiply-adds a lane for six loads.
+ * 32-bit load every two FMAs); a k-step of a 16 x 16 tile here is 64 multiply-adds a lane for
+ * eight loads.
  * Measured on the H100 (B1 T32768 H32, session 18): 4.14 -> 3.26 ms with m16n8k8; m8n8k4,
  * half its rate on Hopper, 5.07 ms; the two steps fused into one loop each sharing fragments,
  * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics. */
