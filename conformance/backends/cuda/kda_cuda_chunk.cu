@@ -791,6 +791,20 @@ __device__ void sd_issue_kqm(const cargs &A, int64_t c, int64_t hv, float *Kd, f
   for (int e = threadIdx.x; e < CT * CT / 4; e += NTS) async16(Mb + e / (CT / 4) * ASTR + e % (CT / 4) * 4, m + e * 4);
 }
 
+/* acc[ni] += X[rows tb.. + 15][k < nk] Y[k < nk][columns cb + 8 ni..]: a warp's 16 x 16 tile
+ * (X float32, row stride ld; Y float64, row stride SDS). */
+__device__ __forceinline__ void sd_tile(double (&acc)[2][4], const float *X, int ld, const double *Y, int nk,
+                                        int tb, int cb, int g, int q) {
+#pragma unroll 4
+  for (int k = 0; k < nk; k += 8) {
+    double a[4], b[2][2];
+    frag_a(a, X, ld, tb, k, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Y, k, cb + 8 * ni, g, q);
+#pragma unroll
+    for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
+  }
+}
 /* Unew = U - W S0 for warp wp's tile (rows tb.. + 15, columns cb.. + 15), into Vs: the
  * fragments accumulate -U + W S0 (negated once at the end, exactly). */
 __device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const float *U, const double *Ss,
@@ -804,17 +818,7 @@ __device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const fl
       const float2 u = *reinterpret_cast<const float2 *>(U + (tb + g + 8 * h) * VS + cb + 8 * ni + 2 * q);
       acc[ni][2 * h] = -(double)u.x, acc[ni][2 * h + 1] = -(double)u.y;
     }
-  if (A.erases) {
-#pragma unroll 4
-    for (int k = 0; k < KP; k += 8) {
-      double a[4], b[2][2];
-      frag_a(a, W, KSTR, tb, k, g, q);
-#pragma unroll
-      for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Ss, k, cb + 8 * ni, g, q);
-#pragma unroll
-      for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
-    }
-  }
+  if (A.erases) sd_tile(acc, W, KSTR, Ss, KP, tb, cb, g, q);
 #pragma unroll
   for (int ni = 0; ni < 2; ni++)
 #pragma unroll
@@ -829,24 +833,8 @@ __device__ __forceinline__ void sd_out(const cargs &A, int64_t c, const scan_ite
                                        int q) {
   const int tb = 16 * (wp >> 1), cb = 16 * (wp & 1);
   double acc[2][4] = {};
-#pragma unroll 4
-  for (int k = 0; k < KP; k += 8) {
-    double a[4], b[2][2];
-    frag_a(a, Qb, KSTR, tb, k, g, q);
-#pragma unroll
-    for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Ss, k, cb + 8 * ni, g, q);
-#pragma unroll
-    for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
-  }
-#pragma unroll 4
-  for (int s = 0; s < CT; s += 8) {
-    double a[4], b[2][2];
-    frag_a(a, Mb, ASTR, tb, s, g, q);
-#pragma unroll
-    for (int ni = 0; ni < 2; ni++) frag_b(b[ni], Vs, s, cb + 8 * ni, g, q);
-#pragma unroll
-    for (int ni = 0; ni < 2; ni++) dmma(acc[ni], a, b[ni]);
-  }
+  sd_tile(acc, Qb, KSTR, Ss, KP, tb, cb, g, q);
+  sd_tile(acc, Mb, ASTR, Vs, CT, tb, cb, g, q);
   const chunk_at ch = chunk_of(A, c);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
