@@ -340,7 +340,7 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
  * (prep_pairs_tc); prep_pairs had taken the diagonal blocks one after the other, after those,
  * a float4 of Xa, Xm and Yd loaded for 8 FMAs.  Rows 2 tp, 2 tp + 1 and columns 2 sp, 2 sp + 1
  * (sp <= tp: 36 tiles a block, 144 entries for the 136 needed) share their loads; prep_pairs
- * writes the zeros of the tiles above (the solve and the out part read them).  Each entry's
+ * writes the zeros of the tiles above (the solve and the scan's outputs read them).  Each entry's
  * sums are prep_pairs' own (the same channels per lane in the same order, the same two
  * accumulators, the same shuffle), its slow rows the same slow_pair: the same bits.  Measured
  * on the H200 (session 13, bench_cuda, the same hashes on every bench shape): prep 3.72 -> 3.47
@@ -423,7 +423,7 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
       float a = 0.0f, m = 0.0f;
       if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
       /* zeros above the diagonal blocks, and above prep_pairs_diag2's 2 x 2 tiles (the solve
-       * and the out part read them): no sums, no shuffles */
+       * and the scan's outputs read them): no sums, no shuffles */
       if ((J > I && PAIRS_ZERO) || (J == I && PAIRS_DIAG2 && si / 2 > ti / 2)) {
         if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
         continue;
