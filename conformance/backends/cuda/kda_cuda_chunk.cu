@@ -724,6 +724,17 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
  * half its rate on Hopper, 5.07 ms; the two steps fused into one loop each sharing fragments,
  * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics. */
 #define NTS 256      /* threads of the scan: 8 warps */
+#ifndef SCAN_MTRI
+#define SCAN_MTRI 1
+#endif
+#ifndef SD_UNROLL
+#define SD_UNROLL 16
+#endif
+#ifndef SD_UPD_UNROLL
+#define SD_UPD_UNROLL 8
+#endif
+
+static constexpr int sd_upd_unroll = SD_UPD_UNROLL;
 #define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
 #define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
 
@@ -792,10 +803,11 @@ __device__ void sd_issue_kqm(const cargs &A, int64_t c, int64_t hv, float *Kd, f
 }
 
 /* acc[ni] += X[rows tb.. + 15][k < nk] Y[k < nk][columns cb + 8 ni..]: a warp's 16 x 16 tile
- * (X float32, row stride ld; Y float64, row stride SDS). */
+ * (X float32, row stride ld; Y float64, row stride SDS), U k-steps a loop body. */
+template <int U>
 __device__ __forceinline__ void sd_tile(double (&acc)[2][4], const float *X, int ld, const double *Y, int nk,
                                         int tb, int cb, int g, int q) {
-#pragma unroll 4
+#pragma unroll U
   for (int k = 0; k < nk; k += 8) {
     double a[4], b[2][2];
     frag_a(a, X, ld, tb, k, g, q);
@@ -818,7 +830,7 @@ __device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const fl
       const float2 u = *reinterpret_cast<const float2 *>(U + (tb + g + 8 * h) * VS + cb + 8 * ni + 2 * q);
       acc[ni][2 * h] = -(double)u.x, acc[ni][2 * h + 1] = -(double)u.y;
     }
-  if (A.erases) sd_tile(acc, W, KSTR, Ss, KP, tb, cb, g, q);
+  if (A.erases) sd_tile<SD_UNROLL>(acc, W, KSTR, Ss, KP, tb, cb, g, q);
 #pragma unroll
   for (int ni = 0; ni < 2; ni++)
 #pragma unroll
@@ -831,10 +843,15 @@ __device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const fl
 __device__ __forceinline__ void sd_out(const cargs &A, int64_t c, const scan_item &w, const float *Qb,
                                        const float *Mb, const double *Ss, const double *Vs, int wp, int g,
                                        int q) {
-  const int tb = 16 * (wp >> 1), cb = 16 * (wp & 1);
+  /* SCAN_MTRI: M[t][s] = 0 for s > t, so rows tb.. + 15 need Unew's rows s < tb + 16 only
+   * (the products skipped are zeros); the row tiles 0, 1, 3, 2 of warp pairs 0-1 .. 6-7 put
+   * a short and a long tile on each of the four schedulers (warp w on w % 4). */
+  const int rt = SCAN_MTRI && (wp >> 1) >= 2 ? 5 - (wp >> 1) : wp >> 1;
+  const int tb = 16 * rt, cb = 16 * (wp & 1);
   double acc[2][4] = {};
-  sd_tile(acc, Qb, KSTR, Ss, KP, tb, cb, g, q);
-  sd_tile(acc, Mb, ASTR, Vs, CT, tb, cb, g, q);
+  sd_tile<SD_UNROLL>(acc, Qb, KSTR, Ss, KP, tb, cb, g, q);
+  if (SCAN_MTRI) sd_tile<2>(acc, Mb, ASTR, Vs, tb + 16, tb, cb, g, q);
+  else sd_tile<SD_UNROLL>(acc, Mb, ASTR, Vs, CT, tb, cb, g, q);
   const chunk_at ch = chunk_of(A, c);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -860,7 +877,7 @@ __device__ __forceinline__ void sd_update(const float *G, const float *Kd, const
   const double g0 = G[ib + g], g1 = G[ib + g + 8];
 #pragma unroll
   for (int ni = 0; ni < 4; ni++) S[ni][0] *= g0, S[ni][1] *= g0, S[ni][2] *= g1, S[ni][3] *= g1;
-#pragma unroll 2
+#pragma unroll sd_upd_unroll
   for (int t = 0; t < CT; t += 8) {
     double a[4], b[4][2];
     frag_at(a, Kd, KDS, ib, t, g, q);
