@@ -349,6 +349,12 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
 #define PAIRS_DIAG2 1
 #endif
 #define DIAG2_FIRST 384 /* the first thread of prep_pairs_diag2 (prep_pairs_tc: warps 0 - 11) */
+/* DIAG2_SPLIT: the 144 tiles are two rounds of warps 12 - 15's 64 lane pairs and 16 over; warp
+ * 11 takes those 16 after its tensor-core pairs, instead of warp 12 a third round alone (the
+ * same tiles, lanes and order: the same bits).  0: warps 12 - 15 take all 144. */
+#ifndef DIAG2_SPLIT
+#define DIAG2_SPLIT 1
+#endif
 __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
                                  const float *bs, const int *slow, const double *inv, float *Am,
@@ -397,8 +403,13 @@ __device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, 
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
                                  const float *bs, const int *slow, const double *inv, float *Am) {
   const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
+  constexpr int NQ = (NTP - DIAG2_FIRST) / 2, LAST = DIAG2_SPLIT ? 4 * 36 / NQ * NQ : 4 * 36;
+  if (DIAG2_SPLIT && threadIdx.x / 32 == DIAG2_FIRST / 32 - 1) { /* the last tensor-core warp */
+    pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, LAST + threadIdx.x % 32 / 2, half);
+    return;
+  }
   if (threadIdx.x < DIAG2_FIRST) return; /* warps 12 - 15: beside prep_pairs_tc's 0 - 11 */
-  for (int q = q0; q < 4 * 36; q += (NTP - DIAG2_FIRST) / 2) /* uniform a warp: 144 tiles */
+  for (int q = q0; q < LAST; q += NQ) /* uniform a warp: 144 tiles (DIAG2_SPLIT: 128) */
     pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
 }
 
