@@ -351,7 +351,9 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
 #define DIAG2_FIRST 384 /* the first thread of prep_pairs_diag2 (prep_pairs_tc: warps 0 - 11) */
 /* DIAG2_SPLIT: the 144 tiles are two rounds of warps 12 - 15's 64 lane pairs and 16 over; warp
  * 11 takes those 16 after its tensor-core pairs, instead of warp 12 a third round alone (the
- * same tiles, lanes and order: the same bits).  0: warps 12 - 15 take all 144. */
+ * same tiles, lanes and order: the same bits).  Session 19 (H100, B1 T32768 H32): leaving the
+ * third round out (wrong outputs, timing only) took prep 3.52 -> 3.37 ms, so warp 12 was the
+ * phase's last; with the split prep takes 3.41-3.45 ms.  0: warps 12 - 15 take all 144. */
 #ifndef DIAG2_SPLIT
 #define DIAG2_SPLIT 1
 #endif
@@ -733,19 +735,30 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
  * eight loads.
  * Measured on the H100 (B1 T32768 H32, session 18): 4.14 -> 3.26 ms with m16n8k8; m8n8k4,
  * half its rate on Hopper, 5.07 ms; the two steps fused into one loop each sharing fragments,
- * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics. */
+ * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics.
+ * Session 19 (H100, the same output bits): SCAN_MTRI and the unrolls below, 3.25 -> 3.08-3.11
+ * ms.  An ncu profile before them (B1 T8192): the float64 tensor pipe active 57 % of the
+ * cycles, 2 warps a scheduler, most stalls fixed-latency waits between dependent DMMAs and
+ * on registers a DMMA still reads (docs/cuda.md, session 19). */
 #define NTS 256      /* threads of the scan: 8 warps */
+/* SCAN_MTRI (sd_out): M Unew over the rows of Unew that M's lower triangle reaches, with
+ * balanced row tiles: the float64 tensor-core products a chunk and scheduler 224 -> 212;
+ * alone (4-step unrolls) scan 3.25 -> 3.13-3.15 ms.  0: over all 64 rows, tiles in order. */
 #ifndef SCAN_MTRI
 #define SCAN_MTRI 1
 #endif
+/* The k-steps a loop body of the 16 x 16 tiles (k = 128) and of the update (k = 64): ptxas
+ * then gives the scan 142 registers instead of 202 and the scheduler more independent
+ * products.  With SCAN_MTRI: 4 and 2 (session 18's) 3.13-3.15 ms, 8 and 2 3.11-3.13, 4 and 4
+ * 3.16-3.17, 16 and 8 3.08-3.11.  Measured slower on top of 16 and 8: the plan entry read a
+ * chunk ahead (3.18) and the copy loops unrolled (3.24-3.27 ms). */
 #ifndef SD_UNROLL
 #define SD_UNROLL 16
 #endif
 #ifndef SD_UPD_UNROLL
 #define SD_UPD_UNROLL 8
 #endif
-
-static constexpr int sd_upd_unroll = SD_UPD_UNROLL;
+static constexpr int sd_upd_unroll = SD_UPD_UNROLL; /* #pragma unroll takes no macro */
 #define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
 #define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
 
