@@ -406,6 +406,7 @@ __device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, 
                                  const float *bs, const int *slow, const double *inv, float *Am) {
   const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
   constexpr int NQ = (NTP - DIAG2_FIRST) / 2, LAST = DIAG2_SPLIT ? 4 * 36 / NQ * NQ : 4 * 36;
+  static_assert(!DIAG2_SPLIT || 4 * 36 - LAST == 16, "DIAG2_SPLIT: one warp's 16 lane pairs take the rest");
   if (DIAG2_SPLIT && threadIdx.x / 32 == DIAG2_FIRST / 32 - 1) { /* the last tensor-core warp */
     pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, LAST + threadIdx.x % 32 / 2, half);
     return;
@@ -870,6 +871,7 @@ __device__ __forceinline__ void sd_out(const cargs &A, int64_t c, const scan_ite
   /* SCAN_MTRI: M[t][s] = 0 for s > t, so rows tb.. + 15 need Unew's rows s < tb + 16 only
    * (the products skipped are zeros); the row tiles 0, 1, 3, 2 of warp pairs 0-1 .. 6-7 put
    * a short and a long tile on each of the four schedulers (warp w on w % 4). */
+  static_assert(CT == 64 && NTS == 256, "SCAN_MTRI: four row tiles, two warps each");
   const int rt = SCAN_MTRI && (wp >> 1) >= 2 ? 5 - (wp >> 1) : wp >> 1;
   const int tb = 16 * rt, cb = 16 * (wp & 1);
   double acc[2][4] = {};
