@@ -752,7 +752,7 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
  * then gives the scan 142 registers instead of 202 and the scheduler more independent
  * products.  With SCAN_MTRI: 4 and 2 (session 18's) 3.13-3.15 ms, 8 and 2 3.11-3.13, 4 and 4
  * 3.16-3.17, 16 and 8 3.08-3.11.  Measured slower on top of 16 and 8: the plan entry read a
- * chunk ahead (3.18) and the copy loops unrolled (3.24-3.27 ms). */
+ * chunk ahead (3.18) and the copy loops unrolled (3.23-3.27 ms). */
 #ifndef SD_UNROLL
 #define SD_UNROLL 16
 #endif
