@@ -436,8 +436,9 @@ __device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_
       const int t = I * 16 + ti, s = J * 16 + si;
       float a = 0.0f, m = 0.0f;
       if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
-      /* zeros above the diagonal blocks, and above prep_pairs_diag2's 2 x 2 tiles (the solve
-       * and the scan's outputs read them): no sums, no shuffles */
+      /* zeros above the diagonal blocks, and above prep_pairs_diag2's 2 x 2 tiles: no sums,
+       * no shuffles.  The solve and the scan's outputs read the zeros inside the diagonal
+       * blocks; those of M's blocks above them only the scan with SCAN_MTRI = 0 reads */
       if ((J > I && PAIRS_ZERO) || (J == I && PAIRS_DIAG2 && si / 2 > ti / 2)) {
         if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
         continue;
