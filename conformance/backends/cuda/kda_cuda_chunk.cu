@@ -305,11 +305,57 @@ __device__ __forceinline__ void mma_3x(float c[4], const float x[4], const float
   mma_tf32(c, xb, yb);
 }
 
+/* PAIRS_TC6: warp w < 6 takes block pair (I, J) = the w-th and both 8-column halves, its A
+ * fragments (Xa, Xm) split once a k-step for both; warps 6 - 14 then take the diagonal
+ * blocks' 144 tiles in one round (prep_pairs_diag2).  Each product and its order are 0's:
+ * the same bits.  Session 20 (H100, B1 T32768 H32, beside main in one call, two rounds): prep
+ * 3.44 - 3.45 -> 3.31 - 3.34 ms, the prefill 7.00 - 7.02 -> 6.89 ms.  0: twelve warps, 8
+ * columns each, and the diagonal tiles on warps 12 - 15 (with DIAG2_SPLIT: warp 11's share). */
+#ifndef PAIRS_TC6
+#define PAIRS_TC6 1
+#endif
+__device__ __forceinline__ void pairs_tc6(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
+                                          const float *Y, const float *E, float *Am, int w, int gr, int tg) {
+  const int I = w < 1 ? 1 : w < 3 ? 2 : 3, J = w - I * (I - 1) / 2, t0 = I * 16;
+  const float *e = E + (I * (I - 1) / 2 + J) * KP;
+  float ca[2][4] = {}, cm[2][4] = {};
+#pragma unroll 4
+  for (int k = 0; k < KP; k += 8) {
+    const int r0 = (t0 + gr) * KSTR + k + tg, r1 = r0 + 8 * KSTR;
+    const float xa[4] = {Xa[r0], Xa[r1], Xa[r0 + 4], Xa[r1 + 4]};
+    const float xm[4] = {Xm[r0], Xm[r1], Xm[r0 + 4], Xm[r1 + 4]};
+    uint32_t ab[4], as[4], mb[4], ms[4];
+#pragma unroll
+    for (int i = 0; i < 4; i++) split_tf32(xa[i], ab[i], as[i]), split_tf32(xm[i], mb[i], ms[i]);
+#pragma unroll
+    for (int n = 0; n < 2; n++) { /* mma_3x's three products in its order, for A then M */
+      const int sb = (J * 16 + 8 * n + gr) * KSTR + k + tg;
+      const float y[2] = {Y[sb] * e[k + tg], Y[sb + 4] * e[k + tg + 4]};
+      uint32_t yb[2], ys[2];
+      split_tf32(y[0], yb[0], ys[0]), split_tf32(y[1], yb[1], ys[1]);
+      mma_tf32(ca[n], as, yb), mma_tf32(ca[n], ab, ys), mma_tf32(ca[n], ab, yb);
+      mma_tf32(cm[n], ms, yb), mma_tf32(cm[n], mb, ys), mma_tf32(cm[n], mb, yb);
+    }
+  }
+#pragma unroll
+  for (int n = 0; n < 2; n++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      const int t = t0 + gr + (i >> 1) * 8, sc = J * 16 + 8 * n + 2 * tg + (i & 1);
+      Am[t * ASTR + sc] = A.erases ? ca[n][i] : 0.0f; /* no erase: Unew = beta v */
+      A.M[(ci * CT + t) * CT + sc] = cm[n][i];
+    }
+}
+
 /* Warp w < 12 takes block pair (I, J) = the (w / 2)-th of (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
  * and the 8 columns s = J 16 + (w % 2) 8 + 0..7; A and M share the B fragments. */
 __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
                               const float *Y, const float *E, float *Am) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane >> 2, tg = lane & 3;
+  if (PAIRS_TC6) {
+    if (w < 6) pairs_tc6(A, ci, Xa, Xm, Y, E, Am, w, gr, tg);
+    return;
+  }
   if (w >= 12) return;
   const int pi = w / 2, I = pi < 1 ? 1 : pi < 3 ? 2 : 3, J = pi - I * (I - 1) / 2;
   const int t0 = I * 16, s0 = J * 16 + (w % 2) * 8;
@@ -348,14 +394,14 @@ __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const
 #ifndef PAIRS_DIAG2
 #define PAIRS_DIAG2 1
 #endif
-#define DIAG2_FIRST 384 /* the first thread of prep_pairs_diag2 (prep_pairs_tc: warps 0 - 11) */
+#define DIAG2_FIRST (PAIRS_TC6 ? 192 : 384) /* the first thread of prep_pairs_diag2 (after prep_pairs_tc's warps) */
 /* DIAG2_SPLIT: the 144 tiles are two rounds of warps 12 - 15's 64 lane pairs and 16 over; warp
  * 11 takes those 16 after its tensor-core pairs, instead of warp 12 a third round alone (the
  * same tiles, lanes and order: the same bits).  Session 19 (H100, B1 T32768 H32): leaving the
  * third round out (wrong outputs, timing only) took prep 3.52 -> 3.37 ms, so warp 12 was the
  * phase's last; with the split prep takes 3.41-3.45 ms.  0: warps 12 - 15 take all 144. */
 #ifndef DIAG2_SPLIT
-#define DIAG2_SPLIT 1
+#define DIAG2_SPLIT (!PAIRS_TC6)
 #endif
 __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
