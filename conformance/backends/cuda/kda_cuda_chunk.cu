@@ -457,7 +457,7 @@ __device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, 
     pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, LAST + threadIdx.x % 32 / 2, half);
     return;
   }
-  if (threadIdx.x < DIAG2_FIRST) return; /* warps 12 - 15: beside prep_pairs_tc's 0 - 11 */
+  if (threadIdx.x < DIAG2_FIRST) return; /* beside prep_pairs_tc's warps (PAIRS_TC6: 0 - 5, else 0 - 11) */
   for (int q = q0; q < LAST; q += NQ) /* uniform a warp: 144 tiles (DIAG2_SPLIT: 128) */
     pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
 }
