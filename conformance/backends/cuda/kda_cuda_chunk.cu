@@ -294,12 +294,10 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], const 
                : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
-/* c += x y in 3xTF32 (x: an A fragment, y: a B fragment, both float32). */
-__device__ __forceinline__ void mma_3x(float c[4], const float x[4], const float y[2]) {
-  uint32_t xb[4], xs[4], yb[2], ys[2];
-#pragma unroll
-  for (int i = 0; i < 4; i++) split_tf32(x[i], xb[i], xs[i]);
-  split_tf32(y[0], yb[0], ys[0]), split_tf32(y[1], yb[1], ys[1]);
+/* c += x y in 3xTF32 from the split fragments (x = xb + xs, y = yb + ys): the small products
+ * first, then big * big (pairs_tc; the same order in every build, so the same bits). */
+__device__ __forceinline__ void mma_3x(float c[4], const uint32_t xb[4], const uint32_t xs[4],
+                                             const uint32_t yb[2], const uint32_t ys[2]) {
   mma_tf32(c, xs, yb);
   mma_tf32(c, xb, ys);
   mma_tf32(c, xb, yb);
@@ -314,13 +312,19 @@ __device__ __forceinline__ void mma_3x(float c[4], const float x[4], const float
 #ifndef PAIRS_TC6
 #define PAIRS_TC6 1
 #endif
-__device__ __forceinline__ void pairs_tc6(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
-                                          const float *Y, const float *E, float *Am, int w, int gr, int tg) {
-  const int I = w < 1 ? 1 : w < 3 ? 2 : 3, J = w - I * (I - 1) / 2, t0 = I * 16;
+/* Block pair pi of (1,0) (2,0) (2,1) (3,0) (3,1) (3,2), columns s = J 16 + 8 (h0 + n) + 0..7
+ * for n < NH, by one warp: A and M share the B fragments, the halves share the A fragments. */
+template <int NH>
+__device__ __forceinline__ void pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
+                                         const float *Y, const float *E, float *Am, int pi, int h0, int gr,
+                                         int tg) {
+  const int I = pi < 1 ? 1 : pi < 3 ? 2 : 3, J = pi - I * (I - 1) / 2, t0 = I * 16;
   const float *e = E + (I * (I - 1) / 2 + J) * KP;
-  float ca[2][4] = {}, cm[2][4] = {};
+  float ca[NH][4] = {}, cm[NH][4] = {};
 #pragma unroll 4
   for (int k = 0; k < KP; k += 8) {
+    /* A fragments: rows t0 + gr (+8), columns k + tg (+4); B: row k + tg (+4), column s0 + gr.
+     * Row strides of KSTR = 132 floats put the 32 lanes in 32 distinct banks. */
     const int r0 = (t0 + gr) * KSTR + k + tg, r1 = r0 + 8 * KSTR;
     const float xa[4] = {Xa[r0], Xa[r1], Xa[r0 + 4], Xa[r1 + 4]};
     const float xm[4] = {Xm[r0], Xm[r1], Xm[r0 + 4], Xm[r1 + 4]};
@@ -328,57 +332,33 @@ __device__ __forceinline__ void pairs_tc6(const cargs &A, int64_t ci, const floa
 #pragma unroll
     for (int i = 0; i < 4; i++) split_tf32(xa[i], ab[i], as[i]), split_tf32(xm[i], mb[i], ms[i]);
 #pragma unroll
-    for (int n = 0; n < 2; n++) { /* mma_3x's three products in its order, for A then M */
-      const int sb = (J * 16 + 8 * n + gr) * KSTR + k + tg;
+    for (int n = 0; n < NH; n++) {
+      const int sb = (J * 16 + 8 * (h0 + n) + gr) * KSTR + k + tg;
       const float y[2] = {Y[sb] * e[k + tg], Y[sb + 4] * e[k + tg + 4]};
       uint32_t yb[2], ys[2];
       split_tf32(y[0], yb[0], ys[0]), split_tf32(y[1], yb[1], ys[1]);
-      mma_tf32(ca[n], as, yb), mma_tf32(ca[n], ab, ys), mma_tf32(ca[n], ab, yb);
-      mma_tf32(cm[n], ms, yb), mma_tf32(cm[n], mb, ys), mma_tf32(cm[n], mb, yb);
+      mma_3x(ca[n], ab, as, yb, ys);
+      mma_3x(cm[n], mb, ms, yb, ys);
     }
   }
+  /* C fragment: rows t0 + gr (+8), columns s0 + 2 tg (+1). */
 #pragma unroll
-  for (int n = 0; n < 2; n++)
+  for (int n = 0; n < NH; n++)
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-      const int t = t0 + gr + (i >> 1) * 8, sc = J * 16 + 8 * n + 2 * tg + (i & 1);
+      const int t = t0 + gr + (i >> 1) * 8, sc = J * 16 + 8 * (h0 + n) + 2 * tg + (i & 1);
       Am[t * ASTR + sc] = A.erases ? ca[n][i] : 0.0f; /* no erase: Unew = beta v */
       A.M[(ci * CT + t) * CT + sc] = cm[n][i];
     }
 }
 
-/* Warp w < 12 takes block pair (I, J) = the (w / 2)-th of (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
- * and the 8 columns s = J 16 + (w % 2) 8 + 0..7; A and M share the B fragments. */
+/* The six off-diagonal block pairs: PAIRS_TC6, warp w < 6 the w-th with both halves; else warp
+ * w < 12 the (w / 2)-th and the columns of half w % 2. */
 __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
                               const float *Y, const float *E, float *Am) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane >> 2, tg = lane & 3;
-  if (PAIRS_TC6) {
-    if (w < 6) pairs_tc6(A, ci, Xa, Xm, Y, E, Am, w, gr, tg);
-    return;
-  }
-  if (w >= 12) return;
-  const int pi = w / 2, I = pi < 1 ? 1 : pi < 3 ? 2 : 3, J = pi - I * (I - 1) / 2;
-  const int t0 = I * 16, s0 = J * 16 + (w % 2) * 8;
-  const float *e = E + (I * (I - 1) / 2 + J) * KP;
-  float ca[4] = {0.0f, 0.0f, 0.0f, 0.0f}, cm[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-#pragma unroll 4
-  for (int k = 0; k < KP; k += 8) {
-    /* A fragments: rows t0 + gr (+8), columns k + tg (+4); B: row k + tg (+4), column s0 + gr.
-     * Row strides of KSTR = 132 floats put the 32 lanes in 32 distinct banks. */
-    const int r0 = (t0 + gr) * KSTR + k + tg, r1 = r0 + 8 * KSTR, sb = (s0 + gr) * KSTR + k + tg;
-    const float xa[4] = {Xa[r0], Xa[r1], Xa[r0 + 4], Xa[r1 + 4]};
-    const float xm[4] = {Xm[r0], Xm[r1], Xm[r0 + 4], Xm[r1 + 4]};
-    const float y[2] = {Y[sb] * e[k + tg], Y[sb + 4] * e[k + tg + 4]};
-    mma_3x(ca, xa, y);
-    mma_3x(cm, xm, y);
-  }
-  /* C fragment: rows t0 + gr (+8), columns s0 + 2 tg (+1). */
-#pragma unroll
-  for (int i = 0; i < 4; i++) {
-    const int t = t0 + gr + (i >> 1) * 8, sc = s0 + 2 * tg + (i & 1);
-    Am[t * ASTR + sc] = A.erases ? ca[i] : 0.0f; /* no erase: Unew = beta v */
-    A.M[(ci * CT + t) * CT + sc] = cm[i];
-  }
+  if (PAIRS_TC6 && w < 6) pairs_tc<2>(A, ci, Xa, Xm, Y, E, Am, w, 0, gr, tg);
+  else if (!PAIRS_TC6 && w < 12) pairs_tc<1>(A, ci, Xa, Xm, Y, E, Am, w / 2, w % 2, gr, tg);
 }
 
 /* PAIRS_DIAG2: the four diagonal blocks' pairs (t, s), s <= t, at once, 2 x 2 entries a lane
