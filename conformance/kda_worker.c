@@ -53,6 +53,9 @@
 #define CANARY 0xA5
 #define AUTO_ALLOWANCE ((uint64_t)4 << 30) /* fixed part of the automatic memory limit */
 #define AUTO_FACTOR 16                     /* times the case's buffers */
+/* The PROT_NONE guard after each output is at least the output's own size and at least this
+ * (SPEC.md §7.8): a write far past the end faults too, not only one into the next page. */
+#define GUARD_MIN ((size_t)2 << 20)
 #define REAP_S 5.0                         /* bounded wait for a killed process */
 #define EXIT_GRACE_S 1.0                   /* after EOF, time for the worker to finish dying */
 
@@ -129,7 +132,8 @@ typedef struct wreq {
   int64_t mem_limit;     /* bytes; 0 automatic; -1 none */
   int64_t off[N_BUF];
   uint64_t len[N_BUF];   /* bytes */
-  int64_t guard[N_GUARD]; /* offset of the PROT_NONE page after o, ht, hc, pool (-1: none) */
+  int64_t guard[N_GUARD]; /* offset of the PROT_NONE guard after o, ht, hc, pool (-1: none) */
+  uint64_t guard_len[N_GUARD]; /* its length in bytes: guard_size() of the output's length */
   int64_t pool_slots;     /* S of a pool call (SPEC.md §7.8), 0 otherwise */
   kda_problem p;
   char params[1024];
@@ -239,7 +243,10 @@ static void apply_limit(const wreq *q) {
     FILE *f = fopen("/proc/self/statm", "r");
     if (f && fscanf(f, "%llu", &pages) != 1) pages = 0;
     if (f) fclose(f);
-    want = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) + AUTO_FACTOR * q->map_size +
+    uint64_t guards = 0; /* reserved address space, counted once, not AUTO_FACTOR times */
+    for (int b = 0; b < N_GUARD; b++) guards += q->guard_len[b];
+    uint64_t bufs = q->map_size > guards ? q->map_size - guards : 0;
+    want = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) + AUTO_FACTOR * bufs + guards +
            AUTO_ALLOWANCE;
   }
   rl.rlim_cur = (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) ? rl.rlim_max : want;
@@ -279,10 +286,10 @@ static int child_map(wchild *c, const wreq *q) {
     c->map_size = q->map_size;
     g_hdr = (shm_hdr *)c->map;
   }
-  long pg = sysconf(_SC_PAGESIZE);
   if (mprotect(c->map, c->map_size, PROT_READ | PROT_WRITE) != 0) return -1;
   for (int b = 0; b < N_GUARD; b++)
-    if (q->guard[b] >= 0 && mprotect(c->map + q->guard[b], (size_t)pg, PROT_NONE) != 0) return -1;
+    if (q->guard[b] >= 0 && mprotect(c->map + q->guard[b], (size_t)q->guard_len[b], PROT_NONE))
+      return -1;
   ((shm_hdr *)c->map)->child_base = (uint64_t)(uintptr_t)c->map;
   return 0;
 }
@@ -603,9 +610,9 @@ static const char *fault_buffer(const kda_worker *w, const wreq *q) {
   const shm_hdr *h = (const shm_hdr *)w->map;
   if (!h || !h->fault_sig || !q) return NULL;
   uint64_t off = h->fault_addr - h->child_base;
-  long pg = sysconf(_SC_PAGESIZE);
   for (int b = 0; b < N_GUARD; b++)
-    if (q->guard[b] >= 0 && off >= (uint64_t)q->guard[b] && off < (uint64_t)(q->guard[b] + pg))
+    if (q->guard[b] >= 0 && off >= (uint64_t)q->guard[b] &&
+        off - (uint64_t)q->guard[b] < q->guard_len[b])
       return buf_names[B_O + b];
   return NULL;
 }
@@ -921,9 +928,16 @@ static inline double get_elem(int32_t dt, const unsigned char *s, size_t i) {
   return kda_dtype_get(dt, s, i);
 }
 
-/* Places the inputs, then each output so that its end is followed by a guard page (the
- * start is 64-byte aligned; the < 64 bytes of slack before the page hold canaries).  Returns
- * the region's size, or 0 for a problem whose sizes do not fit. */
+/* The guard after an output of len bytes: whole pages, at least len and at least GUARD_MIN. */
+static size_t guard_size(size_t len, size_t pg) {
+  size_t g = up(len ? len : 1, pg);
+  return g < GUARD_MIN ? up(GUARD_MIN, pg) : g;
+}
+
+/* Places the inputs, then each output so that its end is followed by a guard (the start is
+ * 64-byte aligned; the < 64 bytes of slack before the guard hold canaries).  The guards are
+ * address space only: the memfd's pages there are never touched.  Returns the region's size,
+ * or 0 for a problem whose sizes do not fit. */
 static size_t layout(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                      const pool_io *pl, wreq *q) {
   kda_case_sizes s;
@@ -951,13 +965,14 @@ static size_t layout(const kda_worker *w, const kda_problem *p, const kda_tensor
   const int want[N_GUARD] = {1, p->want_final_state != 0 && !pl, p->n_checkpoints > 0, !!pl};
   const uint64_t on[N_GUARD] = {s.o, s.ht, s.hc, pl ? (uint64_t)(pl->S * p->HV * p->K * p->V) : 0};
   for (int b = 0; b < N_GUARD; b++) {
-    q->guard[b] = -1;
+    q->guard[b] = -1, q->guard_len[b] = 0;
     if (!want[b]) continue;
     size_t len = (size_t)on[b] * buf_es(w, B_O + b), block = up(len ? len : 1, pg);
     q->off[B_O + b] = (int64_t)(off + block - up(len, 64));
     q->len[B_O + b] = len;
     q->guard[b] = (int64_t)(off + block);
-    off += block + pg;
+    q->guard_len[b] = guard_size(len, pg);
+    off += block + q->guard_len[b];
   }
   return off;
 }

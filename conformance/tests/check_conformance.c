@@ -586,6 +586,8 @@ static const fault_row fault_rows[] = {
     {"ht_overrun128", 1, KDA_VERDICT_CRASH, "past the end of output 'ht'"},
     {"o_overrun1", 1, KDA_VERDICT_CRASH, "past the end of output 'o'"},
     {"o_overrun1", 0, KDA_VERDICT_CRASH, "past the end of output 'o'"}, /* o fills its page */
+    {"o_far", 0, KDA_VERDICT_CRASH, "past the end of output 'o'"},      /* 1 MiB past its end */
+    {"o_far", 1, KDA_VERDICT_CRASH, "past the end of output 'o'"},
     {"write_cu", 1, KDA_VERDICT_FAIL, "modified input 'cu_seqlens'"},
     {"write_ck", 1, KDA_VERDICT_FAIL, "modified input 'checkpoints'"},
     {"write_q", 1, KDA_VERDICT_FAIL, "modified input 'q'"},

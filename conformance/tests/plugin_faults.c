@@ -19,7 +19,7 @@
   X(exit_forward) X(loop_forward) X(closefds_block) X(grandchild) X(fpenv_open)          \
   X(fpenv_forward) X(fpenv_close) X(ht_overrun128) X(o_overrun1) X(write_cu) X(write_ck) \
   X(write_q) X(print) X(oom) X(error) X(unsupported_forward) X(nondet) X(noncausal)     \
-  X(crash_once) X(grandchild_loop) X(fpenv_supports)
+  X(crash_once) X(grandchild_loop) X(fpenv_supports) X(o_far)
 #define AS_ENUM(n) F_##n,
 #define AS_NAME(n) #n,
 enum { FAULTS(AS_ENUM) F_COUNT };
@@ -150,6 +150,9 @@ static int32_t f_forward(void *handle, const kda_problem *p, const kda_backend_t
       if (t->ht) memset((char *)t->ht + (size_t)(p->N * p->HV * p->K * p->V) * 8, 0x55, 128);
       break;
     case F_o_overrun1: o[n_o] = 1.0; break;
+    case F_o_far: /* one float 1 MiB past the end of o (not into the next page) */
+      *(volatile float *)((char *)(o + n_o) + ((size_t)1 << 20)) = 1.0f;
+      break;
     case F_write_cu: ((int64_t *)t->cu_seqlens)[0] = 0x7fff; break;
     case F_write_ck:
       if (t->checkpoints) ((int64_t *)t->checkpoints)[0] += 1;
