@@ -180,7 +180,7 @@ golden: $(KDA)
 # kda conform end to end on golden/L1: every mutant and long-sequence defect killed; a JUnit report with every verdict
 # kind validates against conformance/tests/junit.xsd; the CI semantics (waivers, --strict,
 # baselines, exit 5, summary.json); plugins of ABI 1 and 2 pass; bf16 buffers through the
-# variant slot (conform_half.sh).
+# variant slot (conform_half.sh); hostile strings keep every report whole (conform_hostile.sh).
 check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l1.sh
@@ -192,6 +192,8 @@ check-conform: $(KDA) $(PLUGINS)
 	  sh conformance/tests/conform_abi.sh
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_half.sh
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_hostile.sh
 
 # Slow, not in make check: kda conform --strict on the production L2 set (made by kda golden
 # --write --level L2, streamed in bounded memory, SPEC.md §7.10): ref-f32 and simd pass, every

@@ -14,6 +14,24 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_files.h"
+
+/* Waiver files are written by hand, baselines by kda: both far smaller than these. */
+#define WAIVERS_MAX ((size_t)1 << 20)
+#define BASELINE_MAX ((size_t)64 << 20)
+
+/* The JSON of a capped regular file (kda_input_read), or NULL with err filled. */
+static json_t *load_json(const char *path, size_t max, int *st, char *err, size_t errlen) {
+  char *buf;
+  size_t len;
+  json_error_t je;
+  *st = kda_input_read(path, max, &buf, &len, err, errlen);
+  if (*st != KDA_OK) return NULL;
+  json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
+  free(buf);
+  if (!root) *st = KDA_EFORMAT, snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
+  return root;
+}
 
 /* ---- Waivers (SPEC.md §7.6). */
 struct kda_waivers {
@@ -46,6 +64,18 @@ static int waiver_check(const char *path, size_t i, json_t *w, char *err, size_t
       return snprintf(err, errlen, "%s: waiver %zu: '%s' holds a NUL byte", path, i, k),
              KDA_EFORMAT;
     selectors += strcmp(k, "case") == 0 || strcmp(k, "backend") == 0 || strcmp(k, "flag") == 0;
+  }
+  const char *const text[2] = {"reason", "link"}; /* report text from here on (SPEC.md §7.9) */
+  for (int t = 0; t < 2; t++) {
+    json_t *tv = json_object_get(w, text[t]);
+    if (!tv) continue;
+    size_t cap = json_string_length(tv) * 3 + 1;
+    char *clean = malloc(cap);
+    if (!clean) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+    kda_text_clean(clean, cap, json_string_value(tv), 0);
+    int bad = json_string_set(tv, clean);
+    free(clean);
+    if (bad) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
   }
   if (!json_object_get(w, "reason"))
     return snprintf(err, errlen, "%s: waiver %zu has no \"reason\"", path, i), KDA_EFORMAT;
@@ -81,10 +111,10 @@ static int waivers_check(const char *path, json_t *root, char *err, size_t errle
 
 int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
   *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  int st = waivers_check(path, root, err, errlen);
+  int st;
+  json_t *root = load_json(path, WAIVERS_MAX, &st, err, errlen);
+  if (!root) return st;
+  st = waivers_check(path, root, err, errlen);
   if (st != KDA_OK) return json_decref(root), st;
   kda_waivers *w = calloc(1, sizeof *w);
   if (!w) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
@@ -118,6 +148,7 @@ void kda_waivers_describe(const kda_waivers *w, int64_t i, char *buf, size_t cap
     const char *v = wkey(w, i, sel[k]);
     if (v) n += (size_t)snprintf(buf + n, cap - n, " %s=%.100s", sel[k], v);
   }
+  kda_text_clean(buf, cap, buf, 0); /* a glob cut mid-character, or control characters */
 }
 
 /* 1 when the case manifest's golden.flags (or top-level flags) array holds flag. */
@@ -268,10 +299,10 @@ static int baseline_check(const char *path, json_t *root, char *err, size_t errl
 
 int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
   *out = NULL;
-  json_error_t je;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
-  if (!root) return snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text), KDA_EFORMAT;
-  int st = baseline_check(path, root, err, errlen);
+  int st;
+  json_t *root = load_json(path, BASELINE_MAX, &st, err, errlen);
+  if (!root) return st;
+  st = baseline_check(path, root, err, errlen);
   if (st != KDA_OK) return json_decref(root), st;
   kda_baseline *b = calloc(1, sizeof *b);
   if (!b) return json_decref(root), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;

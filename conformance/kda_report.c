@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_files.h"
 
 static const char *short_verdict(int32_t v) {
   static const char *const tags[] = {"PASS", "FAIL", "WARN", "SKIP", "WAIVED", "CRASH", "TIMEOUT"};
@@ -112,15 +113,18 @@ static json_t *report_json(const kda_case_report *r) {
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
                         jnum(r->seconds));
   if (!j) return NULL;
+  int bad = 0; /* a string jansson refuses (not UTF-8) is an error, never a dropped key */
   if (r->waiver_no)
-    json_object_set_new(j, "waiver",
-                        json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1, "reason",
-                                  r->waiver, "link",
-                                  r->waiver_link[0] ? json_string(r->waiver_link) : json_null()));
+    bad |= json_object_set_new(j, "waiver",
+                               json_pack("{s:I,s:s,s:o}", "index", (json_int_t)r->waiver_no - 1,
+                                         "reason", r->waiver, "link",
+                                         r->waiver_link[0] ? json_string(r->waiver_link)
+                                                           : json_null()));
   /* what the backend printed and whether it repeated itself bit for bit (SPEC.md §7.7, §7.8) */
   json_object_set_new(j, "nondeterministic", json_boolean(r->nondeterministic));
   json_object_set_new(j, "log_bytes", json_integer((json_int_t)r->log_bytes));
-  json_object_set_new(j, "log", r->log_bytes ? json_string(r->log) : json_null());
+  bad |= json_object_set_new(j, "log", r->log_bytes ? json_string(r->log) : json_null());
+  if (bad) return json_decref(j), NULL;
   static const char *const bstate[] = {NULL, "compared", "absent"};
   if (r->baseline_state > 0 && r->baseline_state <= KDA_BASELINE_ABSENT)
     json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));
@@ -190,7 +194,18 @@ static const char *report_version(void) {
 #endif
 }
 
-static json_t *jstr(const char *s) { return s ? json_string(s) : json_null(); }
+/* A string of the run's own description (paths, parameters, waiver selectors) as report text
+ * (kda_text_clean): a non-UTF-8 path is shown with U+FFFD, never dropped. */
+static json_t *jstr(const char *s) {
+  if (!s) return json_null();
+  size_t cap = 3 * strlen(s) + 1;
+  char *t = malloc(cap);
+  if (!t) return NULL;
+  kda_text_clean(t, cap, s, 0);
+  json_t *j = json_string(t);
+  free(t);
+  return j;
+}
 
 static json_t *summary_backends(const kda_run_info *info) {
   json_t *a = json_array();
@@ -210,7 +225,7 @@ static json_t *summary_case_set(const kda_run_info *info) {
   for (int64_t i = 0; info && i < info->n_case_paths; i++)
     json_array_append_new(paths, jstr(info->case_paths[i]));
   json_t *golden = info && info->golden_dir
-                       ? json_pack("{s:s,s:o}", "dir", info->golden_dir, "sha256sums",
+                       ? json_pack("{s:o,s:o}", "dir", jstr(info->golden_dir), "sha256sums",
                                    jstr(info->golden_sha256sums))
                        : json_null();
   return json_pack("{s:o,s:I,s:o}", "paths", paths, "files",
@@ -225,10 +240,10 @@ static json_t *summary_failing(const kda_case_report *rs, int64_t n, int32_t str
     int32_t v = rs[i].verdict;
     int bad = kda_verdict_is_failure(v) ||
               (strict && (v == KDA_VERDICT_QUALITY_WARNING || v == KDA_VERDICT_WAIVED));
-    if (bad)
-      json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "case", rs[i].case_id, "backend",
-                                         rs[i].backend, "verdict", kda_verdict_name(v), "reason",
-                                         rs[i].reason));
+    if (bad && json_array_append_new(a, json_pack("{s:s,s:s,s:s,s:s}", "case", rs[i].case_id,
+                                                  "backend", rs[i].backend, "verdict",
+                                                  kda_verdict_name(v), "reason", rs[i].reason)))
+      return json_decref(a), NULL; /* never a "failing" list shorter than the failures */
   }
   return a;
 }
@@ -257,7 +272,7 @@ static json_t *summary_unused(const kda_case_report *rs, int64_t n, const kda_ru
     if (!unused[i]) continue;
     char d[512];
     kda_waivers_describe(w, i, d, sizeof d);
-    json_array_append_new(a, json_pack("{s:I,s:s,s:o}", "index", (json_int_t)i, "waiver", d,
+    json_array_append_new(a, json_pack("{s:I,s:o,s:o}", "index", (json_int_t)i, "waiver", jstr(d),
                                        "reason", jstr(kda_waivers_reason(w, i))));
   }
   free(unused);
@@ -271,7 +286,7 @@ static json_t *summary_baseline(const kda_case_report *rs, int64_t n, const kda_
     compared += rs[i].baseline_state == KDA_BASELINE_COMPARED;
     absent += rs[i].baseline_state == KDA_BASELINE_ABSENT;
   }
-  return json_pack("{s:s,s:I,s:I}", "path", info->baseline, "compared", compared, "absent",
+  return json_pack("{s:o,s:I,s:I}", "path", jstr(info->baseline), "compared", compared, "absent",
                    absent);
 }
 

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_files.h"
 #include "kda_npz.h"
 #include "kda_score_internal.h"
 #include "kda_serving.h"
@@ -501,6 +502,8 @@ static int finish_case(kda_worker *w, kda_case_report *r, char *err, size_t errl
 }
 
 /* ---- Streamed cases (SPEC.md §7.10). */
+static int case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                       const kda_conform_opts *o, kda_case_report *r, char *err, size_t errlen);
 
 /* A backend that declines the chained chunk call is scored on the whole case, which is loaded
  * for it (not in bounded memory), and the report says so; a case too large to load whole is
@@ -522,7 +525,7 @@ static int stream_whole(kda_worker *w, const kda_case *c, const kda_truth *t,
   int st = kda_truth_compute(&full, path, &tf, err, errlen);
   if (st == KDA_OK) {
     kda_case_report_free(r);
-    st = kda_conform_case_worker(w, &full, &tf, o, r, err, errlen);
+    st = case_worker(w, &full, &tf, o, r, err, errlen);
     size_t n = strlen(r->reason);
     if (st == KDA_OK)
       snprintf(r->reason + n, sizeof r->reason - n, "%sscored whole: the backend declines the "
@@ -583,9 +586,8 @@ static int input_type_fits(kda_worker *w, const kda_case *c, const kda_truth *t,
   return 0;
 }
 
-int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
-                            const kda_conform_opts *o, kda_case_report *r, char *err,
-                            size_t errlen) {
+static int case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                       const kda_conform_opts *o, kda_case_report *r, char *err, size_t errlen) {
   report_init(r, c, kda_worker_label(w), "case");
   int32_t wcls = kda_worker_class(w);
   int32_t cls = o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : KDA_CLASS_FP64;
@@ -627,6 +629,25 @@ int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t
   return st;
 }
 
+/* The report's boundary (SPEC.md §7.9): every string in it came from a file, a plugin or a
+ * waiver, and leaves here as report text (kda_text_clean), once, for every writer. */
+static void report_clean(kda_case_report *r) {
+  kda_text_clean(r->case_id, sizeof r->case_id, r->case_id, 0);
+  kda_text_clean(r->backend, sizeof r->backend, r->backend, 0);
+  kda_text_clean(r->reason, sizeof r->reason, r->reason, 0);
+  kda_text_clean(r->waiver, sizeof r->waiver, r->waiver, 0);
+  kda_text_clean(r->waiver_link, sizeof r->waiver_link, r->waiver_link, 0);
+  kda_text_clean(r->log, sizeof r->log, r->log, 1);
+}
+
+int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
+                            const kda_conform_opts *o, kda_case_report *r, char *err,
+                            size_t errlen) {
+  int st = case_worker(w, c, t, o, r, err, errlen);
+  report_clean(r);
+  return st;
+}
+
 int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
                      char *err, size_t errlen) {
@@ -641,9 +662,9 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
 }
 
 /* ---- Candidate result files: read strictly by kda_result_load (kda_case.h). */
-int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
-                          int32_t cls, const kda_conform_opts *o, kda_case_report *r,
-                          char *err, size_t errlen) {
+static int candidate(const char *result_path, const kda_case *c, const kda_truth *t,
+                     int32_t cls, const kda_conform_opts *o, kda_case_report *r, char *err,
+                     size_t errlen) {
   report_init(r, c, "candidate", "case");
   r->score.cls = cls;
   if (t->stream) /* a result file holds whole arrays: score it against a whole truth */
@@ -670,6 +691,14 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
   }
   if (st == KDA_OK) apply_waiver(r, c, o);
   kda_outputs_free(&out);
+  return st;
+}
+
+int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
+                          int32_t cls, const kda_conform_opts *o, kda_case_report *r,
+                          char *err, size_t errlen) {
+  int st = candidate(result_path, c, t, cls, o, r, err, errlen);
+  report_clean(r);
   return st;
 }
 
@@ -713,8 +742,10 @@ int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prom
   kda_truth tp;
   int st = kda_truth_compute(&sp->c, NULL, &tp, err, errlen);
   if (st != KDA_OK) return st;
-  st = kda_conform_candidate(result_path, &sp->c, &tp, cls, o, r, err, errlen);
+  st = candidate(result_path, &sp->c, &tp, cls, o, r, err, errlen);
   kda_truth_free(&tp);
-  if (st != KDA_OK || sp->kind != KDA_PROMPT_CAUSAL || !judged(r)) return st;
-  return candidate_causal(result_path, sp, c, main_path, r, err, errlen);
+  if (st == KDA_OK && sp->kind == KDA_PROMPT_CAUSAL && judged(r))
+    st = candidate_causal(result_path, sp, c, main_path, r, err, errlen);
+  report_clean(r);
+  return st;
 }

@@ -375,12 +375,18 @@ static kda_case_report *next_report(run_state *s) {
   return &s->reports[s->n];
 }
 
-static void emit(run_state *s, const conform_args *a, kda_case_report *r) {
+/* Counts, prints and records one report; a line that cannot be written is a runner error
+ * (exit 2), never a record missing from results.jsonl. */
+static int emit(run_state *s, const conform_args *a, kda_case_report *r, char *err,
+                size_t errlen) {
   kda_tally_add(&s->tally, r);
-  if (!a->quiet || r->verdict != KDA_VERDICT_PASS) kda_report_human(stdout, r, (int32_t)a->max_lines);
-  if (s->jsonl) kda_report_jsonl(s->jsonl, r);
-  kda_conform_shard_emitted(a->shard);
   s->n++;
+  if (!a->quiet || r->verdict != KDA_VERDICT_PASS) kda_report_human(stdout, r, (int32_t)a->max_lines);
+  if (s->jsonl && kda_report_jsonl(s->jsonl, r) != KDA_OK)
+    return snprintf(err, errlen, "results.jsonl: cannot write the report of case %s", r->case_id),
+           KDA_EIO;
+  kda_conform_shard_emitted(a->shard);
+  return KDA_OK;
 }
 
 static const char *base_id(const char *path, char *buf, size_t cap) {
@@ -417,7 +423,7 @@ static int score_prompts(const conform_args *a, const kda_case *c, const char *m
     else st = kda_conform_candidate_prompt(pp, &sp[i], c, main_path,
                                            a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
                                            r, err, errlen);
-    if (st == KDA_OK) emit(s, a, r);
+    if (st == KDA_OK) st = emit(s, a, r, err, errlen);
   }
   kda_serving_prompts_free(sp, n);
   return st;
@@ -462,7 +468,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
     else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
-    if (st == KDA_OK) emit(s, a, r);
+    if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
   }
   if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt)) {
     char rp[4096];
@@ -479,7 +485,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
                                     r, err, sizeof err);
     s->score_s += now_s() - t0;
     if (st == KDA_OK) s->bytes += r->bytes_scored;
-    if (st == KDA_OK) emit(s, a, r);
+    if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
     if (st == KDA_OK && a->opts.prefix && is_dir)
       st = score_prompts(a, &c, rp, s, err, sizeof err);
   }

@@ -13,14 +13,17 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "kda_files.h"
 #include "kda_npz.h"
 
-/* Writes "kda[ SUB]: " + text + suffix as one line: embedded newlines become spaces. */
+/* Writes "kda[ SUB]: " + text + suffix as one line: embedded newlines become spaces, and the
+ * rest is report text (kda_text_clean: no escape sequences from a path or a plugin). */
 static void put_line(const char *sub, const char *text, const char *suffix) {
   char line[2048];
   snprintf(line, sizeof line, "%s%s", text, suffix ? suffix : "");
   for (char *s = line; *s; s++)
     if (*s == '\n' || *s == '\r') *s = ' ';
+  kda_text_clean(line, sizeof line, line, 0);
   if (sub)
     fprintf(stderr, "kda %s: %s\n", sub, line);
   else

@@ -135,6 +135,111 @@ int kda_test_fail_write(const char *path) {
   return hook != NULL && *hook != '\0' && path != NULL && strstr(path, hook) != NULL;
 }
 
+/* ---- Inputs. */
+int kda_input_open(const char *path, char *err, size_t errlen) {
+  int fd = open(path, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  struct stat sb;
+  if (fd < 0)
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path,
+                    errno == ELOOP ? "a symbolic link (not followed)" : strerror(errno)), -1;
+  if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+    close(fd);
+    return kda_fail(KDA_EIO, err, errlen, "%s: not a regular file", path), -1;
+  }
+  int fl = fcntl(fd, F_GETFL);
+  if (fl != -1) fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+  return fd;
+}
+
+int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *err,
+                   size_t errlen) {
+  *buf = NULL, *len = 0;
+  int fd = kda_input_open(path, err, errlen);
+  if (fd < 0) return KDA_EIO;
+  struct stat sb;
+  if (fstat(fd, &sb) != 0 || (uint64_t)sb.st_size > max) {
+    close(fd);
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: larger than %zu bytes", path, max);
+  }
+  size_t n = (size_t)sb.st_size, k = 0;
+  char *b = malloc(n + 1);
+  if (!b) return close(fd), kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
+  while (k < n) { /* the size fstat gave: a file that grows meanwhile is read as it was */
+    ssize_t r = read(fd, b + k, n - k);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    k += (size_t)r;
+  }
+  int e = errno;
+  close(fd);
+  if (k < n) {
+    free(b);
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot read: %s", path,
+                    k ? "the file shrank" : strerror(e));
+  }
+  b[n] = 0;
+  *buf = b, *len = n;
+  return KDA_OK;
+}
+
+/* ---- Report text. */
+
+/* The code point at s (n bytes left) if s starts a valid UTF-8 sequence (shortest form, no
+ * surrogate, at most U+10FFFF): its length, else 0. */
+static int utf8_next(const unsigned char *s, size_t n, uint32_t *cp) {
+  if (s[0] < 0x80) return *cp = s[0], 1;
+  int len = s[0] >= 0xF0 ? 4 : s[0] >= 0xE0 ? 3 : s[0] >= 0xC2 ? 2 : 0;
+  if (len == 0 || s[0] > 0xF4 || (size_t)len > n) return 0;
+  uint32_t c = s[0] & (0x7F >> len);
+  for (int i = 1; i < len; i++) {
+    if ((s[i] & 0xC0) != 0x80) return 0;
+    c = c << 6 | (s[i] & 0x3F);
+  }
+  static const uint32_t least[5] = {0, 0, 0x80, 0x800, 0x10000};
+  if (c < least[len] || c > 0x10FFFF || (c >= 0xD800 && c <= 0xDFFF)) return 0;
+  return *cp = c, len;
+}
+
+/* Code points no report keeps as they are: controls (C0, DEL, C1), the noncharacters
+ * (XML 1.0 forbids U+FFFE and U+FFFF), the bidirectional overrides and isolates. */
+static int text_unsafe(uint32_t c, int multiline) {
+  if (c < 0x20) return !(multiline && (c == '\n' || c == '\t'));
+  if (c >= 0x7F && c <= 0x9F) return 1;
+  if ((c >= 0xFDD0 && c <= 0xFDEF) || (c & 0xFFFE) == 0xFFFE) return 1;
+  return (c >= 0x202A && c <= 0x202E) || (c >= 0x2066 && c <= 0x2069);
+}
+
+size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline) {
+  if (cap == 0) return 0;
+  char *copy = NULL;
+  if (src == NULL) src = "";
+  else if (dst == src && (copy = strdup(src)) != NULL) src = copy;
+  else if (dst == src) { /* no memory: ASCII only, in place (never longer) */
+    size_t k = 0;
+    for (; dst[k] && k + 1 < cap; k++)
+      if ((unsigned char)dst[k] >= 0x80 || text_unsafe((unsigned char)dst[k], multiline))
+        dst[k] = '?';
+    return dst[k] = 0, k;
+  }
+  const unsigned char *s = (const unsigned char *)src;
+  size_t n = strlen(src), k = 0;
+  for (size_t i = 0; i < n;) {
+    uint32_t c;
+    int len = utf8_next(s + i, n - i, &c);
+    const char *put = (const char *)s + i;
+    size_t put_len = (size_t)len;
+    if (len == 0) put = "\xEF\xBF\xBD", put_len = 3, len = 1; /* U+FFFD */
+    else if (c < 0xA0 && text_unsafe(c, multiline)) put = "?", put_len = 1;
+    else if (text_unsafe(c, multiline)) put = "\xEF\xBF\xBD", put_len = 3;
+    if (k + put_len + 1 > cap) break; /* whole characters only */
+    memcpy(dst + k, put, put_len);
+    k += put_len, i += (size_t)len;
+  }
+  dst[k] = 0;
+  free(copy);
+  return k;
+}
+
 /* ---- The atomic text writer. */
 struct kda_atomic {
   char *path, *tmp;

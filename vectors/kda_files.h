@@ -50,6 +50,24 @@ void kda_tmp_forget(const char *tmp);
  * from); async-signal-safe (getpid, lock-free atomics and unlink only). */
 void kda_tmp_unlink_all(void);
 
+/* Opens an input that must be a regular file (O_NOFOLLOW, O_NONBLOCK: a symlink, FIFO, device
+ * or directory is refused at once, never waited on).  Returns the descriptor (blocking again,
+ * close-on-exec) or -1 with a message naming the file. */
+int kda_input_open(const char *path, char *err, size_t errlen);
+/* The whole of such an input of at most max bytes, NUL-terminated (*buf malloc'd).  Returns
+ * KDA_OK, KDA_EIO (unreadable, not a regular file), KDA_EFORMAT (larger than max),
+ * KDA_ENOMEM. */
+int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *err,
+                   size_t errlen);
+
+/* Report text (SPEC.md §7.9): copies src into dst (cap bytes with the NUL; dst may be src)
+ * as text every report format holds as it is: valid UTF-8 (each invalid byte becomes U+FFFD),
+ * no control or escape characters (C0, DEL and C1 become '?', except '\n' and '\t' when
+ * multiline), no code point XML 1.0 forbids or a terminal or editor would act on
+ * (U+FFFE, U+FFFF and the other noncharacters, the bidirectional overrides and isolates
+ * become U+FFFD), cut on a character boundary.  Returns the length written. */
+size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline);
+
 /* Test hook: commits of a target whose path contains the value of the environment variable
  * KDA_TEST_FAIL_WRITE fail as on a full disk (ENOSPC), so that tests can see that no target is
  * left half-written.  Returns 1 when path is to fail. */

@@ -346,6 +346,65 @@ START_TEST(test_ids) {
 }
 END_TEST
 
+/* Report text: valid UTF-8, no controls or noncharacters, cut on a character boundary. */
+START_TEST(test_text_clean) {
+  static const struct { const char *in, *out; int multiline; } rows[] = {
+      {"plain", "plain", 0},
+      {"a\xff" "b", "a\xef\xbf\xbd" "b", 0},                   /* an invalid byte */
+      {"\xc0\x80", "\xef\xbf\xbd\xef\xbf\xbd", 0},        /* an overlong NUL */
+      {"\xed\xa0\x80", "\xef\xbf\xbd\xef\xbf\xbd\xef\xbf\xbd", 0}, /* a surrogate */
+      {"\x1b[31m", "?[31m", 0},                                /* ESC */
+      {"\xc2\x9b" "2J", "?2J", 0},                               /* C1 CSI */
+      {"x\xef\xbf\xbey\xef\xbf\xbf", "x\xef\xbf\xbdy\xef\xbf\xbd", 0}, /* U+FFFE U+FFFF */
+      {"\xe2\x80\xae", "\xef\xbf\xbd", 0},                   /* a bidi override */
+      {"a\nb\tc", "a?b?c", 0},
+      {"a\nb\tc\r", "a\nb\tc?", 1},
+      {"\xc3\xa9\xf0\x9f\x98\x80", "\xc3\xa9\xf0\x9f\x98\x80", 0}, /* é and an emoji stay */
+  };
+  char buf[64];
+  for (size_t i = 0; i < sizeof rows / sizeof *rows; i++) {
+    kda_text_clean(buf, sizeof buf, rows[i].in, rows[i].multiline);
+    ck_assert_msg(strcmp(buf, rows[i].out) == 0, "row %zu", i);
+    snprintf(buf, sizeof buf, "%s", rows[i].in); /* in place */
+    kda_text_clean(buf, sizeof buf, buf, rows[i].multiline);
+    ck_assert_msg(strcmp(buf, rows[i].out) == 0, "row %zu in place", i);
+  }
+  /* "x" then "é"s: a 4-byte buffer keeps "xé", never half of the second "é" */
+  ck_assert_uint_eq(kda_text_clean(buf, 5, "x\xc3\xa9\xc3\xa9", 0), 3);
+  ck_assert_str_eq(buf, "x\xc3\xa9");
+  ck_assert_uint_eq(kda_text_clean(buf, 4, "ab\xff", 0), 2); /* U+FFFD does not fit */
+}
+END_TEST
+
+/* Inputs read whole are regular files: a FIFO is refused at once, a symlink is not followed,
+ * and the size is capped. */
+START_TEST(test_input_read) {
+  char err[KDA_ERRLEN], *buf;
+  size_t len;
+  const char *fifo = tpath("fifo"), *link = tpath("link"), *big = tpath("big.json");
+  ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+  expect(kda_input_read(fifo, 100, &buf, &len, err, sizeof err), KDA_EIO, err, "fifo",
+         "not a regular file");
+  ck_assert_int_eq(symlink("/etc/passwd", link), 0);
+  expect(kda_input_read(link, 100000, &buf, &len, err, sizeof err), KDA_EIO, err, "link",
+         "symbolic link");
+  FILE *f = fopen(big, "w");
+  ck_assert_ptr_nonnull(f);
+  fputs("{\"waivers\": []}      ", f);
+  fclose(f);
+  expect(kda_input_read(big, 8, &buf, &len, err, sizeof err), KDA_EFORMAT, err, "big.json",
+         "larger than 8 bytes");
+  ck_assert_int_eq(kda_input_read(big, 100, &buf, &len, err, sizeof err), KDA_OK);
+  ck_assert_uint_eq(len, 21);
+  free(buf);
+  /* the waiver and baseline readers use it: a FIFO is an error, not a hang */
+  kda_waivers *w;
+  expect(kda_waivers_load(fifo, &w, err, sizeof err), KDA_EIO, err, "fifo", "regular");
+  kda_baseline *b;
+  expect(kda_baseline_load(fifo, &b, err, sizeof err), KDA_EIO, err, "fifo", "regular");
+}
+END_TEST
+
 START_TEST(test_golden_verify_load_error) {
   /* A damaged generator-made file is an error of --verify, never "not generator-made". */
   rzip r;
@@ -765,6 +824,8 @@ static Suite *files_suite(void) {
   tcase_add_test(tc, test_zip_bomb_bounded);
   tcase_add_test(tc, test_manifest_trailing_bytes);
   tcase_add_test(tc, test_ids);
+  tcase_add_test(tc, test_text_clean);
+  tcase_add_test(tc, test_input_read);
   tcase_add_test(tc, test_golden_verify_load_error);
   tcase_add_test(tc, test_golden_verify_cli);
   tcase_add_test(tc, test_golden_truth_verified);
