@@ -29,6 +29,14 @@ PKG_CONFIG ?= pkg-config
 PYTHON    ?= python3
 
 DEPS_STAMP := $(BUILD)/.deps-ok
+# The library's source folders, from the bottom layer up (docs/layout.md): ref/ (the problem
+# vocabulary and the references), ref/oracle/ (the MPFR oracle and the fast certifier), then
+# vectors/ by concern (format: the container; case: cases and the generator; catalog; golden:
+# the golden pipeline), then conformance/.  Headers are included by name: every folder is on
+# the include path, as the installed headers sit in one flat include/kda/.
+REF_DIRS     := ref ref/oracle
+VECTORS_DIRS := vectors/format vectors/case vectors/catalog vectors/golden
+SRC_DIRS     := $(REF_DIRS) $(VECTORS_DIRS) conformance
 # Resolve pkg-config flags lazily, after deps.sh has had its chance to install packages.
 PKGS      := libzip jansson mpfr gmp zlib
 PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
@@ -44,7 +52,7 @@ SANFLAGS  := $(if $(SAN),-fsanitize=address$(comma)undefined -fno-omit-frame-poi
 CFLAGS    ?=
 BASEFLAGS := -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE -g $(OPT) $(WARN) \
              -ffp-contract=off -fno-fast-math -fPIC $(SANFLAGS) \
-             -Iref -Ivectors -Iconformance -DKDA_VERSION=\"$(VERSION)\"
+             $(SRC_DIRS:%=-I%) -DKDA_VERSION=\"$(VERSION)\"
 ALL_CFLAGS = $(BASEFLAGS) $(PKG_CFLAGS) $(CFLAGS) $(ISA_CFLAGS)
 # ISA flags go to the simd backend's kernel files only (never -march=native); the backend
 # picks a kernel at run time from what the CPU has.
@@ -56,7 +64,7 @@ $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -m
 # bits; -O2's cost model leaves these runtime-length loops scalar.
 $(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o: ISA_CFLAGS := -ftree-loop-vectorize -fvect-cost-model=dynamic
 # The fast certifier's AVX2 kernel (picked at run time; -O3 for its vectorised inner loops).
-$(BUILD)/ref/kda_cert_kern_avx2.o: ISA_CFLAGS := -mavx2 -mfma -O3
+$(BUILD)/ref/oracle/kda_cert_kern_avx2.o: ISA_CFLAGS := -mavx2 -mfma -O3
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
 # The installed kda finds its golden sets in $(DATADIR)/golden (tools/kda_tool_golden.c); the
 # stamp recompiles that one object when PREFIX or DATADIR changes.
@@ -67,7 +75,7 @@ $(BUILD)/.datadir: FORCE
 FORCE:
 
 # Library: every .c directly under the library modules (tests and backends live in folders).
-LIB_SRC   := $(wildcard ref/*.c) $(wildcard vectors/*.c) $(wildcard conformance/*.c)
+LIB_SRC   := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
 LIB_SRC   += $(wildcard conformance/backends/*/*.c)
 # Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
 PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
@@ -75,16 +83,20 @@ PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/test
 # A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
 PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
-TOOL_SRC  := $(filter-out tools/kda_mpi.c,$(wildcard tools/*.c))
+TOOL_SRC  := $(filter-out tools/scale/kda_mpi.c,$(wildcard tools/*.c tools/scale/*.c))
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
-TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard vectors/tests/check_*.c) \
+# The command's files include each other's headers by name across tools/ and tools/scale/.
+$(TOOL_OBJ): ALL_CFLAGS += -Itools -Itools/scale
+TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard ref/oracle/tests/check_*.c) \
+             $(wildcard vectors/tests/check_*.c) \
              $(wildcard conformance/tests/check_*.c) $(wildcard tools/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
-HEADERS   := $(wildcard ref/*.h) $(wildcard vectors/*.h) $(wildcard conformance/*.h) \
+HEADERS   := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h)) $(wildcard tools/*.h tools/scale/*.h) \
              $(wildcard conformance/backends/*/*.h)
 # The installed headers: the whole public surface of libkda.so (make check-symbols).
 PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
-               vectors/kda_npz.h vectors/kda_prng.h vectors/kda_case.h $(wildcard ref/kda_mpfr.h) \
+               vectors/format/kda_npz.h vectors/case/kda_prng.h vectors/case/kda_case.h \
+               ref/oracle/kda_mpfr.h \
                conformance/kda_backend.h conformance/kda_conform.h
 
 LIBA      := $(BUILD)/libkda.a
@@ -100,7 +112,7 @@ all: $(LIBA) $(LIBSO) $(KDA)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
-	@sh tools/deps.sh $@
+	@sh scripts/build/deps.sh $@
 
 $(BUILD)/%.o: %.c $(HEADERS) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
@@ -111,12 +123,12 @@ $(LIBA): $(LIB_OBJ)
 	ar rcs $@ $^
 
 # libkda.so exports what the installed headers declare and nothing else: a version script
-# generated from them (tools/kda_symbols.sh).  libkda.a keeps every symbol for the kda
+# generated from them (scripts/build/kda_symbols.sh).  libkda.a keeps every symbol for the kda
 # command and the tests.
 SYMBOLS_ENV = CC="$(CC)" CPPFLAGS="$(BASEFLAGS) $(PKG_CFLAGS)"
-$(LIBMAP): $(PUB_HEADERS) tools/kda_symbols.sh | $(DEPS_STAMP)
+$(LIBMAP): $(PUB_HEADERS) scripts/build/kda_symbols.sh | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(SYMBOLS_ENV) sh tools/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+	$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
 
 $(LIBSO): $(LIB_OBJ) $(LIBMAP)
 	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
@@ -125,7 +137,7 @@ $(LIBSO): $(LIB_OBJ) $(LIBMAP)
 # Fails on an export no installed header declares, a declared function not exported, or an
 # installed header that does not compile on its own (C11, -pedantic, from one flat directory).
 check-symbols: $(LIBSO)
-	@$(SYMBOLS_ENV) sh tools/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
+	@$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
 
 # Each installed header, and kda_backend_pool.h (header-only, for plugins), compiles alone as
 # C11 and as C++17 (-Wall -Wextra -Werror -pedantic) with C linkage: plugins may be C++.
@@ -270,8 +282,8 @@ FUZZ_SECONDS ?= 60
 FUZZ_NPY_SECONDS ?= 10
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 -ffp-contract=off -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
-                -Iref -Ivectors -DKDA_VERSION=\"$(VERSION)\"
-FUZZ_LIB_SRC := $(wildcard ref/*.c) $(wildcard vectors/*.c)
+                $(SRC_DIRS:%=-I%) -DKDA_VERSION=\"$(VERSION)\"
+FUZZ_LIB_SRC := $(foreach d,$(REF_DIRS) $(VECTORS_DIRS),$(wildcard $(d)/*.c))
 fuzz: $(KDA)
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
 	$(KDA) ref golden/example/example.npz -o $(BUILD)/fuzz/files-seeds/result.npz
@@ -281,7 +293,7 @@ fuzz: $(KDA)
 	  -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=1024 $(BUILD)/fuzz/files-corpus \
 	  $(BUILD)/fuzz/files-seeds golden/example golden/L0 vectors/tests/fixtures
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
-	  -ffp-contract=off -Iref -Ivectors vectors/tests/fuzz_npy.c vectors/kda_npy.c \
+	  -ffp-contract=off -Iref -Ivectors/format vectors/tests/fuzz_npy.c vectors/format/kda_npy.c \
 	  -o $(BUILD)/fuzz/fuzz_npy
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_NPY_SECONDS) -print_final_stats=1 \
 	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy
@@ -326,7 +338,7 @@ $(CUDA_BENCH): $(BUILD)/$(CUDA_DIR)/bench_cuda.o $(CUDA_KOBJ)
 check-unit: $(if $(SAN),,cuda)
 
 # ---- Scale-out (docs/scale.md).  make mpi builds the MPI driver kda-mpi with mpicc when it is
-# on the PATH (OpenMPI from Debian: tools/deps.sh installs it), skipped with a message
+# on the PATH (OpenMPI from Debian: scripts/build/deps.sh installs it), skipped with a message
 # otherwise.  make check-scale: shards, merges, the Slurm steps and (with mpirun) 2 MPI ranks
 # on L0, L1 and the small L2, every byte compared with the single-process --write.
 MPICC      ?= mpicc
@@ -337,8 +349,8 @@ mpi:
 	else echo "make mpi: $(MPICC) not found; kda-mpi is not built (skipped)"; fi
 # kda-mpi conform runs kda conform in-process: it links the command's objects (not kda.o).
 KDA_MPI_OBJ := $(filter-out $(BUILD)/tools/kda.o,$(TOOL_OBJ))
-$(KDA_MPI): tools/kda_mpi.c $(KDA_MPI_OBJ) $(LIBA) $(HEADERS) | $(DEPS_STAMP)
-	$(MPICC) $(ALL_CFLAGS) -Itools -o $@ $< $(KDA_MPI_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) \
-	  -lpthread -lm
+$(KDA_MPI): tools/scale/kda_mpi.c $(KDA_MPI_OBJ) $(LIBA) $(HEADERS) | $(DEPS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) -Itools -Itools/scale -o $@ $< $(KDA_MPI_OBJ) $(LIBA) $(ALL_LDFLAGS) \
+	  $(PKG_LIBS) -lpthread -lm
 check-scale: $(KDA) mpi
 	@KDA_BIN=$(abspath $(KDA)) KDA_MPI=$(abspath $(KDA_MPI)) sh tools/tests/scale.sh $(BUILD)/scale

@@ -3,11 +3,12 @@
  * SPDX-License-Identifier: MIT
  *
  * kda_trace_step_f64 is the one step-tracing function of the project: `kda trace`, `kda
- * explore` and the golden L0 traces (vectors/kda_golden_trace.c) all call it.  It performs the
- * operations of the float64 reference (ref/kda_ref.c) in the same order and grouping, so with
- * plain arithmetic its values are bit for bit those of kda_ref_forward_f64; the L0 traces pass
- * an arithmetic that also checks every product and sum for exactness.  The float32 twin
- * (kda_trace_step_f32) does the same in float with the kda_ref32_* step functions.
+ * explore` and the golden L0 traces (vectors/golden/kda_golden_trace.c) all call it.  It
+ * performs the operations of the float64 reference (ref/kda_ref.c) in the same order and
+ * grouping, so with plain arithmetic its values are bit for bit those of kda_ref_forward_f64;
+ * the L0 traces pass an arithmetic that also checks every product and sum for exactness.  The
+ * float32 twin (kda_trace_step_f32) does the same in float with the kda_ref32_* step
+ * functions.
  */
 #ifndef KDA_TRACE_H
 #define KDA_TRACE_H

@@ -15,7 +15,7 @@
  * (the best of a few microbenchmark runs) or the backend's own describe() figure (a GPU); the
  * printed figure is exactly the one every ratio uses.  Decode is limited by memory, not by
  * FMAs: its rows give GB/s of state traffic (h0 read + ht written, plus the token's inputs and
- * o) against a STREAM copy measured in the same run at the row's thread count (kda_stream.c).
+ * o) against a STREAM copy measured in the same run at the row's thread count (kda_bench_stream.c).
  */
 #include <getopt.h>
 #include <math.h>
@@ -27,7 +27,7 @@
 
 #include "kda_backend_half.h"
 #include "kda_conform.h"
-#include "kda_stream.h"
+#include "kda_bench_stream.h"
 #include "kda_tool.h"
 #include "backends/simd/kda_simd.h"
 

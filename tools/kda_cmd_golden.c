@@ -1,7 +1,7 @@
 /* kda_cmd_golden.c: `kda golden`, write and verify the committed golden sets (golden/L0, L1).
  * SPDX-License-Identifier: MIT
  *
- * --write regenerates every case of the catalog (vectors/kda_catalog.c) with its certified
+ * --write regenerates every case of the catalog (vectors/catalog/kda_catalog.c) with its certified
  * outputs, the level manifests and SHA256SUMS; --verify checks SHA256SUMS and every file's
  * member hashes, then regenerates everything into a temporary directory and compares it with
  * the committed files byte for byte.  Cases run in forked worker processes (two by default),

@@ -11,7 +11,7 @@
  * one, and with algo=chunk the chunked kernels (K <= 128), with --repeat's bit check.
  * The plugin is KDA_CUDA_PLUGIN or build/conformance/backends/cuda/libkda_cuda.so (make
  * cuda); when neither exists (no nvcc), the program says so and exits 0 without testing, or
- * fails when KDA_REQUIRE_CUDA_BUILD=1 (CI, which installs nvcc: tools/cuda-toolkit.sh).
+ * fails when KDA_REQUIRE_CUDA_BUILD=1 (CI, which installs nvcc: scripts/build/cuda-toolkit.sh).
  */
 #include <check.h>
 #include <dlfcn.h>

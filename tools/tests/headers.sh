@@ -11,8 +11,8 @@
 # installed (include/kda), so only the tree's relative -I flags are dropped from CPPFLAGS, and
 # with -Wall -Wextra -Werror -pedantic in both languages.  -fsyntax-only cannot see linkage:
 # a C++ object that takes the address of every function (and extern object) the header
-# declares (tools/kda_symbols.sh list) must refer to them by their unmangled names.  Compiler
-# messages are cut to their first lines (one broken header would otherwise flood the log).
+# declares (scripts/build/kda_symbols.sh list) must refer to them by their unmangled names.
+# Compiler messages are cut to their first lines (one broken header would otherwise flood the log).
 set -u
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/kda-headers.XXXXXX") || exit 2
@@ -27,7 +27,7 @@ fail() { echo "check-headers: $*" >&2; failed=1; }
 
 # $1: the header's base name.  Writes $tmp/use.cc: one reference to each declared name.
 write_use() {
-  names=$(CC="$cc" CPPFLAGS="$flags -I$tmp" sh tools/kda_symbols.sh list "$tmp/$1") || return 1
+  names=$(CC="$cc" CPPFLAGS="$flags -I$tmp" sh scripts/build/kda_symbols.sh list "$tmp/$1") || return 1
   {
     echo "#include \"$1\""
     echo "template <class T> void kda_use(T *p); /* never defined: the object is not linked */"
@@ -52,7 +52,7 @@ for h in "$@"; do
     fail "$b does not compile alone as C++17"
     continue
   fi
-  write_use "$b" || { fail "tools/kda_symbols.sh list failed on $b"; continue; }
+  write_use "$b" || { fail "scripts/build/kda_symbols.sh list failed on $b"; continue; }
   # shellcheck disable=SC2086
   $cxx -std=c++17 $flags $warn -I"$tmp" -O0 -c -x c++ "$tmp/use.cc" -o "$tmp/use.o" 2>"$tmp/err" ||
     { head -n 8 "$tmp/err" >&2; fail "$b: C++ taking its functions' addresses does not compile"; continue; }

@@ -3,10 +3,10 @@
 # SPDX-License-Identifier: MIT
 #
 # Usage: KDA_BIN=build/kda KDA_MPI=build/kda-mpi sh tools/tests/scale.sh WORKDIR
-#   1. The Slurm scripts (tools/slurm) with the array variables set as Slurm sets them, through
-#      a stand-in sbatch that runs each array task and then the dependent merge: golden L0
-#      with 3 shards (tasks numbered from 1, to check SLURM_ARRAY_TASK_MIN) and a conform run
-#      on L0 with 3.
+#   1. The Slurm scripts (scripts/cluster/slurm) with the array variables set as Slurm sets
+#      them, through a stand-in sbatch that runs each array task and then the dependent
+#      merge: golden L0 with 3 shards (tasks numbered from 1, to check SLURM_ARRAY_TASK_MIN)
+#      and a conform run on L0 with 3.
 #   2. mpirun -np 2 kda-mpi golden on L0 + L1 and on L2, and kda-mpi conform on L1
 #      (skipped, saying so, when mpirun or
 #      kda-mpi is missing, unless KDA_REQUIRE_MPI=1, as in CI).
@@ -81,7 +81,7 @@ slurm() { # SHIFT KIND N WORK OUT ARGS...
   shift_=$1
   shift
   SBATCH_STANDIN_SHIFT=$shift_ PATH="$work/bin:$PATH" KDA="$kda" \
-    sh "$root/tools/slurm/submit.sh" "$@" > "$work/submit.out" ||
+    sh "$root/scripts/cluster/slurm/submit.sh" "$@" > "$work/submit.out" ||
     { cat "$SBATCH_STANDIN_LOG" >&2; fail "slurm: submit.sh $*"; }
 }
 slurm 1 golden 3 "$work/slurm-l0" "$work/slurm-l0/out" L0

@@ -1,4 +1,4 @@
-/* check_certifier.c: the fast certifier (ref/kda_cert.h, SPEC.md §8.12) against the MPFR
+/* check_certifier.c: the fast certifier (ref/oracle/kda_cert.h, SPEC.md §8.12) against the MPFR
  * reference, bit for bit, on the golden catalog.
  * SPDX-License-Identifier: MIT
  *

@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: MIT
  *
  * Every output is the float64 nearest to the exact result, certified by Ziv's strategy
- * (ref/kda_mpfr.h, SPEC.md §8); it is scored in the fp64 class like ref-f64.  It is slow
+ * (ref/oracle/kda_mpfr.h, SPEC.md §8); it is scored in the fp64 class like ref-f64.  It is slow
  * (minutes on an L1 case), so `kda conform` runs it only when named (kda_registry.c).
  * Parameters: prec=N (first working precision in bits), prec_max=N (highest), proof=0|1
  * (1: accept only values proven by the error bound, SPEC.md §8).

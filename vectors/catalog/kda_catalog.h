@@ -2,7 +2,7 @@
  * SPDX-License-Identifier: MIT
  *
  * One table (kda_catalog.c) lists every committed golden case: its id, level, flags, a
- * comment, the description of the random case it starts from (vectors/kda_gen.c, SPEC.md
+ * comment, the description of the random case it starts from (vectors/case/kda_gen.c, SPEC.md
  * §11.2) and, for designed cases, the name of a builder that replaces some inputs with chosen
  * values (kda_catalog_design.c: gate values, key geometries, near-zero vectors, the
  * discriminating cases; kda_catalog_l0.c: the hand-checkable L0 cases).  Builders use only the

@@ -1,8 +1,8 @@
-/* kda_stream.h: a STREAM-style memory bandwidth microbenchmark for `kda bench` (tools/).
+/* kda_bench_stream.h: a STREAM-style memory bandwidth microbenchmark for `kda bench` (tools/).
  * SPDX-License-Identifier: MIT
  */
-#ifndef KDA_STREAM_H
-#define KDA_STREAM_H
+#ifndef KDA_BENCH_STREAM_H
+#define KDA_BENCH_STREAM_H
 
 #include <stddef.h>
 

@@ -87,7 +87,7 @@ struct kda_npz;
 int kda_case_load_generated(struct kda_npz *z, const char *path, struct json_t *root,
                             kda_case *c, int static_only, char *err, size_t errlen);
 
-/* The generator's threads (vectors/kda_gen.c): at most max_threads (1 to 64; 0, the default:
+/* The generator's threads (vectors/case/kda_gen.c): at most max_threads (1 to 64; 0, the default:
  * 8 or the processors online, the fewer) drawing a range of tokens, each at least min_values
  * values (default 2^16).  The values do not depend on it; tests set it to compare. */
 void kda_gen_tune(int max_threads, int64_t min_values);

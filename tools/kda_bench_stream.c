@@ -1,4 +1,4 @@
-/* kda_stream.c: STREAM-style copy and triad bandwidth, measured in the same run as kda bench.
+/* kda_bench_stream.c: STREAM-style copy and triad bandwidth, measured in the same run as kda bench.
  * SPDX-License-Identifier: MIT
  *
  * Decode moves the whole state once in and once out per token (read h0, write ht), so its
@@ -13,7 +13,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "kda_stream.h"
+#include "kda_bench_stream.h"
 
 #define MAX_THREADS 256
 #define PASSES 5

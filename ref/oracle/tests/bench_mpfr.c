@@ -1,9 +1,9 @@
 /* bench_mpfr.c: cost of one MPFR step relative to one float64 step (not a test; built by hand).
  * SPDX-License-Identifier: MIT
  *
- *   cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -ffp-contract=off -Iref ref/tests/bench_mpfr.c \
- *      ref/kda_mpfr*.c ref/kda_problem.c ref/kda_ref.c $(pkg-config --cflags --libs mpfr gmp) \
- *      -lm -o /tmp/bench_mpfr && /tmp/bench_mpfr [T [K [V]]]
+ *   cc -std=c11 -O2 -D_POSIX_C_SOURCE=200809L -ffp-contract=off -Iref -Iref/oracle \
+ *      ref/oracle/tests/bench_mpfr.c ref/oracle/kda_mpfr*.c ref/kda_problem.c ref/kda_ref.c \
+ *      $(pkg-config --cflags --libs mpfr gmp) -lm -o /tmp/bench_mpfr && /tmp/bench_mpfr [T [K [V]]]
  *
  * One value head, family kda, softplus gate with A_log, logit beta, fla L2 (the most
  * expensive preprocessing), random inputs.  Prints seconds per token for the float64

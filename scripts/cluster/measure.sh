@@ -2,7 +2,7 @@
 # measure.sh: the speed-up of sharded (or MPI) golden generation, bytes checked (docs/scale.md).
 # SPDX-License-Identifier: MIT
 #
-# Usage: tools/scale/measure.sh KDA_BIN LEVEL "1 2 4 8 16" [--mpi]
+# Usage: scripts/cluster/measure.sh KDA_BIN LEVEL "1 2 4 8 16" [--mpi]
 #   KDA_BIN  the kda binary (kda-mpi is looked for next to it, or in $KDA_MPI)
 #   LEVEL    L0, L1, L2 or all
 #   list     the numbers of processes (ranks) to time

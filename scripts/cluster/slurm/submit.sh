@@ -2,8 +2,8 @@
 # submit.sh: submit a golden level or a conform run as a Slurm job array and a dependent merge.
 # SPDX-License-Identifier: MIT
 #
-# Usage: tools/slurm/submit.sh golden N WORK OUT [LEVEL]
-#        tools/slurm/submit.sh conform N WORK OUT CONFORM_ARGS...
+# Usage: scripts/cluster/slurm/submit.sh golden N WORK OUT [LEVEL]
+#        scripts/cluster/slurm/submit.sh conform N WORK OUT CONFORM_ARGS...
 #   N      shards (array tasks 0..N-1)
 #   WORK   shard root (WORK/shard-I), on a file system every node sees
 #   OUT    what the merge writes: the golden directory (as kda golden --write OUT would), or

@@ -2,7 +2,7 @@
  * §8.12, "Decay factors in double-double").
  * SPDX-License-Identifier: MIT
  *
- * Every enclosure of ref/kda_cert_dd.c (exp with and without an argument error, softplus in
+ * Every enclosure of ref/oracle/kda_cert_dd.c (exp with and without an argument error, softplus in
  * both forms, the log and softplus decay factors with and without A_log and dt_bias) is
  * compared with a 400-bit MPFR enclosure of the exact value built with directed roundings:
  * the MPFR interval must lie inside [h + l - e, h + l + e], hi must bound it from above, and

@@ -1,4 +1,4 @@
-/* check_cert.c: unit tests of the fast certifier (ref/kda_cert.h, SPEC.md §8.12).
+/* check_cert.c: unit tests of the fast certifier (ref/oracle/kda_cert.h, SPEC.md §8.12).
  * SPDX-License-Identifier: MIT
  *
  * 1. a value just off a binary64 midpoint, which double-double gets on the wrong side: the
