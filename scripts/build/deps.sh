@@ -1,8 +1,8 @@
 #!/bin/sh
 # deps.sh: make sure the build's libraries are present (DEVELOPERS.md: a fresh machine builds).
 # SPDX-License-Identifier: MIT
-# Usage: tools/deps.sh STAMP.  When a pkg-config module is missing: as root, install the Debian
-# packages (one apt-get update first); otherwise print the exact apt-get line and fail.
+# Usage: scripts/build/deps.sh STAMP.  When a pkg-config module is missing: as root, install the
+# Debian packages (one apt-get update first); otherwise print the exact apt-get line and fail.
 # KDA_DEPS_OPTIONAL: Debian packages named after the command they provide (CI: chromium for
 # make check-browser), installed in the same apt-get run when their command is absent; a failure
 # to install them is a note, not an error (the tests that need them skip, saying so).
