@@ -33,8 +33,8 @@ static float *take(float **cur, const double *src, uint64_t n) {
 }
 
 static int f32_inputs(const kda_case *c, f32_run *r, char *err, size_t errlen) {
-  kda_case_sizes z;
-  int st = kda_case_sizes_get(&c->p, &z, err, errlen);
+  kda_problem_sizes z;
+  int st = kda_problem_sizes_get(&c->p, &z, err, errlen);
   if (st != KDA_OK) return st;
   uint64_t total = z.q + z.k + z.v + z.g + z.beta + z.A_log + z.dt_bias + z.h0 + z.o + z.ht +
                    z.hc + 1;

@@ -18,8 +18,8 @@ static double *alloc_f64(uint64_t n, int *fail) {
 
 int kda_outputs_alloc(const kda_problem *p, kda_outputs *out, char *err, size_t errlen) {
   memset(out, 0, sizeof *out);
-  kda_case_sizes s;
-  int st = kda_case_sizes_get(p, &s, err, errlen);
+  kda_problem_sizes s;
+  int st = kda_problem_sizes_get(p, &s, err, errlen);
   if (st != KDA_OK) return st;
   int fail = 0;
   out->n_o = s.o;

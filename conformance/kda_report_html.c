@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 
 #include "kda_conform.h"
-#include "kda_golden_internal.h"
+#include "kda_files.h"
 
 #define PLOT_W 560
 #define PLOT_H 260
@@ -267,7 +267,7 @@ int kda_report_html_write(const char *dir, const kda_case_report *rs, int64_t n,
     free(text);
     return snprintf(err, errlen, "%s: path too long", dir), KDA_EINVAL;
   }
-  st = kda_golden_write_atomic(path, text, len, err, errlen);
+  st = kda_atomic_write(path, text, len, err, errlen);
   free(text);
   return st;
 }

@@ -79,7 +79,7 @@ static uint64_t per_token(const kda_problem *p, int m) {
     case KDA_M_Q:
     case KDA_M_K: return (uint64_t)(p->H * p->K);
     case KDA_M_V: return (uint64_t)(p->HV * p->V);
-    case KDA_M_G: return kda_case_uses_g(p) ? (uint64_t)(p->HV * GW) : 0;
+    case KDA_M_G: return kda_problem_uses_g(p) ? (uint64_t)(p->HV * GW) : 0;
     case KDA_M_BETA: return (uint64_t)p->HV;
     default: return 0;
   }
@@ -258,8 +258,8 @@ static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, ch
   const kda_case *c = x->r.c;
   const kda_problem *p = &ch->p;
   const int64_t len = ch->b - ch->a, S = state_size(p), nck = ch->c1 - ch->c0;
-  kda_case_sizes z;
-  int st = kda_case_sizes_get(p, &z, err, errlen);
+  kda_problem_sizes z;
+  int st = kda_problem_sizes_get(p, &z, err, errlen);
   if (st != KDA_OK) return st;
   if (ch->first)
     for (int64_t e = 0; e < S; e++)

@@ -940,8 +940,8 @@ static size_t guard_size(size_t len, size_t pg) {
  * or 0 for a problem whose sizes do not fit. */
 static size_t layout(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                      const pool_io *pl, wreq *q) {
-  kda_case_sizes s;
-  if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
+  kda_problem_sizes s;
+  if (kda_problem_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
   const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
   const uint64_t ns[N_FIN] = {s.q, s.k, s.v, s.g, s.beta, s.A_log, s.dt_bias, s.h0};
   size_t pg = (size_t)sysconf(_SC_PAGESIZE), off = pg;
@@ -1059,8 +1059,8 @@ static void widen_pool(const kda_worker *w, const wreq *q, const pool_io *pl) {
 int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                             char *why, size_t cap) {
   if (!kda_dtype_is_half(w->in_dtype)) return 1;
-  kda_case_sizes s;
-  if (kda_case_sizes_get(p, &s, NULL, 0) != KDA_OK) return 1; /* the call reports the sizes */
+  kda_problem_sizes s;
+  if (kda_problem_sizes_get(p, &s, NULL, 0) != KDA_OK) return 1; /* the call reports the sizes */
   const double *xs[5] = {in->q, in->k, in->v, in->g, in->beta};
   const uint64_t ns[5] = {s.q, s.k, s.v, s.g, s.beta};
   for (int b = 0; b < 5; b++)

@@ -136,6 +136,21 @@ void kda_problem_init(kda_problem *p, int64_t T, int64_t H, int64_t HV, int64_t 
 /* The gate width GW: K for KDA, 1 for Gated DeltaNet, 0 for the families without decay. */
 int64_t kda_problem_gate_width(const kda_problem *p);
 
+/* 1 when the problem reads g, dt_bias, A_log (SPEC.md §4.1; as the reference decides). */
+int kda_problem_uses_g(const kda_problem *p);
+int kda_problem_uses_dt_bias(const kda_problem *p);
+int kda_problem_uses_A_log(const kda_problem *p);
+
+/* Element counts of each tensor of a problem (0 when unused): the inputs, o, ht and hc.
+ * Case load, save and the generator take them from here, so that all three agree. */
+typedef struct kda_problem_sizes {
+  uint64_t q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, checkpoints, o, ht, hc;
+} kda_problem_sizes;
+/* Returns KDA_OK, KDA_EINVAL (a non-positive dimension) or KDA_ESHAPE (a tensor's byte size
+ * as float64 would exceed SIZE_MAX). */
+int kda_problem_sizes_get(const kda_problem *p, kda_problem_sizes *s, char *err,
+                          size_t errlen);
+
 /* Checks every field and every size product against SIZE_MAX (SPEC.md §2, §4).
  * Returns KDA_OK, KDA_EINVAL (struct_size not sizeof(kda_problem), bad mode, non-positive dimension, HV not a multiple of H,
  * lower_bound out of range, scale or eps not finite) or KDA_ESHAPE (a size overflows). */

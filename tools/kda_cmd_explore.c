@@ -14,7 +14,7 @@
 
 #include "kda_conform.h"
 #include "kda_score_internal.h"
-#include "kda_golden_internal.h"
+#include "kda_files.h"
 #include "kda_npz.h"
 #include "kda_sbuf.h"
 #include "kda_study.h"
@@ -265,7 +265,7 @@ int kda_cmd_explore(int argc, char **argv) {
   pg.st = &st;
   rc = build(&a, &st, &pg);
   char err[KDA_ERRLEN];
-  if (!rc && kda_golden_write_atomic(a.output, pg.b.s, pg.b.len, err, sizeof err) != KDA_OK)
+  if (!rc && kda_atomic_write(a.output, pg.b.s, pg.b.len, err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
   free(pg.b.s);
   kda_study_close(&st);

@@ -942,8 +942,8 @@ static int cmd_bench(const gargs *a) {
   kda_case c;
   int st = bench_case(a, &c, err, sizeof err);
   if (st) return kda_tool_fail(SUB, "%s", err);
-  kda_case_sizes s;
-  kda_case_sizes_get(&c.p, &s, NULL, 0);
+  kda_problem_sizes s;
+  kda_problem_sizes_get(&c.p, &s, NULL, 0);
   double *out = calloc((size_t)(s.o + s.ht + 1), sizeof(double));
   kda_tensors_f64 t;
   kda_case_tensors(&c, &t);

@@ -77,7 +77,7 @@ static int check_f32(const char *path, const char *name, const double *x, uint64
   return KDA_OK;
 }
 
-static int check_f32_inputs(const kda_case *c, const kda_case_sizes *s, const char *path,
+static int check_f32_inputs(const kda_case *c, const kda_problem_sizes *s, const char *path,
                             const char *backend, char *err, size_t errlen) {
   const struct {
     const char *name;
@@ -157,8 +157,8 @@ static int fail_with(const char *path, const char *err) {
 /* Runs b on the case, in-process: outputs into out (float64, widened exactly). */
 static int run_backend(const ref_args *a, const kda_backend *b, const kda_case *c,
                        kda_outputs *out, char *err, size_t errlen) {
-  kda_case_sizes s;
-  int st = kda_case_sizes_get(&c->p, &s, err, errlen);
+  kda_problem_sizes s;
+  int st = kda_problem_sizes_get(&c->p, &s, err, errlen);
   if (st == KDA_OK && b->input_dtype == KDA_BACKEND_DTYPE_F32)
     st = check_f32_inputs(c, &s, a->input, b->name, err, errlen);
   if (st == KDA_OK) st = kda_outputs_alloc(&c->p, out, err, errlen);

@@ -441,7 +441,7 @@ static float *f32_of(const double *x, uint64_t n) {
 }
 
 static void run_params(const kda_backend *b, const char *params, const kda_case *c,
-                       const kda_case_sizes *z, float *o, float *ht, float *hc) {
+                       const kda_problem_sizes *z, float *o, float *ht, float *hc) {
   void *h = NULL;
   char err[KDA_ERRLEN];
   ck_assert_msg(b->open(params, &h, err, sizeof err) == KDA_OK, "%s", err);
@@ -476,8 +476,8 @@ START_TEST(test_chunk_slices) {
   for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
     kda_case c;
     kda_test_gen_case(cases[i], &c, NULL);
-    kda_case_sizes z;
-    ck_assert_msg(kda_case_sizes_get(&c.p, &z, err, sizeof err) == KDA_OK, "%s", err);
+    kda_problem_sizes z;
+    ck_assert_msg(kda_problem_sizes_get(&c.p, &z, err, sizeof err) == KDA_OK, "%s", err);
     float *out[2][3];
     for (int k = 0; k < 2; k++) {
       const uint64_t n[3] = {z.o, z.ht, z.hc};

@@ -175,8 +175,8 @@ static inline void fixture_generated(const char *text, const char *out_path, int
       fixture_die(out_path, err);
     free(m);
   } else { /* ref-f64's outputs, written as a whole file first, then sampled by fixture_sampled */
-    kda_case_sizes z;
-    if (kda_case_sizes_get(&c.p, &z, err, sizeof err)) fixture_die("sizes", err);
+    kda_problem_sizes z;
+    if (kda_problem_sizes_get(&c.p, &z, err, sizeof err)) fixture_die("sizes", err);
     double *o = malloc((z.o + 1) * 8), *ht = malloc((z.ht + 1) * 8), *hc = malloc((z.hc + 1) * 8);
     kda_tensors_f64 ts;
     kda_case_tensors(&c, &ts);

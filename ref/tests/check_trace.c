@@ -78,8 +78,8 @@ START_TEST(test_trace_is_the_reference) {
   ck_assert_msg(kda_gen_case(&d, &c, err, sizeof err) == KDA_OK, "%s", err);
   kda_gen_desc_free(&d);
   const kda_problem *p = &c.p;
-  kda_case_sizes sz;
-  ck_assert_int_eq(kda_case_sizes_get(p, &sz, err, sizeof err), KDA_OK);
+  kda_problem_sizes sz;
+  ck_assert_int_eq(kda_problem_sizes_get(p, &sz, err, sizeof err), KDA_OK);
   double *o64 = calloc(sz.o + 1, sizeof *o64), *ht64 = calloc(sz.ht + 1, sizeof *ht64);
   float *o32 = calloc(sz.o + 1, sizeof *o32), *ht32 = calloc(sz.ht + 1, sizeof *ht32);
   ck_assert(o64 && ht64 && o32 && ht32);

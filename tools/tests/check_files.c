@@ -702,7 +702,7 @@ START_TEST(test_targets_refused) {
            "not a regular file", targets[i]);
     expect(kda_atomic_open(targets[i], &a, &f, err, sizeof err), KDA_EIO, err,
            "not a regular file", NULL);
-    expect(kda_golden_write_atomic(targets[i], "x", 1, err, sizeof err), KDA_EIO, err,
+    expect(kda_atomic_write(targets[i], "x", 1, err, sizeof err), KDA_EIO, err,
            "not a regular file", NULL);
   }
   ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);
@@ -765,7 +765,7 @@ START_TEST(test_report_write_failure) {
   }
   /* The golden writer's text files (manifests, SHA256SUMS) likewise. */
   setenv("KDA_TEST_FAIL_WRITE", "rep.txt", 1);
-  expect(kda_golden_write_atomic(tpath("rep.txt"), "x", 1, err, sizeof err), KDA_EIO, err,
+  expect(kda_atomic_write(tpath("rep.txt"), "x", 1, err, sizeof err), KDA_EIO, err,
          "No space", NULL);
   unsetenv("KDA_TEST_FAIL_WRITE");
   ck_assert_int_eq(count_tmp(kda_test_tmpdir), 0);

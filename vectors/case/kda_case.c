@@ -73,65 +73,6 @@ static const char *member_prec_name(int m, int32_t prec) {
   return mp < 0 ? "i64" : kda_precision_file_name(mp);
 }
 
-/* ---- Which members a problem uses (the same rules as the reference). */
-int kda_case_uses_g(const kda_problem *p) {
-  return p->family == KDA_FAMILY_KDA || p->family == KDA_FAMILY_GDN;
-}
-int kda_case_uses_dt_bias(const kda_problem *p) {
-  return kda_case_uses_g(p) && p->gate_mode != KDA_GATE_LOG;
-}
-int kda_case_uses_A_log(const kda_problem *p) {
-  return kda_case_uses_dt_bias(p) && p->has_A_log;
-}
-
-/* ---- Sizes. */
-/* a * b into *out unless the byte size of an 8-byte element array would exceed SIZE_MAX. */
-static int mul_ok(uint64_t a, uint64_t b, uint64_t *out) {
-  const uint64_t lim = (uint64_t)(SIZE_MAX / 8);
-  if (a != 0 && b > lim / a) return 0;
-  if (a * b > lim) return 0;
-  *out = a * b;
-  return 1;
-}
-
-static int mul3(uint64_t a, uint64_t b, uint64_t c, uint64_t *out) {
-  uint64_t x;
-  return mul_ok(a, b, &x) && mul_ok(x, c, out);
-}
-
-static int mul4(uint64_t a, uint64_t b, uint64_t c, uint64_t d, uint64_t *out) {
-  uint64_t x;
-  return mul_ok(a, b, &x) && mul3(x, c, d, out);
-}
-
-int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen) {
-  memset(s, 0, sizeof *s);
-  if (p->N < 1 || p->T < 0 || p->H < 1 || p->HV < 1 || p->K < 1 || p->V < 1 ||
-      p->n_checkpoints < 0)
-    return kda_fail(KDA_EINVAL, err, errlen,
-                    "invalid shape N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld",
-                    (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
-                    (long long)p->K, (long long)p->V, (long long)p->n_checkpoints);
-  uint64_t N = (uint64_t)p->N, T = (uint64_t)p->T, H = (uint64_t)p->H, HV = (uint64_t)p->HV;
-  uint64_t K = (uint64_t)p->K, V = (uint64_t)p->V, C = (uint64_t)p->n_checkpoints;
-  uint64_t GW = (uint64_t)kda_problem_gate_width(p), state = 0, hc = 0;
-  int ok = mul3(T, H, K, &s->q) && mul3(T, HV, V, &s->v) && mul_ok(T, HV, &s->beta) &&
-           mul3(T, HV, GW, &s->g) && mul_ok(HV, GW, &s->dt_bias) &&
-           mul4(N, HV, K, V, &state) && mul4(C, HV, K, V, &hc);
-  if (!ok) return kda_fail(KDA_ESHAPE, err, errlen, "shape products overflow the address space");
-  s->k = s->q;
-  s->o = s->v;
-  if (!kda_case_uses_g(p)) s->g = 0;
-  if (!kda_case_uses_dt_bias(p)) s->dt_bias = 0;
-  s->A_log = kda_case_uses_A_log(p) ? HV : 0;
-  s->h0 = p->has_initial_state ? state : 0;
-  s->ht = p->want_final_state ? state : 0;
-  s->hc = hc;
-  s->cu_seqlens = N + 1;
-  s->checkpoints = C;
-  return KDA_OK;
-}
-
 static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
 
 /* Sizes bounded by the data (SPEC.md §10.2): what a case makes a reader allocate, o and the
@@ -140,10 +81,11 @@ static uint64_t add_sat(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UI
  * Declared sizes alone (T = 0 and K = V = 65536: a 2 KB file, a 32 GiB state) witness
  * nothing.  Checked on load after the members are read (so the inputs are witnessed), and on
  * save, before anything is allocated for outputs. */
-static int check_alloc_bound(const char *path, const kda_problem *p, const kda_case_sizes *sz,
-                             char *err, size_t errlen) {
-  uint64_t in = 0, state = sz->h0 ? sz->h0 : sz->ht, out;
-  if (!state) mul4((uint64_t)p->N, (uint64_t)p->HV, (uint64_t)p->K, (uint64_t)p->V, &state);
+static int check_alloc_bound(const char *path, const kda_problem *p,
+                             const kda_problem_sizes *sz, char *err, size_t errlen) {
+  /* N*HV*K*V cannot overflow: kda_problem_sizes_get made sz */
+  uint64_t in = 0, state = (uint64_t)p->N * (uint64_t)p->HV * (uint64_t)p->K * (uint64_t)p->V;
+  uint64_t out;
   const uint64_t parts[] = {sz->q, sz->k, sz->v, sz->g, sz->beta, sz->A_log, sz->dt_bias,
                             sz->h0, sz->cu_seqlens, sz->checkpoints};
   for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) in = add_sat(in, parts[i]);
@@ -178,11 +120,11 @@ static void spec_set(member_spec *m, int used, int ndim, const int64_t *shape,
     m->shape[i] = shape[i];
     m->dims[i] = dims[i];
     m->axes[i] = axes[i];
-    m->count *= (uint64_t)shape[i]; /* cannot overflow: kda_case_sizes_get checked */
+    m->count *= (uint64_t)shape[i]; /* cannot overflow: kda_problem_sizes_get checked */
   }
 }
 
-/* Fills m[KDA_M_COUNT]; the problem must have passed kda_case_sizes_get. */
+/* Fills m[KDA_M_COUNT]; the problem must have passed kda_problem_sizes_get. */
 static void member_specs(const kda_problem *p, member_spec m[KDA_M_COUNT]) {
   const int64_t GW = kda_problem_gate_width(p) > 0 ? kda_problem_gate_width(p) : 1;
   const char *gw = p->family == KDA_FAMILY_GDN ? "1" : "K";
@@ -193,13 +135,13 @@ static void member_specs(const kda_problem *p, member_spec m[KDA_M_COUNT]) {
   m[KDA_M_K] = m[KDA_M_Q];
   spec_set(&m[KDA_M_V], 1, 3, (int64_t[]){p->T, p->HV, p->V},
            (const char *[]){"T", "HV", "V"}, (const char *[]){"t", "hv", "v"});
-  spec_set(&m[KDA_M_G], kda_case_uses_g(p), 3, (int64_t[]){p->T, p->HV, GW},
+  spec_set(&m[KDA_M_G], kda_problem_uses_g(p), 3, (int64_t[]){p->T, p->HV, GW},
            (const char *[]){"T", "HV", gw}, (const char *[]){"t", "hv", "k"});
   spec_set(&m[KDA_M_BETA], 1, 2, (int64_t[]){p->T, p->HV}, (const char *[]){"T", "HV"},
            (const char *[]){"t", "hv"});
-  spec_set(&m[KDA_M_A_LOG], kda_case_uses_A_log(p), 1, (int64_t[]){p->HV},
+  spec_set(&m[KDA_M_A_LOG], kda_problem_uses_A_log(p), 1, (int64_t[]){p->HV},
            (const char *[]){"HV"}, (const char *[]){"hv"});
-  spec_set(&m[KDA_M_DT_BIAS], kda_case_uses_dt_bias(p), 2, (int64_t[]){p->HV, GW},
+  spec_set(&m[KDA_M_DT_BIAS], kda_problem_uses_dt_bias(p), 2, (int64_t[]){p->HV, GW},
            (const char *[]){"HV", gw}, (const char *[]){"hv", "k"});
   spec_set(&m[KDA_M_CU_SEQLENS], 1, 1, (int64_t[]){p->N + 1}, (const char *[]){"N+1"},
            (const char *[]){"n"});
@@ -672,9 +614,9 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only,
     return st;
   }
   json_decref(root);
-  kda_case_sizes sz;
+  kda_problem_sizes sz;
   if (!st) {
-    st = kda_case_sizes_get(&c->p, &sz, err, errlen);
+    st = kda_problem_sizes_get(&c->p, &sz, err, errlen);
     if (st) prefix_err(st, err, errlen, path, "manifest problem");
   }
   if (st) return st;
@@ -759,8 +701,8 @@ void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t) {
 static int save_checks(const char *path, const kda_case *c, member_spec *s, const int64_t **cu,
                        int64_t cu1[2], char *err, size_t errlen) {
   int st = problem_json_ok(&c->p, err, errlen);
-  kda_case_sizes sz;
-  if (!st) st = kda_case_sizes_get(&c->p, &sz, err, errlen);
+  kda_problem_sizes sz;
+  if (!st) st = kda_problem_sizes_get(&c->p, &sz, err, errlen);
   if (st) return prefix_err(st, err, errlen, path, "problem");
   st = check_alloc_bound(path, &c->p, &sz, err, errlen);
   if (st) return st;

@@ -60,13 +60,6 @@ typedef struct kda_case {
   char *manifest_json;     /* the manifest text as read or as generated (owned) */
 } kda_case;
 
-/* Element counts of each input for a problem (0 when unused).  Used by load, save and the
- * generator so that all three agree. */
-typedef struct kda_case_sizes {
-  uint64_t q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, checkpoints, o, ht, hc;
-} kda_case_sizes;
-int kda_case_sizes_get(const kda_problem *p, kda_case_sizes *s, char *err, size_t errlen);
-
 /* Sizes bounded by the data (SPEC.md §10.2): the outputs and states a case implies,
  * T*HV*V + (N + C)*HV*K*V elements, must be at most KDA_CASE_ALLOC_FREE elements (128 MiB of
  * float64) or less than KDA_CASE_ALLOC_RATIO times the input elements the file holds (every
@@ -110,7 +103,7 @@ int kda_result_save(const char *path, const kda_case *c, const char *backend, in
                     size_t errlen);
 
 /* Reads result file path for case c (SPEC.md §10.2, §7.9) into o, ht, hc (element counts
- * as kda_case_sizes_get gives; ht / hc NULL when the problem has none).  The manifest must be
+ * as kda_problem_sizes_get gives; ht / hc NULL when the problem has none).  The manifest must be
  * exactly one JSON object with schema "kda-result/1"; its case_id, when present, must be an id
  * and c's own; every output member must have exactly the problem's shape and dtype <f8 or
  * <f4.  A manifest with "not_supported": REASON returns KDA_EUNSUPPORTED with REASON in err

@@ -175,8 +175,8 @@ static int gen_description(const char *path, json_t *root, kda_gen_desc *d, char
 #define KDA_CASE_GEN_MAX (UINT64_C(1) << 29)
 
 static int gen_bound(const char *path, const kda_problem *p, char *err, size_t errlen) {
-  kda_case_sizes s;
-  int st = kda_case_sizes_get(p, &s, err, errlen);
+  kda_problem_sizes s;
+  int st = kda_problem_sizes_get(p, &s, err, errlen);
   if (st) return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest problem: sizes overflow", path);
   const uint64_t parts[] = {s.q, s.k, s.v, s.g, s.beta, s.h0};
   uint64_t n = 0;

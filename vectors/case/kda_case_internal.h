@@ -38,11 +38,6 @@ static inline double *kda_case_array(const kda_case *c, int m) {
   }
 }
 
-/* 1 when the problem reads g, dt_bias, A_log (SPEC.md §4.1; as the reference decides). */
-int kda_case_uses_g(const kda_problem *p);
-int kda_case_uses_dt_bias(const kda_problem *p);
-int kda_case_uses_A_log(const kda_problem *p);
-
 /* The precision of member m in a case of input precision prec: the input precision, except
  * that the gate parameters A_log and dt_bias are f32 unless the case is f64 (models keep
  * them in f32).  Index members have none (-1). */
@@ -66,7 +61,7 @@ struct json_t *kda_json_load_exact(const char *path, const char *text, size_t le
 
 /* The stored form of input member m (KDA_M_*) of problem p with input precision prec, as
  * kda_case_save writes it: *used, and info's dtype, ndim, shape, count, nbytes.  p must have
- * passed kda_case_sizes_get. */
+ * passed kda_problem_sizes_get. */
 struct kda_array_info;
 void kda_case_member_layout(const kda_problem *p, int m, int32_t prec, int *used,
                             struct kda_array_info *info);

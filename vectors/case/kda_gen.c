@@ -250,7 +250,7 @@ static int parse_modes(const char *vals[KEY_COUNT], kda_problem *p, char *err, s
   for (int i = 0; i < 3; i++)
     if (vals[rkeys[i]] && !parse_real(vals[rkeys[i]], rfields[i]))
       return bad_value(key_names[rkeys[i]], vals[rkeys[i]], err, errlen);
-  p->has_A_log = kda_case_uses_dt_bias(p) ? 1 : 0; /* softplus and lower_bound gates */
+  p->has_A_log = kda_problem_uses_dt_bias(p) ? 1 : 0; /* softplus and lower_bound gates */
   static const int fkeys[] = {KEY_ALOG, KEY_H0, KEY_FINAL};
   int32_t *ffields[] = {&p->has_A_log, &p->has_initial_state, &p->want_final_state};
   for (int i = 0; i < 3; i++) {
@@ -447,7 +447,7 @@ static void gen_beta(const gen *g, double *b, uint64_t i0, uint64_t n, int32_t p
   }
 }
 
-static void gen_gate_params(const gen *g, kda_case *c, const kda_case_sizes *s) {
+static void gen_gate_params(const gen *g, kda_case *c, const kda_problem_sizes *s) {
   const int small = zero_gate_params(g->regime);
   const int32_t pa = kda_case_member_prec(KDA_M_A_LOG, c->input_precision);
   const int32_t pb = kda_case_member_prec(KDA_M_DT_BIAS, c->input_precision);
@@ -477,20 +477,20 @@ static int alloc_f64(double **x, uint64_t n) {
 }
 
 /* The token-major inputs q, k, v, g, beta of s (g only when p uses it). */
-static int alloc_tokens(const kda_problem *p, const kda_case_sizes *s, double **q, double **k,
+static int alloc_tokens(const kda_problem *p, const kda_problem_sizes *s, double **q, double **k,
                         double **v, double **g, double **beta) {
   int ok = alloc_f64(q, s->q) && alloc_f64(k, s->k) && alloc_f64(v, s->v) &&
            alloc_f64(beta, s->beta);
-  if (ok && kda_case_uses_g(p)) ok = alloc_f64(g, s->g);
+  if (ok && kda_problem_uses_g(p)) ok = alloc_f64(g, s->g);
   return ok;
 }
 
 /* The case's arrays; the token-major ones only when tokens (kda_gen_case_static has none). */
-static int gen_alloc(kda_case *c, const kda_case_sizes *s, int tokens) {
+static int gen_alloc(kda_case *c, const kda_problem_sizes *s, int tokens) {
   const kda_problem *p = &c->p;
   int ok = !tokens || alloc_tokens(p, s, &c->q, &c->k, &c->v, &c->g, &c->beta);
-  if (ok && kda_case_uses_dt_bias(p)) ok = alloc_f64(&c->dt_bias, s->dt_bias);
-  if (ok && kda_case_uses_A_log(p)) ok = alloc_f64(&c->A_log, s->A_log);
+  if (ok && kda_problem_uses_dt_bias(p)) ok = alloc_f64(&c->dt_bias, s->dt_bias);
+  if (ok && kda_problem_uses_A_log(p)) ok = alloc_f64(&c->A_log, s->A_log);
   if (ok && p->has_initial_state) ok = alloc_f64(&c->h0, s->h0);
   if (ok) ok = (c->cu_seqlens = calloc((size_t)s->cu_seqlens, sizeof(int64_t))) != NULL;
   if (ok && s->checkpoints)
@@ -573,7 +573,7 @@ static void gen_tokens(const gen *g, int64_t t0, int64_t t1, int32_t prec, doubl
   }
 }
 
-static void gen_fill(const gen *g, kda_case *c, const kda_case_sizes *s) {
+static void gen_fill(const gen *g, kda_case *c, const kda_problem_sizes *s) {
   const int32_t prec = c->input_precision;
   if (c->q) gen_tokens(g, 0, c->p.T, prec, c->q, c->k, c->v, c->g, c->beta);
   gen_gate_params(g, c, s);
@@ -640,18 +640,18 @@ static int gen_checks(const kda_gen_desc *d, char *err, size_t errlen) {
 }
 
 /* The description is valid and its sizes do not overflow. */
-static int gen_valid(const kda_gen_desc *d, kda_case_sizes *s, char *err, size_t errlen) {
+static int gen_valid(const kda_gen_desc *d, kda_problem_sizes *s, char *err, size_t errlen) {
   if (!d) return kda_fail(KDA_EINVAL, err, errlen, "description is NULL");
   int st = gen_checks(d, err, errlen);
   if (!st) st = kda_problem_check(&d->p, err, errlen);
-  if (!st) st = kda_case_sizes_get(&d->p, s, err, errlen);
+  if (!st) st = kda_problem_sizes_get(&d->p, s, err, errlen);
   return st;
 }
 
 /* kda_gen_case (tokens 1) and kda_gen_case_static (tokens 0). */
 static int gen_case(const kda_gen_desc *d, kda_case *c, int tokens, char *err, size_t errlen) {
   memset(c, 0, sizeof *c);
-  kda_case_sizes s;
+  kda_problem_sizes s;
   int st = gen_valid(d, &s, err, errlen);
   if (st) return st;
   c->p = d->p;
@@ -700,7 +700,7 @@ int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window 
                   size_t errlen) {
   if (!w) return kda_fail(KDA_EINVAL, err, errlen, "kda_gen_range: window is NULL");
   memset(w, 0, sizeof *w);
-  kda_case_sizes s;
+  kda_problem_sizes s;
   int st = gen_valid(d, &s, err, errlen);
   if (st) return st;
   if (t0 < 0 || t1 < t0 || t1 > d->p.T)
@@ -708,7 +708,7 @@ int kda_gen_range(const kda_gen_desc *d, int64_t t0, int64_t t1, kda_gen_window 
                     (long long)t0, (long long)t1, (long long)d->p.T);
   kda_problem pw = d->p;
   pw.T = t1 - t0;
-  st = kda_case_sizes_get(&pw, &s, err, errlen);
+  st = kda_problem_sizes_get(&pw, &s, err, errlen);
   if (st) return st;
   if (!alloc_tokens(&pw, &s, &w->q, &w->k, &w->v, &w->g, &w->beta)) {
     kda_gen_window_free(w);

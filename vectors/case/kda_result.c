@@ -77,7 +77,7 @@ int kda_output_members_read(struct kda_npz *z, const char *path, const kda_probl
     int64_t shape[4];
     int nd = output_shape(p, q, shape);
     uint64_t n = 1;
-    for (int i = 0; i < nd; i++) n *= (uint64_t)shape[i]; /* kda_case_sizes_get bounded it */
+    for (int i = 0; i < nd; i++) n *= (uint64_t)shape[i]; /* kda_problem_sizes_get bounded it */
     int st = kda_output_member_check(z, path, p, names[q], err, errlen);
     if (!st) st = kda_npz_read(z, names[q], KDA_DTYPE_F64, dst[q], n, err, errlen);
     if (st) return st;

@@ -15,8 +15,8 @@
 #include "kda_prng.h"
 
 static uint64_t member_count(const kda_case *c, int m) {
-  kda_case_sizes s;
-  if (kda_case_sizes_get(&c->p, &s, NULL, 0) != KDA_OK) return 0;
+  kda_problem_sizes s;
+  if (kda_problem_sizes_get(&c->p, &s, NULL, 0) != KDA_OK) return 0;
   switch (m) {
   case KDA_M_Q: return s.q;
   case KDA_M_K: return s.k;

@@ -309,3 +309,15 @@ int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen) {
   atomic_free(a);
   return st;
 }
+
+int kda_atomic_write(const char *path, const void *data, size_t len, char *err, size_t errlen) {
+  kda_atomic *a;
+  FILE *f;
+  int st = kda_atomic_open(path, &a, &f, err, errlen);
+  if (st != KDA_OK) return st;
+  if ((len > 0 && fwrite(data, 1, len, f) != len) || fchmod(fileno(f), 0644) != 0) {
+    kda_atomic_abort(a);
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(errno));
+  }
+  return kda_atomic_commit(a, err, errlen);
+}

@@ -41,6 +41,10 @@ int kda_atomic_open(const char *path, kda_atomic **a, FILE **f, char *err, size_
 int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen);
 void kda_atomic_abort(kda_atomic *a);
 
+/* The whole of an output at once: writes len bytes of data to path through kda_atomic_open
+ * (mode 0644) and kda_atomic_commit.  Returns KDA_OK, KDA_EIO or KDA_ENOMEM. */
+int kda_atomic_write(const char *path, const void *data, size_t len, char *err, size_t errlen);
+
 /* Creates "<path>.tmp.XXXXXX" (O_EXCL, mode 0666 less the umask) and registers it; *tmp is
  * malloc'd.  Returns the open descriptor, or -1 with errno set.  kda_tmp_forget unregisters
  * it (after a rename or an unlink). */

@@ -101,13 +101,13 @@ static int golden_members(const kda_case *c, const double *gold, gmember *m) {
   gm_set(&m[n++], "q", prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->q, NULL);
   gm_set(&m[n++], "k", prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->k, NULL);
   gm_set(&m[n++], "v", prec_dtype(in), 3, (int64_t[]){p->T, p->HV, p->V}, c->v, NULL);
-  if (kda_case_uses_g(p))
+  if (kda_problem_uses_g(p))
     gm_set(&m[n++], "g", prec_dtype(in), 3, (int64_t[]){p->T, p->HV, GW}, c->g, NULL);
   gm_set(&m[n++], "beta", prec_dtype(in), 2, (int64_t[]){p->T, p->HV}, c->beta, NULL);
-  if (kda_case_uses_A_log(p))
+  if (kda_problem_uses_A_log(p))
     gm_set(&m[n++], "A_log", prec_dtype(kda_case_member_prec(KDA_M_A_LOG, in)), 1,
            (int64_t[]){p->HV}, c->A_log, NULL);
-  if (kda_case_uses_dt_bias(p))
+  if (kda_problem_uses_dt_bias(p))
     gm_set(&m[n++], "dt_bias", prec_dtype(kda_case_member_prec(KDA_M_DT_BIAS, in)), 2,
            (int64_t[]){p->HV, GW}, c->dt_bias, NULL);
   gm_set(&m[n++], "cu_seqlens", KDA_DTYPE_I64, 1, (int64_t[]){p->N + 1}, NULL, c->cu_seqlens);
@@ -293,8 +293,8 @@ typedef struct job {
 } job;
 
 static int job_alloc(job *j, char *err, size_t errlen) {
-  kda_case_sizes s;
-  int st = kda_case_sizes_get(&j->c.p, &s, err, errlen);
+  kda_problem_sizes s;
+  int st = kda_problem_sizes_get(&j->c.p, &s, err, errlen);
   if (st) return st;
   j->part[0] = s.o;
   j->part[1] = s.ht;
@@ -401,7 +401,7 @@ static int job_write_trace(const job *j, const char *path, char *err, size_t err
   char *text = NULL;
   int st = kda_golden_trace(&j->c, j->e->comment, method_name(j->rep.method), j->gold, &text,
                             err, errlen);
-  if (!st) st = kda_golden_write_atomic(path, text, strlen(text), err, errlen);
+  if (!st) st = kda_atomic_write(path, text, strlen(text), err, errlen);
   free(text);
   return st;
 }

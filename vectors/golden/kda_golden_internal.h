@@ -15,11 +15,6 @@
 /* x as "%a (shortest decimal)", e.g. "0x1.8p+1 (3)"; "-inf", "0x0p+0 (0)". */
 void kda_sbuf_value(kda_sbuf *b, double x);
 
-/* Writes len bytes to path through "<path>.tmp.XXXXXX" and a rename (fsynced).  Returns
- * KDA_OK or KDA_EIO. */
-int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
-                            size_t errlen);
-
 /* Reads a whole file; *out freed by the caller.  Returns KDA_OK, KDA_EIO, KDA_ENOMEM. */
 int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *err,
                      size_t errlen);

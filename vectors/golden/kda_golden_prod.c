@@ -42,7 +42,7 @@
 
 typedef struct prod {
   kda_case c;
-  kda_case_sizes s;
+  kda_problem_sizes s;
   double *gold, *ref;       /* o, ht, hc of the whole problem */
   unsigned char *decided;   /* phase 1's verdict per value */
   kda_cert_report rep;
@@ -355,7 +355,7 @@ int kda_golden_prod_make(const kda_catalog_entry *e, const char *path, kda_golde
   int st = e->design ? kda_fail(KDA_EINVAL, err, errlen,
                                 "a production case has generated inputs: no design allowed")
                      : kda_catalog_build(e, &x.c, err, errlen);
-  if (!st) st = kda_case_sizes_get(&x.c.p, &x.s, err, errlen);
+  if (!st) st = kda_problem_sizes_get(&x.c.p, &x.s, err, errlen);
   if (!st) {
     info->steps = x.c.p.T * x.c.p.HV;
     st = certify(&x, info, err, errlen);

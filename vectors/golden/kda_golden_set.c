@@ -31,21 +31,6 @@
 #define JSON_FLAGS (JSON_INDENT(1) | JSON_REAL_PRECISION(17))
 
 /* ---- Files. */
-int kda_golden_write_atomic(const char *path, const void *data, size_t len, char *err,
-                            size_t errlen) {
-  /* the atomic writer of kda_files.h: the target must be a regular file or absent, the
-   * temporary file is removed on an error or a signal, every step is checked */
-  kda_atomic *a;
-  FILE *f;
-  int st = kda_atomic_open(path, &a, &f, err, errlen);
-  if (st != KDA_OK) return st;
-  if ((len > 0 && fwrite(data, 1, len, f) != len) || fchmod(fileno(f), 0644) != 0) {
-    kda_atomic_abort(a);
-    return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(errno));
-  }
-  return kda_atomic_commit(a, err, errlen);
-}
-
 int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *err,
                      size_t errlen) {
   *out = NULL;
@@ -369,7 +354,7 @@ int kda_golden_write_level_manifest(const char *dir, int32_t level,
     text[len++] = '\n';
     text[len] = '\0';
   }
-  st = kda_golden_write_atomic(path, text, len, err, errlen);
+  st = kda_atomic_write(path, text, len, err, errlen);
   free(text);
   return st;
 }
@@ -471,7 +456,7 @@ int kda_golden_write_sums(const char *dir, char *err, size_t errlen) {
   if (!st) {
     char path[4096];
     snprintf(path, sizeof path, "%s/SHA256SUMS", dir);
-    st = kda_golden_write_atomic(path, b.s ? b.s : "", b.len, err, errlen);
+    st = kda_atomic_write(path, b.s ? b.s : "", b.len, err, errlen);
   }
   free(b.s);
   return st;
@@ -557,7 +542,7 @@ int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errl
   if (!st) {
     char path[4096];
     snprintf(path, sizeof path, "%s/%s.sha256", dir, lv);
-    st = kda_golden_write_atomic(path, b.s ? b.s : "", b.len, err, errlen);
+    st = kda_atomic_write(path, b.s ? b.s : "", b.len, err, errlen);
   }
   free(b.s);
   return st;

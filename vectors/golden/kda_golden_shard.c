@@ -17,6 +17,7 @@
 
 #include "kda_case.h"
 #include "kda_case_internal.h" /* KDA_GENERATOR */
+#include "kda_files.h"
 #include "kda_golden_internal.h"
 #include "kda_sha256.h"
 
@@ -256,7 +257,7 @@ int kda_golden_shard_finish(const char *dir, uint32_t mask, int64_t i, int64_t n
   if (!st) {
     char path[4200];
     snprintf(path, sizeof path, "%s/shard.json", dir);
-    st = kda_golden_write_atomic(path, text, strlen(text), err, errlen);
+    st = kda_atomic_write(path, text, strlen(text), err, errlen);
   }
   free(text);
   return st;

@@ -306,8 +306,8 @@ static int file_golden_info(const kda_case *c, const char *path, char *comment, 
 /* The certified o, ht, hc of the file, one buffer in that order (what kda_golden_trace takes). */
 static int file_gold(const kda_case *c, const char *path, double **gold, char *err,
                      size_t errlen) {
-  kda_case_sizes sz;
-  int st = kda_case_sizes_get(&c->p, &sz, err, errlen);
+  kda_problem_sizes sz;
+  int st = kda_problem_sizes_get(&c->p, &sz, err, errlen);
   if (st) return st;
   const uint64_t n[3] = {sz.o, c->p.want_final_state ? sz.ht : 0, sz.hc};
   const char *names[3] = {"o", "ht", "hc"};

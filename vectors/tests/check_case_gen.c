@@ -143,8 +143,8 @@ START_TEST(test_load_generated) {
     ck_assert_int_eq(kda_gen_case(&d, &want, err, sizeof err), KDA_OK);
     write_generated(path, descs[i], OK_FILE);
     ck_assert_msg(kda_case_load(path, &got, err, sizeof err) == KDA_OK, "%s: %s", descs[i], err);
-    kda_case_sizes s;
-    ck_assert_int_eq(kda_case_sizes_get(&want.p, &s, err, sizeof err), KDA_OK);
+    kda_problem_sizes s;
+    ck_assert_int_eq(kda_problem_sizes_get(&want.p, &s, err, sizeof err), KDA_OK);
     const double *a[8] = {want.q, want.k, want.v, want.g, want.beta, want.A_log, want.dt_bias,
                           want.h0};
     const double *b[8] = {got.q, got.k, got.v, got.g, got.beta, got.A_log, got.dt_bias, got.h0};

@@ -71,8 +71,8 @@ static void gold_load(const kda_catalog_entry *e, gold *g) {
   golden_path(e, "npz", path, sizeof path);
   int st = kda_case_load(path, &g->c, err, sizeof err);
   ck_assert_msg(st == KDA_OK, "load %s: %s", path, err);
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&g->c.p, &s, NULL, 0), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&g->c.p, &s, NULL, 0), KDA_OK);
   g->part[0] = s.o;
   g->part[1] = s.ht;
   g->part[2] = s.hc;
@@ -558,8 +558,8 @@ static double spread(const double *x, const double *g, const uint64_t part[3]) {
 /* The float32 reference's spread on the same case. */
 static double spread_f32(const gold *g) {
   const kda_case *c = &g->c;
-  kda_case_sizes s;
-  kda_case_sizes_get(&c->p, &s, NULL, 0);
+  kda_problem_sizes s;
+  kda_problem_sizes_get(&c->p, &s, NULL, 0);
   const uint64_t n = g->part[0] + g->part[1] + g->part[2];
   float *in = calloc((size_t)(s.q + s.k + s.v + s.g + s.beta + s.A_log + s.dt_bias + s.h0 + 8),
                      sizeof(float));
@@ -644,8 +644,8 @@ START_TEST(test_committed_files) {
     gold_load(e, &g);
     build(e, &c);
     ck_assert_msg(memcmp(&g.c.p, &c.p, sizeof c.p) == 0, "%s: problem", e->id);
-    kda_case_sizes s;
-    kda_case_sizes_get(&c.p, &s, NULL, 0);
+    kda_problem_sizes s;
+    kda_problem_sizes_get(&c.p, &s, NULL, 0);
     ck_assert(!memcmp(g.c.q, c.q, s.q * 8) && !memcmp(g.c.k, c.k, s.k * 8));
     ck_assert(!memcmp(g.c.v, c.v, s.v * 8) && !memcmp(g.c.beta, c.beta, s.beta * 8));
     ck_assert(!c.g || !memcmp(g.c.g, c.g, s.g * 8));

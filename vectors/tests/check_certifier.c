@@ -33,8 +33,8 @@ static double cost(const kda_problem *p) {
 }
 
 static double *outputs(const kda_case *c, kda_tensors_f64 *t, int64_t *n) {
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&c->p, &s, NULL, 0), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&c->p, &s, NULL, 0), KDA_OK);
   *n = (int64_t)(s.o + s.ht + s.hc);
   double *buf = calloc((size_t)*n + 1, sizeof *buf);
   ck_assert_ptr_nonnull(buf);

@@ -75,9 +75,9 @@ static void check_window(const kda_gen_desc *d, const kda_case *c, int64_t t0, i
 }
 
 static void same_static(const kda_case *a, const kda_case *b, const char *desc) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
   ck_assert_msg(memcmp(&a->p, &b->p, sizeof a->p) == 0, "problem differs (%s)", desc);
   ck_assert(b->q == NULL && b->k == NULL && b->v == NULL && b->g == NULL && b->beta == NULL);
   const double *x[3] = {a->A_log, a->dt_bias, a->h0}, *y[3] = {b->A_log, b->dt_bias, b->h0};
@@ -152,9 +152,9 @@ END_TEST
 
 /* The members of two cases of one description, bit for bit. */
 static void same_tokens(const kda_case *a, const kda_case *b, const char *desc, int threads) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
   const double *x[5] = {a->q, a->k, a->v, a->g, a->beta}, *y[5] = {b->q, b->k, b->v, b->g, b->beta};
   const uint64_t n[5] = {s.q, s.k, s.v, s.g, s.beta};
   static const char *const name[5] = {"q", "k", "v", "g", "beta"};

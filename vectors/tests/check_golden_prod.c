@@ -47,8 +47,8 @@ static json_t *golden_of(const kda_case *c) {
 /* Stored o rows, ht, hc against the MPFR reference on the regenerated inputs. */
 static void check_truth(const char *path, const kda_case *c) {
   char err[KDA_ERRLEN] = "";
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
   double *want = kda_test_dalloc((size_t)(s.o + s.ht + s.hc + 1));
   kda_tensors_f64 t;
   kda_case_tensors(c, &t);
@@ -95,8 +95,8 @@ START_TEST(test_prod_files) {
   kda_case c, g;
   ck_assert_msg(kda_case_load(path, &c, err, sizeof err) == KDA_OK, "%s", err);
   ck_assert_int_eq(kda_catalog_build(e, &g, err, sizeof err), KDA_OK);
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&g.p, &s, err, sizeof err), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&g.p, &s, err, sizeof err), KDA_OK);
   ck_assert(memcmp(c.q, g.q, s.q * 8) == 0 && memcmp(c.v, g.v, s.v * 8) == 0);
   int gen, smp;
   ck_assert_int_eq(kda_case_golden_form(&c, &gen, &smp), KDA_OK);
@@ -164,8 +164,8 @@ START_TEST(test_expand_cli) {
   kda_case a, b;
   ck_assert_msg(kda_case_load(out, &a, err, sizeof err) == KDA_OK, "%s", err);
   ck_assert_int_eq(kda_catalog_build(&entries[0], &b, err, sizeof err), KDA_OK);
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&b.p, &s, err, sizeof err), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&b.p, &s, err, sizeof err), KDA_OK);
   ck_assert(memcmp(a.q, b.q, s.q * 8) == 0 && memcmp(a.g, b.g, s.g * 8) == 0 &&
             memcmp(a.h0, b.h0, s.h0 * 8) == 0);
   int gen, smp;

@@ -69,9 +69,9 @@ static void same_bits(const double *a, const double *b, uint64_t n, const char *
 }
 
 static void same_case(const kda_case *a, const kda_case *b, const char *desc) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&a->p, &s, err, sizeof err), KDA_OK);
   ck_assert_msg(memcmp(&a->p, &b->p, sizeof a->p) == 0, "problem fields differ (%s)", desc);
   ck_assert_int_eq(a->input_precision, b->input_precision);
   same_bits(a->q, b->q, s.q, "q", desc);
@@ -434,9 +434,9 @@ END_TEST
 
 /* Every value of every float member is exact in the member's precision. */
 static void assert_exact(const kda_case *c, const char *desc) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
   const double *x[8] = {c->q, c->k, c->v, c->g, c->beta, c->h0, c->A_log, c->dt_bias};
   const uint64_t n[8] = {s.q, s.k, s.v, s.g, s.beta, s.h0, s.A_log, s.dt_bias};
   for (int m = 0; m < 8; m++) {
@@ -455,9 +455,9 @@ static void assert_exact(const kda_case *c, const char *desc) {
 
 /* Properties that a regime promises. */
 static void assert_regime(const kda_case *c, int32_t regime, const char *desc) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
   const kda_problem *p = &c->p;
   if (regime == KDA_REGIME_POSITIVE)
     for (uint64_t i = 0; i < s.q; i++) ck_assert(c->q[i] >= 0 && c->k[i] >= 0 && c->q[i] <= 1); /* 1 after rounding */
@@ -647,9 +647,9 @@ typedef struct edit {
 } edit;
 
 static void write_edited(const char *path, const kda_case *c, const edit *e) {
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
-  ck_assert_int_eq(kda_case_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&c->p, &s, err, sizeof err), KDA_OK);
   const kda_problem *p = &c->p;
   const int vk = p->state_layout == KDA_STATE_VK;
   const int64_t GW = kda_problem_gate_width(p) ? kda_problem_gate_width(p) : 1;
@@ -1012,7 +1012,7 @@ END_TEST
 
 START_TEST(test_sizes) {
   kda_problem p;
-  kda_case_sizes s;
+  kda_problem_sizes s;
   char err[KDA_ERRLEN];
   kda_problem_init(&p, 10, 2, 4, 8, 6);
   p.N = 2;
@@ -1020,7 +1020,7 @@ START_TEST(test_sizes) {
   p.has_initial_state = 1;
   p.gate_mode = KDA_GATE_SOFTPLUS;
   p.has_A_log = 1;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_OK);
   ck_assert_uint_eq(s.q, 160);
   ck_assert_uint_eq(s.v, 240);
   ck_assert_uint_eq(s.g, 320);
@@ -1034,20 +1034,20 @@ START_TEST(test_sizes) {
   ck_assert_uint_eq(s.checkpoints, 3);
   ck_assert_uint_eq(s.o, 240);
   p.family = KDA_FAMILY_GDN;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_OK);
   ck_assert_uint_eq(s.g, 40);
   ck_assert_uint_eq(s.dt_bias, 4);
   p.family = KDA_FAMILY_LINEAR;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_OK);
   ck_assert_uint_eq(s.g + s.dt_bias + s.A_log, 0);
   p.T = INT64_MAX / 2;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_ESHAPE);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_ESHAPE);
   p.T = 1;
   p.K = (int64_t)1 << 40;
   p.V = (int64_t)1 << 30;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_ESHAPE);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_ESHAPE);
   p.K = 0;
-  ck_assert_int_eq(kda_case_sizes_get(&p, &s, err, sizeof err), KDA_EINVAL);
+  ck_assert_int_eq(kda_problem_sizes_get(&p, &s, err, sizeof err), KDA_EINVAL);
 }
 END_TEST
 
@@ -1061,8 +1061,8 @@ START_TEST(test_result) {
   gen_from("seed=8 seqlens=2,3 H=1 HV=2 K=3 V=2 gate=lower_bound h0=1 checkpoints=1,4 "
            "layout=vk prec=f32 id=r1", &c);
   save_ok(cpath, &c);
-  kda_case_sizes s;
-  ck_assert_int_eq(kda_case_sizes_get(&c.p, &s, err, sizeof err), KDA_OK);
+  kda_problem_sizes s;
+  ck_assert_int_eq(kda_problem_sizes_get(&c.p, &s, err, sizeof err), KDA_OK);
   double *o = calloc(s.o, 8), *ht = calloc(s.ht, 8), *hc = calloc(s.hc, 8);
   for (uint64_t i = 0; i < s.o; i++) o[i] = 0.1 * (double)i;
   for (uint64_t i = 0; i < s.ht; i++) ht[i] = -(double)i;

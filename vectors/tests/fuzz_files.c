@@ -97,8 +97,8 @@ static void fuzz_sampled(const char *path, const kda_case *c) {
 /* The result loader against case c (the file's own case, or the fixed one). */
 static void fuzz_result(const char *path, const kda_case *c) {
   char err[KDA_ERRLEN];
-  kda_case_sizes s;
-  if (kda_case_sizes_get(&c->p, &s, err, sizeof err) != KDA_OK) return;
+  kda_problem_sizes s;
+  if (kda_problem_sizes_get(&c->p, &s, err, sizeof err) != KDA_OK) return;
   if (s.o > FUZZ_MAX_OUT || s.ht > FUZZ_MAX_OUT || s.hc > FUZZ_MAX_OUT) return;
   double *o = malloc((s.o + 1) * sizeof *o), *ht = malloc((s.ht + 1) * sizeof *ht);
   double *hc = malloc((s.hc + 1) * sizeof *hc);
