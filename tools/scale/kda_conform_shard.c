@@ -107,8 +107,16 @@ static int partition(kda_conform_shard *s, char *const *paths) {
 int kda_conform_shard_plan(kda_conform_shard *s, char *const *paths, int n,
                            const char *const *targets, int nt, int argc, char **argv) {
   json_t *cases = json_array(), *tg = json_array(), *args = json_array();
-  for (int k = 0; k < n; k++) json_array_append_new(cases, json_string(paths[k]));
-  for (int t = 0; t < nt; t++) json_array_append_new(tg, json_string(targets[t]));
+  for (int k = 0; k < n; k++) /* a path JSON cannot hold would shift every unit after it */
+    if (json_array_append_new(cases, json_string(paths[k])))
+      return json_decref(cases), json_decref(tg), json_decref(args),
+             kda_tool_fail(SUB, "%s: a case path that is not UTF-8 cannot be in a shard's plan",
+                           paths[k]);
+  for (int t = 0; t < nt; t++)
+    if (json_array_append_new(tg, json_string(targets[t])))
+      return json_decref(cases), json_decref(tg), json_decref(args),
+             kda_tool_fail(SUB, "%s: a target that is not UTF-8 cannot be in a shard's plan",
+                           targets[t]);
   for (int k = 1; k < argc; k++) { /* the options, less where this shard's reports go */
     const char *a = argv[k];
     if (!strcmp(a, "--shard") || !strcmp(a, "-o") || !strcmp(a, "--out")) {

@@ -405,6 +405,29 @@ START_TEST(test_input_read) {
 }
 END_TEST
 
+/* A write that fails (here EFBIG under RLIMIT_FSIZE, as ENOSPC on a full disk) is reported
+ * with its own errno at the commit, whatever other calls set errno to in between. */
+START_TEST(test_write_errno_kept) {
+  struct rlimit old, small = {4096, 4096};
+  ck_assert_int_eq(getrlimit(RLIMIT_FSIZE, &old), 0);
+  small.rlim_max = old.rlim_max;
+  signal(SIGXFSZ, SIG_IGN);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &small), 0);
+  kda_atomic *a;
+  FILE *f;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_atomic_open(tpath("big.txt"), &a, &f, err, sizeof err), KDA_OK);
+  static char big[1 << 16]; /* larger than the stream's buffer: written through at once */
+  memset(big, 'x', sizeof big);
+  fwrite(big, 1, sizeof big, f);
+  errno = EAGAIN; /* what an unrelated call leaves behind */
+  int st = kda_atomic_commit(a, err, sizeof err);
+  ck_assert_int_eq(setrlimit(RLIMIT_FSIZE, &old), 0);
+  expect(st, KDA_EIO, err, "big.txt", strerror(EFBIG));
+  ck_assert_msg(access(tpath("big.txt"), F_OK) != 0, "a failed write left its target");
+}
+END_TEST
+
 START_TEST(test_golden_verify_load_error) {
   /* A damaged generator-made file is an error of --verify, never "not generator-made". */
   rzip r;
@@ -837,6 +860,7 @@ static Suite *files_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_targets_refused);
   tcase_add_test(tc, test_report_write_failure);
+  tcase_add_test(tc, test_write_errno_kept);
   tcase_add_test(tc, test_sigterm_removes_tmp);
   suite_add_tcase(s, tc);
   return s;

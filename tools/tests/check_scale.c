@@ -19,6 +19,7 @@
 
 #include "kda_catalog.h"
 #include "kda_golden_shard.h"
+#include "kda_sha256.h"
 #include "kda_test.h"
 
 #define P kda_test_path
@@ -455,7 +456,61 @@ START_TEST(conform_merge_equals_run) {
 }
 END_TEST
 
+/* shard.json's record of DIR/NAME set to the file's present SHA-256 and size: what an
+ * attacker who edits a report can always do. */
+static void rehash(const char *dir, const char *name) {
+  char path[600], hex[65], err[KDA_ERRLEN];
+  int64_t size;
+  snprintf(path, sizeof path, "%s/%s", dir, name);
+  ck_assert_int_eq(kda_golden_file_sha256(path, hex, &size, err, sizeof err), KDA_OK);
+  snprintf(path, sizeof path, "%s/shard.json", dir);
+  json_t *root = load_json(path);
+  json_t *rec = json_object_get(json_object_get(root, "files"), name);
+  json_object_set_new(rec, "sha256", json_string(hex));
+  json_object_set_new(rec, "size", json_integer(size));
+  save_json(path, root);
+}
+
+/* The text of path with its first `from` replaced by `to`. */
+static void edit_file(const char *path, const char *from, const char *to) {
+  size_t len = 0;
+  char *b = (char *)kda_test_slurp(path, &len), *at = strstr(b, from);
+  ck_assert_msg(at != NULL, "%s: no '%s'", path, from);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  fwrite(b, 1, (size_t)(at - b), f), fputs(to, f), fputs(at + strlen(from), f);
+  ck_assert_int_eq(fclose(f), 0);
+  free(b);
+}
+
+/* A plan of 40000 x 40000 units in a shard.json of a few hundred KB, its hash recomputed. */
+static void huge_plan(const char *dir) {
+  char path[600];
+  snprintf(path, sizeof path, "%s/shard.json", dir);
+  json_t *root = load_json(path), *plan = json_object_get(root, "plan");
+  json_t *cases = json_array(), *tg = json_array();
+  for (int k = 0; k < 40000; k++) json_array_append_new(cases, json_string("c"));
+  for (int k = 0; k < 40000; k++) json_array_append_new(tg, json_string("t"));
+  json_object_set_new(plan, "cases", cases), json_object_set_new(plan, "targets", tg);
+  char *text = json_dumps(plan, JSON_COMPACT), hex[65];
+  kda_sha256 h;
+  unsigned char d[KDA_SHA256_BYTES];
+  kda_sha256_init(&h);
+  kda_sha256_update(&h, text, strlen(text));
+  kda_sha256_final(&h, d);
+  kda_sha256_hex(d, hex);
+  free(text);
+  json_object_set_new(root, "plan_sha256", json_string(hex));
+  save_json(path, root);
+}
+
 static const bad_case conform_bad[] = {
+    {"forged-summary", "s2", "counts are not those of its results.jsonl"},
+    {"line-outside-plan", "s1", "not its unit's in the plan"},
+    {"forged-junit", "s2", "a testcase is not its results.jsonl line's"},
+    {"fifo-report", "s1", "not a regular file"},
+    {"symlink-report", "s1", "symbolic link"},
+    {"huge-plan", "s0", "more units than its shards list"},
     {"corrupt-report", "s1", "differs from shard.json (corrupt shard)"},
     {"missing-shard", "s", "shard 2/3 is missing"},
     {"duplicated-shard", "s1", "given twice"},
@@ -469,7 +524,32 @@ START_TEST(conform_bad_shard) {
   conform_shards(P("s"), 3);
   const char *name = conform_bad[_i].name;
   const char *args[16] = {"conform", "--merge", P("out"), P("s0"), P("s1"), P("s2"), NULL};
-  if (!strcmp(name, "corrupt-report")) corrupt_byte(P("s1/junit.xml"));
+  if (!strcmp(name, "forged-summary")) { /* "0 failed" over Fail lines, hash recomputed */
+    json_t *sm = load_json(P("s2/summary.json"));
+    json_int_t failed = json_integer_value(json_object_get(sm, "failed"));
+    ck_assert_msg(failed > 0, "shard 2 has no failure to hide");
+    json_object_set_new(sm, "passed", json_integer(json_integer_value(json_object_get(sm, "passed")) + failed));
+    json_object_set_new(sm, "failed", json_integer(0));
+    json_object_set_new(sm, "failing", json_array());
+    save_json(P("s2/summary.json"), sm);
+    rehash(P("s2"), "summary.json");
+  } else if (!strcmp(name, "line-outside-plan")) {
+    edit_file(P("s1/results.jsonl"), "{\"case\":\"l0-", "{\"case\":\"xx-");
+    rehash(P("s1"), "results.jsonl");
+  } else if (!strcmp(name, "forged-junit")) { /* a failure shown as passed in junit.xml */
+    edit_file(P("s2/junit.xml"), "<failure ", "<skipped ");
+    edit_file(P("s2/junit.xml"), "</failure>", "</skipped>");
+    rehash(P("s2"), "junit.xml");
+  } else if (!strcmp(name, "fifo-report")) { /* read, it would hang the merge */
+    ck_assert_int_eq(unlink(P("s1/results.jsonl")), 0);
+    ck_assert_int_eq(mkfifo(P("s1/results.jsonl"), 0600), 0);
+  } else if (!strcmp(name, "symlink-report")) {
+    ck_assert_int_eq(unlink(P("s1/junit.xml")), 0);
+    ck_assert_int_eq(symlink("/etc/passwd", P("s1/junit.xml")), 0);
+  } else if (!strcmp(name, "huge-plan")) { /* every shard, consistently: owner[1.6e9] before */
+    huge_plan(P("s0")), huge_plan(P("s1")), huge_plan(P("s2"));
+  }
+  else if (!strcmp(name, "corrupt-report")) corrupt_byte(P("s1/junit.xml"));
   else if (!strcmp(name, "missing-shard")) args[5] = NULL;
   else if (!strcmp(name, "duplicated-shard")) args[5] = P("s1");
   else if (!strcmp(name, "foreign-run")) { /* shard 0 of a run with other backends */
@@ -498,6 +578,23 @@ START_TEST(conform_bad_shard) {
 }
 END_TEST
 
+/* The merged reports are written all or none: a summary.json that cannot be written leaves
+ * no results.jsonl either (and the message names the errno of the failed write). */
+START_TEST(conform_merge_all_or_nothing) {
+  write_waivers();
+  conform_shards(P("s"), 2);
+  ck_assert_int_eq(setenv("KDA_TEST_FAIL_WRITE", "summary.json", 1), 0);
+  kda_test_result r = {0};
+  kda_test_run(&r, "conform", "--merge", P("out"), P("s0"), P("s1"), NULL);
+  unsetenv("KDA_TEST_FAIL_WRITE");
+  kda_test_expect_error(&r, "merge, summary.json unwritable", "kda conform: ", "summary.json",
+                        "No space left on device", NULL);
+  kda_test_result_free(&r);
+  ck_assert_msg(!kda_test_exists(P("out/results.jsonl")) && !kda_test_exists(P("out/junit.xml")),
+                "a failed merge replaced some of its reports");
+}
+END_TEST
+
 static Suite *scale_suite(void) {
   Suite *s = suite_create("scale");
   TCase *t = tcase_create("shard-merge");
@@ -513,6 +610,7 @@ static Suite *scale_suite(void) {
   tcase_add_checked_fixture(c, setup, teardown);
   tcase_set_timeout(c, 300);
   tcase_add_test(c, conform_merge_equals_run);
+  tcase_add_test(c, conform_merge_all_or_nothing);
   tcase_add_loop_test(c, conform_bad_shard, 0, (int)(sizeof conform_bad / sizeof conform_bad[0]));
   suite_add_tcase(s, c);
   return s;

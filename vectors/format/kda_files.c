@@ -2,6 +2,7 @@
  * (SPEC.md §10.1, §10.2).
  * SPDX-License-Identifier: MIT
  */
+#define _GNU_SOURCE /* fopencookie: the atomic writer keeps the errno of the write that failed */
 #include "kda_files.h"
 
 #include <errno.h>
@@ -244,11 +245,37 @@ size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline) {
 struct kda_atomic {
   char *path, *tmp;
   FILE *f;
+  int fd;
+  int werr; /* errno of the first write that failed (a full disk: ENOSPC, never a stale one) */
 };
+
+static ssize_t atomic_write(void *cookie, const char *buf, size_t n) {
+  kda_atomic *a = cookie;
+  size_t k = 0;
+  while (k < n) {
+    ssize_t w = write(a->fd, buf + k, n - k);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) {
+      if (!a->werr) a->werr = w < 0 ? errno : EIO;
+      return k ? (ssize_t)k : -1;
+    }
+    k += (size_t)w;
+  }
+  return (ssize_t)n;
+}
+
+static int atomic_close(void *cookie) {
+  kda_atomic *a = cookie;
+  int rc = a->fd >= 0 ? close(a->fd) : 0;
+  if (rc != 0 && !a->werr) a->werr = errno;
+  a->fd = -1;
+  return rc;
+}
 
 static void atomic_free(kda_atomic *a) {
   if (a == NULL) return;
   if (a->f != NULL) fclose(a->f);
+  if (a->fd >= 0) close(a->fd);
   if (a->tmp != NULL) {
     unlink(a->tmp);
     kda_tmp_forget(a->tmp);
@@ -259,7 +286,7 @@ static void atomic_free(kda_atomic *a) {
 }
 
 int kda_atomic_open(const char *path, kda_atomic **out, FILE **f, char *err, size_t errlen) {
-  int st = kda_output_check(path, NULL, 0, err, errlen), fd;
+  int st = kda_output_check(path, NULL, 0, err, errlen);
   kda_atomic *a;
   *out = NULL;
   *f = NULL;
@@ -268,14 +295,15 @@ int kda_atomic_open(const char *path, kda_atomic **out, FILE **f, char *err, siz
     free(a);
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: out of memory", path);
   }
-  if ((fd = kda_tmp_create(path, &a->tmp)) < 0) {
+  a->fd = -1;
+  if ((a->fd = kda_tmp_create(path, &a->tmp)) < 0) {
     st = kda_fail(KDA_EIO, err, errlen, "%s: cannot create temporary file: %s", path,
                   strerror(errno));
     atomic_free(a);
     return st;
   }
-  if ((a->f = fdopen(fd, "w")) == NULL) {
-    close(fd);
+  cookie_io_functions_t io = {NULL, atomic_write, NULL, atomic_close};
+  if ((a->f = fopencookie(a, "w", io)) == NULL) {
     st = kda_fail(KDA_EIO, err, errlen, "%s: cannot open %s: %s", path, a->tmp, strerror(errno));
     atomic_free(a);
     return st;
@@ -285,28 +313,45 @@ int kda_atomic_open(const char *path, kda_atomic **out, FILE **f, char *err, siz
   return KDA_OK;
 }
 
+int kda_atomic_fd(const kda_atomic *a) { return a ? a->fd : -1; }
+
 void kda_atomic_abort(kda_atomic *a) {
   atomic_free(a);
 }
 
-int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen) {
-  int st = KDA_OK, e = 0;
-  if (a == NULL) return kda_fail(KDA_EIO, err, errlen, "kda_atomic_commit: NULL writer");
+/* Flushes, syncs and closes the temporary file: 0, or the errno of what failed. */
+static int atomic_finish(kda_atomic *a) {
   FILE *f = a->f;
+  int e = 0;
   a->f = NULL;
   if (kda_test_fail_write(a->path)) e = ENOSPC; /* the test hook of kda_files.h */
-  else if (ferror(f) || fflush(f) != 0) e = errno ? errno : EIO;
-  else if (fsync(fileno(f)) != 0) e = errno;
-  if (fclose(f) != 0 && e == 0) e = errno;
-  if (e == 0 && rename(a->tmp, a->path) != 0) e = errno;
-  if (e != 0)
-    st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", a->path, strerror(e));
-  else {
-    kda_tmp_forget(a->tmp);
-    free(a->tmp);
-    a->tmp = NULL; /* renamed: nothing to remove */
+  else if (fflush(f) != 0 || ferror(f)) e = a->werr ? a->werr : EIO;
+  else if (fsync(a->fd) != 0) e = errno;
+  if (fclose(f) != 0 && e == 0) e = a->werr ? a->werr : EIO;
+  return e;
+}
+
+int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen) {
+  return kda_atomic_commit_all(&a, 1, err, errlen);
+}
+
+int kda_atomic_commit_all(kda_atomic *const *as, int n, char *err, size_t errlen) {
+  int st = KDA_OK;
+  for (int i = 0; i < n && st == KDA_OK; i++) {
+    if (as[i] == NULL) st = kda_fail(KDA_EIO, err, errlen, "kda_atomic_commit: NULL writer");
+    int e = st == KDA_OK ? atomic_finish(as[i]) : 0;
+    if (e != 0)
+      st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", as[i]->path, strerror(e));
   }
-  atomic_free(a);
+  for (int i = 0; i < n && st == KDA_OK; i++) /* every file whole: now the renames */
+    if (rename(as[i]->tmp, as[i]->path) != 0) {
+      st = kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", as[i]->path, strerror(errno));
+    } else {
+      kda_tmp_forget(as[i]->tmp);
+      free(as[i]->tmp);
+      as[i]->tmp = NULL; /* renamed: nothing to remove */
+    }
+  for (int i = 0; i < n; i++) atomic_free(as[i]);
   return st;
 }
 
@@ -315,9 +360,11 @@ int kda_atomic_write(const char *path, const void *data, size_t len, char *err, 
   FILE *f;
   int st = kda_atomic_open(path, &a, &f, err, errlen);
   if (st != KDA_OK) return st;
-  if ((len > 0 && fwrite(data, 1, len, f) != len) || fchmod(fileno(f), 0644) != 0) {
+  if (fchmod(a->fd, 0644) != 0) {
+    int e = errno;
     kda_atomic_abort(a);
-    return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(errno));
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot write: %s", path, strerror(e));
   }
+  if (len > 0) fwrite(data, 1, len, f); /* a failed write: the commit names its errno */
   return kda_atomic_commit(a, err, errlen);
 }

@@ -40,6 +40,13 @@ typedef struct kda_atomic kda_atomic;
 int kda_atomic_open(const char *path, kda_atomic **a, FILE **f, char *err, size_t errlen);
 int kda_atomic_commit(kda_atomic *a, char *err, size_t errlen);
 void kda_atomic_abort(kda_atomic *a);
+/* The temporary file's descriptor (for fchmod; the FILE* is not a file stream: fileno fails). */
+int kda_atomic_fd(const kda_atomic *a);
+/* Commits n writers together: every temporary file is flushed, synced and closed first, and
+ * only when all of them are whole are they renamed over their targets, so a failure (a full
+ * disk) replaces none of them.  Frees every writer.  A write error names the errno of the
+ * write that failed. */
+int kda_atomic_commit_all(kda_atomic *const *as, int n, char *err, size_t errlen);
 
 /* The whole of an output at once: writes len bytes of data to path through kda_atomic_open
  * (mode 0644) and kda_atomic_commit.  Returns KDA_OK, KDA_EIO or KDA_ENOMEM. */

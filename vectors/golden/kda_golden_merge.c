@@ -362,7 +362,7 @@ static int copy_checked(const char *src, const char *dst, const char *want, char
   fclose(in);
   kda_sha256_final(&h, d);
   kda_sha256_hex(d, hex);
-  if (rd || strcmp(hex, want) != 0 || fchmod(fileno(out), 0644) != 0) {
+  if (rd || strcmp(hex, want) != 0 || fchmod(kda_atomic_fd(a), 0644) != 0) {
     kda_atomic_abort(a);
     return kda_fail(KDA_EIO, err, errlen, "%s: %s while copied", src,
                     rd ? "read error" : "changed");

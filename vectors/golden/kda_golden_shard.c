@@ -144,8 +144,10 @@ static json_t *info_json(const kda_golden_info *in) {
 
 int kda_golden_file_sha256(const char *path, char hex[65], int64_t *size, char *err,
                            size_t errlen) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", path, strerror(errno));
+  int fd = kda_input_open(path, err, errlen); /* a regular file: no FIFO, no symlink */
+  FILE *f = fd >= 0 ? fdopen(fd, "rb") : NULL;
+  if (fd >= 0 && !f) close(fd);
+  if (!f) return fd < 0 ? KDA_EIO : kda_fail(KDA_EIO, err, errlen, "%s: cannot open", path);
   kda_sha256 h;
   unsigned char buf[65536], d[KDA_SHA256_BYTES];
   size_t r;
