@@ -241,6 +241,40 @@ $(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.
 # The fault plugin runs plugin_mutants.c's correct implementation (it includes that file).
 $(BUILD)/conformance/tests/kda_plugin_faults.so: conformance/tests/plugin_mutants.c
 
+# The honest zoo (SPEC.md §7.3, conformance/tests/zoo/): one source built twice, without and
+# with fused multiply-adds; the FMA build's table lives in a file compiled without -mfma, so a
+# CPU without FMA gets a refusal rather than an illegal instruction.
+ZOO_DIR     := conformance/tests/zoo
+ZOO_PLUGINS := $(BUILD)/$(ZOO_DIR)/kda_plugin_zoo.so $(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so
+ZOO_DEPS    := $(ZOO_DIR)/plugin_zoo.c $(ZOO_DIR)/zoo.h $(HEADERS) conformance/kda_backend_half.h
+$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo.so: $(ZOO_DEPS) | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $(ZOO_DIR)/plugin_zoo.c $(ALL_LDFLAGS) -lm
+$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so: $(ZOO_DEPS) $(ZOO_DIR)/zoo_fma_entry.c | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -DZOO_FMA -mfma -ffp-contract=fast -c -o $(@:.so=_core.o) \
+	  $(ZOO_DIR)/plugin_zoo.c
+	$(CC) $(ALL_CFLAGS) -c -o $(@:.so=_entry.o) $(ZOO_DIR)/zoo_fma_entry.c
+	$(CC) $(ALL_CFLAGS) -shared -o $@ $(@:.so=_core.o) $(@:.so=_entry.o) $(ALL_LDFLAGS) -lm
+.PHONY: zoo check-zoo check-zoo-correct zoo-fpr
+zoo: $(ZOO_PLUGINS)
+# Every zoo member is a correct KDA (small cases, every mode) and the zoo's deliberate defect
+# fails: part of make check.
+check-zoo-correct: $(KDA) $(ZOO_PLUGINS)
+	@KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) sh $(ZOO_DIR)/zoo_correct.sh
+check: check-zoo-correct
+# The zoo on every case and serving prompt of golden/L1, default and --strict, with the
+# member x case table (slow, not in make check while honest members still fail there).
+check-zoo: $(KDA) $(ZOO_PLUGINS)
+	@KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) sh $(ZOO_DIR)/zoo_check.sh; \
+	  a=$$?; KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) \
+	  sh $(ZOO_DIR)/zoo_check.sh --strict; b=$$?; [ $$a = 0 ] && [ $$b = 0 ]
+# The false-failure rate: ZOO_FPR_N random-order kernels on the worst L1 cases and prompts.
+ZOO_FPR_N ?= 64
+zoo-fpr: $(KDA) $(ZOO_PLUGINS)
+	@KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) \
+	  sh $(ZOO_DIR)/zoo_fpr.sh -n $(ZOO_FPR_N)
+
 # The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
 conform: $(KDA)
 	$(KDA) conform --out $(BUILD)/conform
