@@ -94,11 +94,13 @@ def _prepare(p, inputs, acc=F, wide=False):
         _decay(p, inputs, wide)
 
 
-def _states(p, inputs):
+def _outputs(p, inputs):
+    """cu_seqlens, {checkpoint token: index}, and zeroed o, ht, hc (states K-major)."""
     cu = np.asarray(inputs["cu_seqlens"], dtype=np.int64) if "cu_seqlens" in inputs else \
         np.array([0, p.T], dtype=np.int64)
     ck = [int(c) for c in inputs.get("checkpoints", [])]
-    return cu, ck
+    return cu, {c: i for i, c in enumerate(ck)}, np.zeros((p.T, p.HV, p.V), dtype=F), \
+        np.zeros((p.N, p.HV, p.K, p.V), dtype=F), np.zeros((len(ck), p.HV, p.K, p.V), dtype=F)
 
 
 def _initial(p, inputs, n):
@@ -124,11 +126,7 @@ def _recurrent(order, seed=0):
     def kernel(p, inputs):
         acc = np.float64 if order == "f64acc" else F
         q, k, v, b, a = _prepare(p, inputs, acc, wide=(order == "gate64"))
-        cu, ck = _states(p, inputs)
-        where = {c: i for i, c in enumerate(ck)}
-        o = np.zeros((p.T, p.HV, p.V), dtype=F)
-        ht = np.zeros((p.N, p.HV, p.K, p.V), dtype=F)
-        hc = np.zeros((len(ck), p.HV, p.K, p.V), dtype=F)
+        cu, where, o, ht, hc = _outputs(p, inputs)
         erase = p.family != "linear"
 
         def dot(S, x, t, what):   # S^T x per head: [HV, V]
@@ -173,11 +171,7 @@ def _chunked(C):
     def kernel(p, inputs):
         q, k, v, b, a = _prepare(p, inputs)
         g = None if a is None else _gate(p, inputs, False).astype(F)
-        cu, ck = _states(p, inputs)
-        ckset = {c: i for i, c in enumerate(ck)}
-        o = np.zeros((p.T, p.HV, p.V), dtype=F)
-        ht = np.zeros((p.N, p.HV, p.K, p.V), dtype=F)
-        hc = np.zeros((len(ck), p.HV, p.K, p.V), dtype=F)
+        cu, ckset, o, ht, hc = _outputs(p, inputs)
         erase = p.family != "linear"
         for n in range(p.N):
             S = _initial(p, inputs, n)
