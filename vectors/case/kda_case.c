@@ -592,34 +592,30 @@ static int token_major(int m) {
   return m == KDA_M_Q || m == KDA_M_K || m == KDA_M_V || m == KDA_M_G || m == KDA_M_BETA;
 }
 
-static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only, char *err,
-                     size_t errlen) {
+int kda_case_read_manifest(kda_npz *z, const char *path, kda_case *c, json_t **root,
+                           char *err, size_t errlen) {
   char *text = NULL;
   size_t len = 0;
+  *root = NULL;
   int st = kda_npz_read_blob(z, "manifest.json", &text, &len, err, errlen);
   if (st == KDA_ENOTFOUND)
     return kda_fail(st, err, errlen, "%s: missing member 'manifest.json'", path);
   if (st) return st;
   c->manifest_json = text;
-  json_t *root = NULL;
-  st = parse_manifest(path, text, len, c, &root, err, errlen);
+  st = parse_manifest(path, text, len, c, root, err, errlen);
   if (!st) {
     st = kda_problem_check(&c->p, err, errlen);
     if (st) prefix_err(st, err, errlen, path, "manifest problem");
   }
-  if (!st) st = check_members_map(path, root, c, err, errlen);
-  if (!st && kda_case_inputs_generated(root)) { /* SPEC.md §10.2: inputs from the description */
-    st = kda_case_load_generated(z, path, root, c, static_only, err, errlen);
-    json_decref(root);
-    return st;
-  }
-  json_decref(root);
+  if (!st) st = check_members_map(path, *root, c, err, errlen);
+  return st;
+}
+
+int kda_case_load_members(kda_npz *z, const char *path, kda_case *c, int static_only,
+                          char *err, size_t errlen) {
   kda_problem_sizes sz;
-  if (!st) {
-    st = kda_problem_sizes_get(&c->p, &sz, err, errlen);
-    if (st) prefix_err(st, err, errlen, path, "manifest problem");
-  }
-  if (st) return st;
+  int st = kda_problem_sizes_get(&c->p, &sz, err, errlen);
+  if (st) return prefix_err(st, err, errlen, path, "manifest problem");
   member_spec s[KDA_M_COUNT];
   member_specs(&c->p, s);
   for (int m = 0; m < KDA_M_COUNT && !st; m++) {
@@ -638,30 +634,6 @@ static int load_from(kda_npz *z, const char *path, kda_case *c, int static_only,
     st = kda_problem_check_index(&c->p, c->cu_seqlens, c->checkpoints, err, errlen);
     if (st) prefix_err(st, err, errlen, path, "");
   }
-  return st;
-}
-
-int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen) {
-  memset(c, 0, sizeof *c);
-  if (!path) return kda_fail(KDA_EINVAL, err, errlen, "case path is NULL");
-  kda_npz *z = NULL;
-  int st = kda_npz_open(path, &z, err, errlen);
-  if (st) return st;
-  st = load_from(z, path, c, 0, err, errlen);
-  kda_npz_close(z);
-  if (st) kda_case_free(c);
-  return st;
-}
-
-int kda_case_load_static(const char *path, kda_case *c, char *err, size_t errlen) {
-  memset(c, 0, sizeof *c);
-  if (!path) return kda_fail(KDA_EINVAL, err, errlen, "case path is NULL");
-  kda_npz *z = NULL;
-  int st = kda_npz_open(path, &z, err, errlen);
-  if (st) return st;
-  st = load_from(z, path, c, 1, err, errlen);
-  kda_npz_close(z);
-  if (st) kda_case_free(c);
   return st;
 }
 

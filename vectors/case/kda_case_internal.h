@@ -70,6 +70,19 @@ void kda_case_member_layout(const kda_problem *p, int m, int32_t prec, int *used
 void kda_case_encode(int32_t dtype, const double *x, const int64_t *ix, size_t n,
                      unsigned char *out);
 
+/* The two halves of kda_case_load (kda_case_load.c).  kda_case_read_manifest reads and checks
+ * z's manifest into c (problem, input precision, id, manifest text, the members map) and
+ * hands back its JSON root (*root, freed with json_decref, also on an error);
+ * kda_case_load_members then loads the stored input members (with static_only, the
+ * token-major ones are only checked) and checks their values and the index members.  Both
+ * return KDA_OK or a status with a message naming path. */
+struct kda_npz;
+struct json_t;
+int kda_case_read_manifest(struct kda_npz *z, const char *path, kda_case *c,
+                           struct json_t **root, char *err, size_t errlen);
+int kda_case_load_members(struct kda_npz *z, const char *path, kda_case *c, int static_only,
+                          char *err, size_t errlen);
+
 /* Generated inputs (kda_case_gen.c, SPEC.md §10.2).  1 when the manifest root's golden object
  * says "inputs": "generated".  kda_case_load_generated loads such a file into c (whose problem,
  * input precision, id and manifest text are already parsed): no input member may be stored;
@@ -78,7 +91,6 @@ void kda_case_encode(int32_t dtype, const double *x, const int64_t *ix, size_t n
  * static_only, only the token-independent ones: kda_case_load_static).  Returns
  * KDA_OK, KDA_EFORMAT (naming the file and the member or key), KDA_ENOMEM. */
 int kda_case_inputs_generated(struct json_t *root);
-struct kda_npz;
 int kda_case_load_generated(struct kda_npz *z, const char *path, struct json_t *root,
                             kda_case *c, int static_only, char *err, size_t errlen);
 
