@@ -150,58 +150,78 @@ def adapter(fn: Callable, **kw: Any) -> Adapter:
     return Adapter(fn, **kw)
 
 
-# --- fused_sigmoid_gating_delta_rule_update: the GDN decode step with its gate in the kernel ---
+# --- fused_sigmoid_gating_delta_rule_update: the decode step with its gate in the kernel ---
 
-def sigmoid_gating_plan(p: Problem) -> Dict[str, Any]:
+def sigmoid_gating_plan(p: Problem, is_kda: bool = False,
+                        l2_in_kernel: bool = False) -> Dict[str, Any]:
     """For vLLM/SGLang's `fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias,
     softplus_beta, softplus_threshold, q, k, v, b, initial_state_source,
-    initial_state_indices, scale, use_qk_l2norm_in_kernel, cu_seqlens)`: a GDN kernel that
-    computes g = -exp(A_log) * softplus(a + dt_bias) per head and beta = sigmoid(b), reads
-    and writes back pool slot `initial_state_indices[n]` ([slots, HV, K, V])."""
-    if p.family != "gdn":
+    initial_state_indices, scale, use_qk_l2norm_in_kernel, cu_seqlens[, is_kda])`: a kernel
+    that computes g = -exp(A_log) * softplus(a + dt_bias) (per head; per key channel with
+    is_kda=True, SGLang's KDA decode) and beta = sigmoid(b), reads and writes back pool
+    slot `initial_state_indices[n]`.  l2_in_kernel: the kernel's own L2 is fla's
+    convention (sqrt(sum x^2 + 1e-6), as in SGLang's file); otherwise q/k are normalised
+    here, since some copies divide by (||x|| + 1e-6), neither convention of SPEC.md §4.3."""
+    if is_kda and p.family not in ("kda", "gdn"):
+        A.decline(f"the KDA decode kernel always decays through -exp(A_log)*softplus(.): "
+                  f"family={p.family} cannot be expressed")
+    if not is_kda and p.family != "gdn":
         A.decline(f"fused_sigmoid_gating_delta_rule_update is a GDN kernel (one gate per head "
                   f"with its softplus): family={p.family} cannot be expressed")
-    if p.gate != "softplus" or not p.has_A_log:
+    if p.gate != "softplus" or (not p.has_A_log and not is_kda):
         A.decline(f"the kernel computes -exp(A_log)*softplus(a+dt_bias): gate={p.gate} "
                   f"(has_A_log={p.has_A_log}) cannot be expressed")
     if p.beta != "logit":
         A.decline(f"the kernel computes beta = sigmoid(b): beta={p.beta} cannot be expressed")
-    # Its own L2 is x / (||x|| + 1e-6), neither convention of SPEC.md §4.3: always outside.
-    return {"kwargs": {"scale": p.scale, "use_qk_l2norm_in_kernel": False},
-            "l2_outside": p.l2 != "off", "perm": A.mod_to_div(p),
-            "transpose": p.state_layout == "vk", "chained": p.n_checkpoints > 0}
+    in_kernel = l2_in_kernel and p.l2 == "fla" and p.l2_eps == A.FLA_L2_EPS
+    kw: Dict[str, Any] = {"scale": p.scale, "use_qk_l2norm_in_kernel": in_kernel}
+    if is_kda:
+        kw["is_kda"] = True
+    return {"kwargs": kw, "l2_outside": p.l2 != "off" and not in_kernel,
+            "perm": A.mod_to_div(p), "chained": p.n_checkpoints > 0}
 
 
 class SigmoidGatingAdapter:
     """A kda_conform kernel calling `fused_sigmoid_gating_delta_rule_update`: one call with
     a pool slot per sequence (reversed order, two spare slots that must stay bit-identical),
-    chained calls for checkpoints."""
+    chained calls for checkpoints.  layout: the pool's state layout ("kv" [slots,HV,K,V];
+    "vk" [slots,HV,V,K], SGLang's KDA pool); the case's layout is transposed to it."""
 
     def __init__(self, fn: Callable, *, dtype: Any = "float32", device: str = "cuda",
-                 array: str = "torch", softplus_threshold: float = 20.0):
+                 array: str = "torch", softplus_threshold: float = 20.0,
+                 is_kda: bool = False, layout: str = "kv", l2_in_kernel: bool = False):
+        if layout not in ("kv", "vk"):
+            raise ValueError(f"layout must be 'kv' or 'vk', got {layout!r}")
         self.fn, self.t = fn, A.Tensors(array, dtype, device)
         self.threshold = float(softplus_threshold)
+        self.is_kda, self.layout, self.l2_in_kernel = is_kda, layout, l2_in_kernel
 
     def __call__(self, p: Problem, a: Mapping[str, np.ndarray]) -> Dict[str, Any]:
-        pl, t = sigmoid_gating_plan(p), self.t
+        pl, t = sigmoid_gating_plan(p, self.is_kda, self.l2_in_kernel), self.t
         perm = pl["perm"]
-        q, k, _ = A.qk(p, a, in_kernel=False)
+        q, k, _ = A.qk(p, a, in_kernel=not pl["l2_outside"])
         v, beta = np.asarray(a["v"], np.float64), np.asarray(a["beta"], np.float64)
-        g = np.asarray(a["g"], np.float64)[:, :, 0]
-        A_log = np.asarray(a["A_log"], np.float64)
-        dt_bias = np.asarray(a["dt_bias"], np.float64)[:, 0]
-        state = (p.HV, p.K, p.V)
+        if self.is_kda:
+            g, dt_bias = A.g_full(p, a), A.dt_bias_full(p, a)
+        else:
+            g = np.asarray(a["g"], np.float64)[:, :, 0]
+            dt_bias = np.asarray(a["dt_bias"], np.float64)[:, 0]
+        A_log = np.asarray(a["A_log"], np.float64) if p.has_A_log else np.zeros(p.HV)
+        transpose = p.state_layout != self.layout
+        state = (p.HV, p.K, p.V) if self.layout == "kv" else (p.HV, p.V, p.K)
         h0 = np.asarray(a["h0"], np.float64) if p.has_initial_state else np.zeros((p.N,) + state)
-        if p.has_initial_state and pl["transpose"]:
+        if p.has_initial_state and transpose:
             h0 = A.transpose_state(h0)
         if perm is not None:
             v, g, beta, h0 = v[:, perm], g[:, perm], beta[:, perm], h0[:, perm]
             A_log, dt_bias = A_log[perm], dt_bias[perm]
+        if self.is_kda:              # a [1, T, HV*K]: the kernel steps it by stride()[-2]
+            g, dt_bias = g.reshape(p.T, p.HV * p.K), dt_bias.reshape(-1)
         x = {"q": t.x(q)[None], "k": t.x(k)[None], "v": t.x(v)[None], "a": t.x(g)[None],
              "b": t.x(beta)[None]}
         gate = {"A_log": t.state(A_log), "dt_bias": t.state(dt_bias)}
         o, ht = self._call(p, x, gate, h0, seqlens(p, a), pl["kwargs"])
-        fix = A.transpose_state if pl["transpose"] else (lambda s: s)
+        fix = A.transpose_state if transpose else (lambda s: s)
         out = {"o": A.unpermute(o.reshape(p.T, p.HV, p.V), perm, 1)}
         if p.want_final_state:
             out["ht"] = fix(A.unpermute(ht, perm, 1))
@@ -235,5 +255,7 @@ class SigmoidGatingAdapter:
 
 def sigmoid_gating_adapter(fn: Callable, **kw: Any) -> SigmoidGatingAdapter:
     """`SigmoidGatingAdapter(fn, dtype="float32", device="cuda", array="torch",
-    softplus_threshold=20.0)` for fused_sigmoid_gating_delta_rule_update."""
+    softplus_threshold=20.0, is_kda=False, layout="kv", l2_in_kernel=False)` for
+    fused_sigmoid_gating_delta_rule_update (is_kda=True, layout="vk", l2_in_kernel=True:
+    SGLang's KDA decode kernel)."""
     return SigmoidGatingAdapter(fn, **kw)

@@ -248,3 +248,42 @@ def fused_sigmoid_gating_delta_rule_update(A_log, a, dt_bias, softplus_beta, sof
         if i >= 0:
             initial_state_source[i] = st[-1] if st else S
     return o.reshape(B, T, HV, V).astype(np.float32)
+
+
+def fused_sigmoid_gating_delta_rule_update_kda(A_log, a, dt_bias, softplus_beta,
+                                               softplus_threshold, q, k, v, b,
+                                               initial_state_source, initial_state_indices,
+                                               scale=None, use_qk_l2norm_in_kernel=False,
+                                               cu_seqlens=None, is_kda=False,
+                                               disable_state_update=False,
+                                               intermediate_states_buffer=None,
+                                               intermediate_state_indices=None,
+                                               cache_steps=None, retrieve_parent_token=None):
+    """SGLang's decode step with is_kda (fla/fused_sigmoid_gating_recurrent.py): a
+    [B,T,HV*K] and dt_bias [HV*K] per key channel, A_log [HV], fla's L2
+    x / sqrt(sum x^2 + 1e-6), pool [slots,HV,V,K] read from and written back to
+    initial_state_indices[n] (< 0: zero state, no write)."""
+    assert is_kda and intermediate_states_buffer is None and retrieve_parent_token is None
+    B, T, H, K = q.shape
+    HV, V = v.shape[2], v.shape[3]
+    assert A_log.shape == (HV,) and dt_bias.shape == (HV * K,) and a.shape == (B, T, HV * K)
+    CALLS.append(dict(T=T, threshold=softplus_threshold, l2=use_qk_l2norm_in_kernel))
+    f = lambda x: np.asarray(x, np.float64).reshape((B * T,) + x.shape[2:])  # noqa: E731
+    q, k, v, b = f(q), f(k), f(v), f(b)
+    x = (np.asarray(a, np.float64).reshape(B * T, HV, K)
+         + np.asarray(dt_bias, np.float64).reshape(HV, K)[None]) * softplus_beta
+    sp = np.where(x <= softplus_threshold, np.log1p(np.exp(np.minimum(x, 50))) / softplus_beta,
+                  x / softplus_beta)
+    gk = -np.exp(np.asarray(A_log, np.float64))[None, :, None] * sp
+    if use_qk_l2norm_in_kernel:
+        q, k = _l2(q), _l2(k)
+    o = np.zeros((B * T, HV, V))
+    for n, (lo, hi) in enumerate(_bounds(B, T, cu_seqlens)):
+        i = int(initial_state_indices[n])
+        S = (np.zeros((HV, K, V)) if i < 0
+             else np.asarray(initial_state_source[i], np.float64).transpose(0, 2, 1))
+        o[lo:hi], st = _recur(q[lo:hi], k[lo:hi], v[lo:hi], gk[lo:hi], _sig(b[lo:hi]), S,
+                              scale, H, False)
+        if i >= 0 and not disable_state_update:
+            initial_state_source[i] = (st[-1] if st else S).transpose(0, 2, 1)
+    return o.reshape(B, T, HV, V).astype(np.float32)
