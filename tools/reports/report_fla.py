@@ -7,8 +7,10 @@
         [--sets L1,prod,prod64k] [--jobs 8] [--history docs/reports/history.md]
 
 FLA_SRC is the folder holding the `fla` package of github.com/fla-org/flash-linear-attention.
-Runs: chunk-bf16 (bf16 inputs, class bf16), chunk-fp32 (float32 inputs, classes fp32 and
-bf16), recurrent-fp32 (fused_recurrent_kda, float32 inputs, class fp32).  `--stand-in`
+Runs: chunk-bf16 (bf16 inputs, class bf16), chunk-fp32 (float32 inputs, classes fp32, tf32
+and bf16), chunk-fp32-ieee (the same with TRITON_F32_DEFAULT=ieee, so that Triton's float32
+dots are IEEE float32 rather than TF32; classes fp32 and tf32), recurrent-fp32
+(fused_recurrent_kda, float32 inputs, class fp32).  `--stand-in`
 runs the numpy stand-ins of python/tests/fakes.py on the CPU instead (the script's test).
 """
 import os
@@ -35,7 +37,10 @@ def _kernel(name, dtype):
 
 RUNS = (
     R.Run("chunk-bf16", "bfloat16", ("bf16",), _kernel("chunk", "bfloat16")),
-    R.Run("chunk-fp32", "float32", ("fp32", "bf16"), _kernel("chunk", "float32")),
+    R.Run("chunk-fp32", "float32", ("fp32", "tf32", "bf16"), _kernel("chunk", "float32")),
+    R.Run("chunk-fp32-ieee", "float32", ("fp32", "tf32"), _kernel("chunk", "float32"),
+          "TRITON_F32_DEFAULT=ieee: Triton's float32 dots in IEEE float32, not TF32",
+          (("TRITON_F32_DEFAULT", "ieee"),)),
     R.Run("recurrent-fp32", "float32", ("fp32",), _kernel("recurrent", "float32")),
 )
 

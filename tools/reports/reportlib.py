@@ -86,6 +86,7 @@ class Run:
     classes: Tuple[str, ...]
     make: Callable[[str, bool], Any]
     note: str = ""
+    env: Tuple[Tuple[str, str], ...] = ()     # environment of its worker processes
 
 
 class ReportError(RuntimeError):
@@ -238,8 +239,10 @@ def export(a: argparse.Namespace, sets: Dict[str, str], log: str) -> Dict[str, s
 # ---------------------------------------------------------------- the kernel step
 
 def _worker(args: Tuple[str, str, bool, List[Tuple[str, str, str]], str, float]) -> Dict:
-    """In a child process: build each run's kernel once, call it on its prompts."""
-    script, checkout, stand_in, tasks, log, deadline = args
+    """In a child process: build each run's kernel once, call it on its prompts.  The runs
+    of one child share one environment (set before anything is imported)."""
+    script, checkout, stand_in, tasks, log, deadline, env = args
+    os.environ.update(dict(env))
     sys.path[:0] = [HERE, os.path.join(REPO, "python")]
     mod = _load_script(script)
     from kda_conform.run import RunReport, run_case  # noqa: PLC0415
@@ -282,9 +285,11 @@ def _load_script(path: str):
 
 def run_kernels(a: argparse.Namespace, script: str, runs: Sequence[Run],
                 prompts: Dict[str, str], log_dir: str) -> Dict[str, Dict[str, str]]:
-    """Every (run, prompt) not yet in WORK/results/RUN/SET, sharded over --jobs processes;
-    returns {run: {case: what it raised}}."""
-    items, tasks_of = [], {}
+    """Every (run, prompt) not yet in WORK/results/RUN/SET, sharded over --jobs processes
+    (runs with different environments in different processes); returns {run: {case: what
+    it raised}}."""
+    by_env: Dict[Tuple[Tuple[str, str], ...], List[Tuple[str, int]]] = {}
+    tasks_of = {}
     for r in runs:
         for s, pdir in prompts.items():
             res = os.path.join(a.work, "results", r.name, s)
@@ -296,17 +301,19 @@ def run_kernels(a: argparse.Namespace, script: str, runs: Sequence[Run],
                 p = os.path.join(pdir, fn)
                 key = f"{r.name}\0{p}"
                 tasks_of[key] = (r.name, p, res)
-                items.append((key, os.path.getsize(p)))
-    if not items:
+                by_env.setdefault(tuple(r.env), []).append((key, os.path.getsize(p)))
+    if not tasks_of:
         return {}
     deadline = time.time() + a.timeout
-    groups = shard(items, a.jobs)
-    jobs = [(os.path.abspath(script), a.checkout or "", a.stand_in,
-             [tasks_of[k] for k in g], os.path.join(log_dir, f"kernel-{i}.log"), deadline)
-            for i, g in enumerate(groups)]
+    jobs = []
+    for env, items in by_env.items():
+        for g in shard(items, a.jobs):
+            jobs.append((os.path.abspath(script), a.checkout or "", a.stand_in,
+                         [tasks_of[k] for k in g],
+                         os.path.join(log_dir, f"kernel-{len(jobs)}.log"), deadline, env))
     ctx = mp.get_context("spawn")
     errors: Dict[str, Dict[str, str]] = {}
-    with ctx.Pool(len(jobs)) as pool:
+    with ctx.Pool(min(a.jobs, len(jobs)), maxtasksperchild=1) as pool:
         for d in pool.imap_unordered(_worker, jobs):
             for run, errs in d.items():
                 errors.setdefault(run, {}).update(errs)
