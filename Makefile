@@ -26,21 +26,34 @@ DATADIR   ?= $(PREFIX)/share/kda
 DESTDIR   ?=
 CC        ?= cc
 PKG_CONFIG ?= pkg-config
+READELF   ?= readelf
 PYTHON    ?= python3
 
 DEPS_STAMP := $(BUILD)/.deps-ok
-# The library's source folders, from the bottom layer up (docs/layout.md): ref/ (the problem
-# vocabulary and the references), ref/oracle/ (the MPFR oracle and the fast certifier), then
-# vectors/ by concern (format: the container; case: cases and the generator; catalog; golden:
-# the golden pipeline), then conformance/.  Headers are included by name: every folder is on
-# the include path, as the installed headers sit in one flat include/kda/.
-REF_DIRS     := ref ref/oracle
-VECTORS_DIRS := vectors/format vectors/case vectors/catalog vectors/golden
-SRC_DIRS     := $(REF_DIRS) $(VECTORS_DIRS) conformance
+# The source folders, from the bottom layer up (docs/layout.md).  Three archives:
+#   libkda          the reader, the runner and the references: ref/ (the problem vocabulary,
+#                   the float64 and float32 references), vectors/format (the container),
+#                   vectors/case (cases, the generator), vectors/catalog, conformance/ and
+#                   its built-in backends; no MPFR, no GMP
+#   libkda-oracle   the MPFR reference and the fast certifier (ref/oracle/) and the built-in
+#                   backend `mpfr` (conformance/backends/mpfr/, added by the kda command)
+#   libkda-golden   the golden pipeline (vectors/golden/): the kda command, kda-mpi and the
+#                   tests link it; not installed
+# Headers are included by name: every folder is on the include path, as the installed headers
+# sit in one flat include/kda/.
+LIB_DIRS     := ref vectors/format vectors/case vectors/catalog conformance \
+                conformance/backends/ref conformance/backends/simd
+ORACLE_DIRS  := ref/oracle conformance/backends/mpfr
+GOLDEN_DIRS  := vectors/golden
+SRC_DIRS     := ref ref/oracle vectors/format vectors/case vectors/catalog vectors/golden \
+                conformance
 # Resolve pkg-config flags lazily, after deps.sh has had its chance to install packages.
-PKGS      := libzip jansson mpfr gmp zlib
-PKG_CFLAGS = $(shell $(PKG_CONFIG) --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   = $(shell $(PKG_CONFIG) --libs $(PKGS) 2>/dev/null)
+LIB_PKGS    := libzip jansson zlib
+ORACLE_PKGS := mpfr gmp
+PKG_CFLAGS  = $(shell $(PKG_CONFIG) --cflags $(LIB_PKGS) $(ORACLE_PKGS) 2>/dev/null)
+LIB_LIBS    = $(shell $(PKG_CONFIG) --libs $(LIB_PKGS) 2>/dev/null)
+ORACLE_LIBS = $(shell $(PKG_CONFIG) --libs $(ORACLE_PKGS) 2>/dev/null)
+PKG_LIBS    = $(ORACLE_LIBS) $(LIB_LIBS)
 CHECK_CFLAGS = $(shell $(PKG_CONFIG) --cflags check 2>/dev/null)
 CHECK_LIBS   = $(shell $(PKG_CONFIG) --libs check 2>/dev/null)
 
@@ -74,15 +87,19 @@ $(BUILD)/.datadir: FORCE
 	@mkdir -p $(BUILD); echo '$(DATADIR)' | cmp -s - $@ || echo '$(DATADIR)' > $@
 FORCE:
 
-# Library: every .c directly under the library modules (tests and backends live in folders).
-LIB_SRC   := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.c))
-LIB_SRC   += $(wildcard conformance/backends/*/*.c)
+# Each archive: every .c directly in its folders (tests live in tests/ folders).
+srcs_in    = $(foreach d,$(1),$(wildcard $(d)/*.c))
+LIB_SRC   := $(call srcs_in,$(LIB_DIRS))
+ORACLE_SRC := $(call srcs_in,$(ORACLE_DIRS))
+GOLDEN_SRC := $(call srcs_in,$(GOLDEN_DIRS))
 # Test-only backend plugins (mutants, a crashing and a hanging one), built as shared objects.
 PLUGIN_SRC := $(wildcard conformance/tests/plugin_*.c)
 PLUGINS   := $(PLUGIN_SRC:conformance/tests/plugin_%.c=$(BUILD)/conformance/tests/kda_plugin_%.so)
 # A plugin built against the frozen version-1 headers (SPEC.md §7.8: old plugins keep working).
 PLUGINS   += $(BUILD)/conformance/tests/kda_plugin_v1.so
 LIB_OBJ   := $(LIB_SRC:%.c=$(BUILD)/%.o)
+ORACLE_OBJ := $(ORACLE_SRC:%.c=$(BUILD)/%.o)
+GOLDEN_OBJ := $(GOLDEN_SRC:%.c=$(BUILD)/%.o)
 TOOL_SRC  := $(filter-out tools/scale/kda_mpi.c,$(wildcard tools/*.c tools/scale/*.c))
 TOOL_OBJ  := $(TOOL_SRC:%.c=$(BUILD)/%.o)
 # The command's files include each other's headers by name across tools/ and tools/scale/.
@@ -93,22 +110,30 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard ref/oracle/tests/check_*
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 HEADERS   := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h)) $(wildcard tools/*.h tools/scale/*.h) \
              $(wildcard conformance/backends/*/*.h)
-# The installed headers: the whole public surface of libkda.so (make check-symbols).
-PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
+# The installed headers: the whole public surface of libkda.so and of libkda-oracle.so (make
+# check-symbols).
+LIB_PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
                vectors/format/kda_npz.h vectors/case/kda_prng.h vectors/case/kda_case.h \
-               ref/oracle/kda_mpfr.h \
                conformance/kda_backend.h conformance/kda_conform.h
+ORACLE_PUB_HEADERS := ref/oracle/kda_mpfr.h
+PUB_HEADERS := $(LIB_PUB_HEADERS) $(ORACLE_PUB_HEADERS)
 
 LIBA      := $(BUILD)/libkda.a
 LIBSO     := $(BUILD)/libkda.so
 LIBMAP    := $(BUILD)/libkda.map
+ORACLE_A  := $(BUILD)/libkda-oracle.a
+ORACLE_SO := $(BUILD)/libkda-oracle.so
+ORACLE_MAP := $(BUILD)/libkda-oracle.map
+GOLDEN_A  := $(BUILD)/libkda-golden.a
+# What a program of the command links, in link order.
+ALL_A     := $(GOLDEN_A) $(ORACLE_A) $(LIBA)
 KDA       := $(BUILD)/kda
 
 .PHONY: check-certifier
 .PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden check-symbols
 .DEFAULT_GOAL := all
 
-all: $(LIBA) $(LIBSO) $(KDA)
+all: $(LIBA) $(LIBSO) $(ORACLE_A) $(ORACLE_SO) $(KDA)
 
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
@@ -119,6 +144,9 @@ $(BUILD)/%.o: %.c $(HEADERS) | $(DEPS_STAMP)
 	$(CC) $(ALL_CFLAGS) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
+$(ORACLE_A): $(ORACLE_OBJ)
+$(GOLDEN_A): $(GOLDEN_OBJ)
+$(LIBA) $(ORACLE_A) $(GOLDEN_A):
 	@rm -f $@
 	ar rcs $@ $^
 
@@ -126,18 +154,33 @@ $(LIBA): $(LIB_OBJ)
 # generated from them (scripts/build/kda_symbols.sh).  libkda.a keeps every symbol for the kda
 # command and the tests.
 SYMBOLS_ENV = CC="$(CC)" CPPFLAGS="$(BASEFLAGS) $(PKG_CFLAGS)"
-$(LIBMAP): $(PUB_HEADERS) scripts/build/kda_symbols.sh | $(DEPS_STAMP)
+$(LIBMAP): $(LIB_PUB_HEADERS) scripts/build/kda_symbols.sh | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh map $(PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+	$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh map $(LIB_PUB_HEADERS) > $@.tmp && mv $@.tmp $@
+$(ORACLE_MAP): $(ORACLE_PUB_HEADERS) scripts/build/kda_symbols.sh | $(DEPS_STAMP)
+	@mkdir -p $(dir $@)
+	$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh map $(ORACLE_PUB_HEADERS) > $@.tmp && mv $@.tmp $@
 
 $(LIBSO): $(LIB_OBJ) $(LIBMAP)
 	$(CC) -shared -Wl,-soname,libkda.so.0 -Wl,--version-script=$(LIBMAP) -o $@ $(LIB_OBJ) \
-	  $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+	  $(ALL_LDFLAGS) $(LIB_LIBS) -lm
+# libkda-oracle.so needs libkda.so (the problem vocabulary, the float64 reference).
+$(ORACLE_SO): $(ORACLE_OBJ) $(ORACLE_MAP) $(LIBSO)
+	$(CC) -shared -Wl,-soname,libkda-oracle.so.0 -Wl,--version-script=$(ORACLE_MAP) -o $@ \
+	  $(ORACLE_OBJ) $(ALL_LDFLAGS) -L$(BUILD) -lkda $(ORACLE_LIBS) -lm
 
 # Fails on an export no installed header declares, a declared function not exported, or an
 # installed header that does not compile on its own (C11, -pedantic, from one flat directory).
-check-symbols: $(LIBSO)
-	@$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh check $(LIBSO) $(PUB_HEADERS)
+# libkda.so and libkda-oracle.so link no library of the other side: libkda neither MPFR nor GMP.
+check-symbols: $(LIBSO) $(ORACLE_SO)
+	@$(SYMBOLS_ENV) sh scripts/build/kda_symbols.sh check $(LIBSO) $(LIB_PUB_HEADERS)
+	@$(SYMBOLS_ENV) KDA_SYMBOLS_WITH="$(LIB_PUB_HEADERS)" \
+	  sh scripts/build/kda_symbols.sh check $(ORACLE_SO) $(ORACLE_PUB_HEADERS)
+	@if $(READELF) -d $(LIBSO) | grep -E 'NEEDED.*lib(mpfr|gmp)'; then \
+	  echo "check-symbols: $(LIBSO) needs MPFR or GMP" >&2; exit 1; fi
+	@if nm -D --undefined-only $(LIBSO) | grep -E ' (mpfr_|__gmp)'; then \
+	  echo "check-symbols: $(LIBSO) refers to MPFR or GMP" >&2; exit 1; fi
+	@echo "check-symbols: $(LIBSO) needs neither MPFR nor GMP"
 
 # Each installed header, and kda_backend_pool.h (header-only, for plugins), compiles alone as
 # C11 and as C++17 (-Wall -Wextra -Werror -pedantic) with C linkage: plugins may be C++.
@@ -148,8 +191,8 @@ check-headers: | $(DEPS_STAMP)
 	  sh tools/tests/headers.sh $(PUB_HEADERS) $(PLUGIN_HEADERS)
 check: check-headers
 
-$(KDA): $(TOOL_OBJ) $(LIBA)
-	$(CC) -o $@ $(TOOL_OBJ) $(LIBA) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
+$(KDA): $(TOOL_OBJ) $(ALL_A)
+	$(CC) -o $@ $(TOOL_OBJ) $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
 
 # Every test program links the shared test helpers (tests/kda_test.h): test code, so in
 # neither libkda.a nor libkda.so.
@@ -157,9 +200,9 @@ TEST_HELPER := $(BUILD)/tests/kda_test.o
 $(TEST_HELPER): ALL_CFLAGS += $(CHECK_CFLAGS)
 $(TEST_HELPER): tests/kda_test.h $(HEADERS)
 
-$(BUILD)/%: %.c $(LIBA) $(TEST_HELPER) $(HEADERS) tests/kda_test.h | $(DEPS_STAMP)
+$(BUILD)/%: %.c $(ALL_A) $(TEST_HELPER) $(HEADERS) tests/kda_test.h | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(TEST_HELPER) $(LIBA) $(ALL_LDFLAGS) \
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(TEST_HELPER) $(ALL_A) $(ALL_LDFLAGS) \
 	  $(PKG_LIBS) $(CHECK_LIBS) -lm
 
 # Unit tests: each Check program runs from the repository root (fixtures are found there);
@@ -290,12 +333,18 @@ install: all
 	install -m 755 $(LIBSO) $(DESTDIR)$(PREFIX)/lib/libkda.so.$(VERSION)
 	ln -sf libkda.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkda.so.0
 	ln -sf libkda.so.0 $(DESTDIR)$(PREFIX)/lib/libkda.so
+	install -m 644 $(ORACLE_A) $(DESTDIR)$(PREFIX)/lib/libkda-oracle.a
+	install -m 755 $(ORACLE_SO) $(DESTDIR)$(PREFIX)/lib/libkda-oracle.so.$(VERSION)
+	ln -sf libkda-oracle.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/libkda-oracle.so.0
+	ln -sf libkda-oracle.so.0 $(DESTDIR)$(PREFIX)/lib/libkda-oracle.so
 	install -m 644 $(PUB_HEADERS) $(DESTDIR)$(PREFIX)/include/kda/
 	install -m 644 conformance/kda_backend_half.h $(DESTDIR)$(PREFIX)/include/kda/ # for plugins
 	install -m 755 $(KDA) $(DESTDIR)$(PREFIX)/bin/kda
 	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' -e 's|@DATADIR@|$(DATADIR)|g' \
 	  tools/kda.pc.in \
 	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kda.pc
+	sed -e 's|@PREFIX@|$(PREFIX)|g' -e 's|@VERSION@|$(VERSION)|g' tools/kda-oracle.pc.in \
+	  > $(DESTDIR)$(PREFIX)/lib/pkgconfig/kda-oracle.pc
 	cd golden && for f in SHA256SUMS $$(awk '{print $$2}' SHA256SUMS); do \
 	  install -D -m 644 "$$f" "$(DESTDIR)$(DATADIR)/golden/$$f" || exit 1; done
 
@@ -317,12 +366,13 @@ FUZZ_NPY_SECONDS ?= 10
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 -ffp-contract=off -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
                 $(SRC_DIRS:%=-I%) -DKDA_VERSION=\"$(VERSION)\"
-FUZZ_LIB_SRC := $(foreach d,$(REF_DIRS) $(VECTORS_DIRS),$(wildcard $(d)/*.c))
+# Only what the readers need: ref/ and vectors/ without the oracle or the golden pipeline.
+FUZZ_LIB_SRC := $(call srcs_in,ref vectors/format vectors/case vectors/catalog)
 fuzz: $(KDA)
 	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
 	$(KDA) ref golden/example/example.npz -o $(BUILD)/fuzz/files-seeds/result.npz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) vectors/tests/fuzz_files.c $(FUZZ_LIB_SRC) \
-	  -o $(BUILD)/fuzz/fuzz_files $(PKG_LIBS) -lm
+	  -o $(BUILD)/fuzz/fuzz_files $(LIB_LIBS) -lm
 	$(BUILD)/fuzz/fuzz_files -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
 	  -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=1024 $(BUILD)/fuzz/files-corpus \
 	  $(BUILD)/fuzz/files-seeds golden/example golden/L0 vectors/tests/fixtures
@@ -383,8 +433,8 @@ mpi:
 	else echo "make mpi: $(MPICC) not found; kda-mpi is not built (skipped)"; fi
 # kda-mpi conform runs kda conform in-process: it links the command's objects (not kda.o).
 KDA_MPI_OBJ := $(filter-out $(BUILD)/tools/kda.o,$(TOOL_OBJ))
-$(KDA_MPI): tools/scale/kda_mpi.c $(KDA_MPI_OBJ) $(LIBA) $(HEADERS) | $(DEPS_STAMP)
-	$(MPICC) $(ALL_CFLAGS) -Itools -Itools/scale -o $@ $< $(KDA_MPI_OBJ) $(LIBA) $(ALL_LDFLAGS) \
+$(KDA_MPI): tools/scale/kda_mpi.c $(KDA_MPI_OBJ) $(ALL_A) $(HEADERS) | $(DEPS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) -Itools -Itools/scale -o $@ $< $(KDA_MPI_OBJ) $(ALL_A) $(ALL_LDFLAGS) \
 	  $(PKG_LIBS) -lpthread -lm
 check-scale: $(KDA) mpi
 	@KDA_BIN=$(abspath $(KDA)) KDA_MPI=$(abspath $(KDA_MPI)) sh tools/tests/scale.sh $(BUILD)/scale

@@ -41,6 +41,14 @@ const kda_backend *kda_backend_find(const char *name); /* a built-in by name, or
 /* 1 when built-in i is in the set `kda conform` scores when no backend is named (every
  * built-in but the slow mpfr), else 0. */
 int kda_backend_builtin_is_default(int32_t i);
+/* Appends b to the built-ins (after libkda's own, in the order of the calls), in the default
+ * set when is_default.  A program that links a backend of another library adds it before
+ * anything uses the registry: the `mpfr` backend lives in libkda-oracle with the MPFR
+ * reference (conformance/backends/mpfr/kda_backend_mpfr.h), so that libkda needs no MPFR.
+ * Returns KDA_OK, KDA_EINVAL (b NULL or its name taken) or KDA_ENOMEM (KDA_BUILTIN_ADDED_MAX
+ * added already). */
+#define KDA_BUILTIN_ADDED_MAX 8
+int kda_backend_builtin_add(const kda_backend *b, int is_default);
 /* Checks a table (SPEC.md §7.8): version, struct_size against the version's prefix
  * (KDA_BACKEND_V1_SIZE or KDA_BACKEND_V2_SIZE), reserved0 zero, required slots, name, class
  * and dtypes; for version 2 the buffer slots all or none, with synchronize when present.

@@ -15,35 +15,46 @@ extern const kda_backend kda_backend_ref_f64;
 extern const kda_backend kda_backend_ref_f32;
 extern const kda_backend kda_backend_simd, kda_backend_simd_avx512, kda_backend_simd_avx2,
     kda_backend_simd_scalar; /* backends/simd/kda_simd.c */
-extern const kda_backend kda_backend_mpfr; /* backends/mpfr/kda_backend_mpfr.c */
 
-/* The built-ins, and whether `kda conform` scores each when no backend is named: the MPFR
- * reference is a backend like any other but far too slow for the default run. */
-static const struct builtin_row {
+/* The built-ins, and whether `kda conform` scores each when no backend is named; then those
+ * a program added (kda_backend_builtin_add: the MPFR reference, a backend like any other but
+ * far too slow for the default run). */
+typedef struct builtin_row {
   const kda_backend *b;
   int is_default;
-} builtins[] = {
+} builtin_row;
+static const builtin_row builtins[] = {
     {&kda_backend_ref_f64, 1},      {&kda_backend_ref_f32, 1},  {&kda_backend_simd, 1},
     {&kda_backend_simd_avx512, 1}, {&kda_backend_simd_avx2, 1}, {&kda_backend_simd_scalar, 1},
-    {&kda_backend_mpfr, 0},
 };
+#define N_FIXED ((int32_t)(sizeof builtins / sizeof builtins[0]))
+static builtin_row added[KDA_BUILTIN_ADDED_MAX];
+static int32_t n_added;
 
-int32_t kda_backend_builtin_count(void) {
-  return (int32_t)(sizeof builtins / sizeof builtins[0]);
+static const builtin_row *row(int32_t i) {
+  if (i < 0 || i >= N_FIXED + n_added) return NULL;
+  return i < N_FIXED ? &builtins[i] : &added[i - N_FIXED];
 }
 
-const kda_backend *kda_backend_builtin(int32_t i) {
-  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i].b : NULL;
-}
+int32_t kda_backend_builtin_count(void) { return N_FIXED + n_added; }
 
-int kda_backend_builtin_is_default(int32_t i) {
-  return (i >= 0 && i < kda_backend_builtin_count()) ? builtins[i].is_default : 0;
-}
+const kda_backend *kda_backend_builtin(int32_t i) { return row(i) ? row(i)->b : NULL; }
+
+int kda_backend_builtin_is_default(int32_t i) { return row(i) ? row(i)->is_default : 0; }
 
 const kda_backend *kda_backend_find(const char *name) {
   for (int32_t i = 0; name && i < kda_backend_builtin_count(); i++)
-    if (strcmp(builtins[i].b->name, name) == 0) return builtins[i].b;
+    if (strcmp(row(i)->b->name, name) == 0) return row(i)->b;
   return NULL;
+}
+
+int kda_backend_builtin_add(const kda_backend *b, int is_default) {
+  if (!b || !b->name || kda_backend_find(b->name)) return KDA_EINVAL;
+  if (n_added == KDA_BUILTIN_ADDED_MAX) return KDA_ENOMEM;
+  added[n_added].b = b;
+  added[n_added].is_default = is_default;
+  n_added++;
+  return KDA_OK;
 }
 
 /* A plugin named NAME on KDA_PLUGIN_PATH: DIR/libkda_NAME.so, then DIR/NAME.so, in order;

@@ -14,7 +14,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
-#include "kda_golden.h"
+#include "kda_golden_check.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"

@@ -19,7 +19,7 @@
 
 #include "kda_case_internal.h"
 #include "kda_conform.h"
-#include "kda_golden.h"
+#include "kda_golden_check.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
 #include "kda_score_internal.h"

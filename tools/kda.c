@@ -97,6 +97,7 @@ static void install_cleanup(void) {
 
 int main(int argc, char **argv) {
   install_cleanup();
+  kda_tool_add_backends();
   if (argc < 2) return kda_tool_usage(NULL, "missing subcommand");
   const char *name = argv[1];
   if (strcmp(name, "-h") == 0 || strcmp(name, "--help") == 0 || strcmp(name, "help") == 0)

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "kda_case.h"
-#include "kda_golden.h"
+#include "kda_golden_check.h"
 #include "kda_npz.h"
 #include "kda_tool.h"
 

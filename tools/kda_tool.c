@@ -13,6 +13,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "backends/mpfr/kda_backend_mpfr.h"
+#include "kda_conform.h"
 #include "kda_files.h"
 #include "kda_npz.h"
 
@@ -122,3 +124,5 @@ void kda_tool_rm_tree(const char *path) {
     unlink(path);
   }
 }
+
+void kda_tool_add_backends(void) { kda_backend_builtin_add(&kda_backend_mpfr, 0); }

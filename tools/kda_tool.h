@@ -41,6 +41,10 @@ int kda_tool_bad_option(const char *sub, int c, char **argv);
 /* Parses a non-negative decimal integer that fits int64_t; returns 0 on success, -1 otherwise. */
 int kda_tool_parse_count(const char *s, int64_t *out);
 
+/* Adds the built-in backends of libkda-oracle to the registry (the `mpfr` reference); every
+ * program of the command calls it first. */
+void kda_tool_add_backends(void);
+
 /* The shortest decimal text that reads back as x in dtype (KDA_DTYPE_F64, F32 or F16), written
  * into buf ("nan", "inf", "-inf" for non-finite values).  Returns buf. */
 char *kda_tool_format_value(double x, int32_t dtype, char *buf, size_t cap);

@@ -11,6 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "backends/mpfr/kda_backend_mpfr.h"
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_test.h"
@@ -279,6 +280,7 @@ static Suite *backend_path_suite(void) {
 }
 
 int main(void) {
+  kda_backend_builtin_add(&kda_backend_mpfr, 0); /* as the kda command does (libkda-oracle) */
   if (find_plugin_dir() != 0) return fprintf(stderr, "cannot read /proc/self/exe\n"), EXIT_FAILURE;
   return kda_test_main(backend_path_suite(), CK_NORMAL, CK_FORK_GETENV);
 }

@@ -109,7 +109,7 @@ static json_t *member_sums(const char *path) {
     char *blob;
     size_t len;
     if (kda_npz_read_blob(z, member, &blob, &len, err, sizeof err)) fixture_die(member, err);
-    kda_golden_sha256_hex(blob, len, hex);
+    kda_sha256_of(blob, len, hex);
     json_object_set_new(sums, member, json_string(hex));
     free(blob);
   }

@@ -12,7 +12,9 @@
 #                                                        header alone from a flat copy; exit 1
 #                                                        on any failure
 #
-# CC and CPPFLAGS (the build's include and package flags) come from the environment.  The
+# CC and CPPFLAGS (the build's include and package flags) come from the environment, and
+# KDA_SYMBOLS_WITH: the other installed headers (those of a library LIB builds on), copied
+# beside the checked ones for the compile but not counted.  The
 # headers are run through the preprocessor (so comments, macros and #if are the compiler's
 # business, not ours) and only the text from the named headers is kept.  A declaration is a
 # top-level statement outside any { } that is not a typedef: the identifier before its first
@@ -88,7 +90,8 @@ check)
   # Each header compiles on its own from one flat directory, as installed (include/kda).
   # The tree's own include directories (relative -I) are dropped: only installed files count.
   mkdir "$tmp.d"
-  cp "$@" "$tmp.d/"
+  # shellcheck disable=SC2086 # a list of paths
+  cp "$@" ${KDA_SYMBOLS_WITH:-} "$tmp.d/"
   flags=$(echo " $CPPFLAGS" | sed 's/ -I[^/ ][^ ]*//g')
   for h in "$@"; do
     b=${h##*/}

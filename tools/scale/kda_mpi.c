@@ -414,6 +414,7 @@ int main(int argc, char **argv) {
     say("MPI_Init_thread failed");
     return 2;
   }
+  kda_tool_add_backends();
   run r;
   memset(&r, 0, sizeof r);
   MPI_Comm_rank(MPI_COMM_WORLD, &r.rank);

@@ -492,7 +492,7 @@ START_TEST(test_golden_verify_cli) {
   size_t n;
   char err[KDA_ERRLEN], *sums;
   ck_assert_int_eq(kda_golden_slurp(tpath("g/example/example.npz"), &b, &n, err, sizeof err), 0);
-  kda_golden_sha256_hex(b, n, hex);
+  kda_sha256_of(b, n, hex);
   free(b);
   ck_assert_int_eq(kda_golden_slurp(tpath("g/SHA256SUMS"), &b, &n, err, sizeof err), 0);
   sums = (char *)b;

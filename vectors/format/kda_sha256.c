@@ -94,3 +94,12 @@ void kda_sha256_hex(const unsigned char digest[KDA_SHA256_BYTES], char hex[65]) 
   }
   hex[64] = '\0';
 }
+
+void kda_sha256_of(const void *data, size_t len, char hex[65]) {
+  kda_sha256 h;
+  unsigned char d[KDA_SHA256_BYTES];
+  kda_sha256_init(&h);
+  kda_sha256_update(&h, data, len);
+  kda_sha256_final(&h, d);
+  kda_sha256_hex(d, hex);
+}

@@ -30,6 +30,8 @@ void kda_sha256_update(kda_sha256 *s, const void *data, size_t len);
 void kda_sha256_final(kda_sha256 *s, unsigned char digest[KDA_SHA256_BYTES]);
 /* Writes the digest as 64 lowercase hex digits and a NUL into hex[65]. */
 void kda_sha256_hex(const unsigned char digest[KDA_SHA256_BYTES], char hex[65]);
+/* SHA-256 of len bytes of data as 64 lowercase hex digits and a NUL into hex[65]. */
+void kda_sha256_of(const void *data, size_t len, char hex[65]);
 
 #ifdef __cplusplus
 }

@@ -34,6 +34,7 @@
 #include <stdint.h>
 
 #include "kda_catalog.h"
+#include "kda_golden_check.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -114,11 +115,6 @@ int kda_golden_write_pins(const char *dir, int32_t level, char *err, size_t errl
  * Returns KDA_OK, KDA_EFORMAT (msg names the file), KDA_EIO. */
 int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char *msg,
                           size_t msglen);
-
-/* Checks one golden case file on its own: every CRC, and that each array member's SHA-256 is
- * the one its manifest's golden.members_sha256 records.  Returns KDA_OK, KDA_EFORMAT (msg
- * names the member), KDA_EIO. */
-int kda_golden_check_members(const char *path, char *msg, size_t msglen);
 
 /* Compares a file (actual, e.g. a committed one) with the expected one (e.g. regenerated) byte
  * for byte.  Returns 0 when identical, 1 when they differ (msg names actual and says where:

@@ -19,9 +19,6 @@ void kda_sbuf_value(kda_sbuf *b, double x);
 int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *err,
                      size_t errlen);
 
-/* SHA-256 of a buffer as 64 hex digits. */
-void kda_golden_sha256_hex(const void *data, size_t len, char hex[65]);
-
 /* The L0 trace of case c (kda_golden_trace.c): every step of every head with its
  * intermediates, each checked to be exact, and the traced outputs checked against the
  * certified values gold (o, then ht, then hc).  *text freed by the caller.  Returns KDA_OK,

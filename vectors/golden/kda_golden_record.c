@@ -1,7 +1,7 @@
 /* kda_golden_record.c: what every golden file and level manifest records, shared by the
  * case makers (kda_golden.c, kda_golden_prod.c) and the set writer (kda_golden_set.c): the
- * clock, the library versions, SHA-256 as hex, the flags, JSON numbers, and the score of the
- * float64 reference against the certified values (SPEC.md §9.4).
+ * clock, the library versions, the flags, JSON numbers, and the score of the float64 reference
+ * against the certified values (SPEC.md §9.4).
  * SPDX-License-Identifier: MIT
  */
 #include <gmp.h>
@@ -15,9 +15,8 @@
 
 #include "kda_catalog.h"
 #include "kda_golden_internal.h"
-#include "kda_sha256.h"
 
-/* ---- Clock, versions, hashes. */
+/* ---- Clock, versions. */
 double kda_golden_now(void) {
   struct timespec ts;
   clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -31,15 +30,6 @@ const char *kda_golden_versions(void) {
              mpfr_get_version(), gmp_version, zlibVersion(), zip_libzip_version(),
              JANSSON_VERSION);
   return text;
-}
-
-void kda_golden_sha256_hex(const void *data, size_t len, char hex[65]) {
-  kda_sha256 h;
-  unsigned char d[KDA_SHA256_BYTES];
-  kda_sha256_init(&h);
-  kda_sha256_update(&h, data, len);
-  kda_sha256_final(&h, d);
-  kda_sha256_hex(d, hex);
 }
 
 /* ---- JSON. */

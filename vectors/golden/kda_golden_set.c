@@ -20,13 +20,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
-#include <zip.h>
 
 #include "kda_files.h"
 #include "kda_golden_internal.h"
 #include "kda_case_internal.h" /* KDA_GENERATOR */
 #include "kda_mpfr.h"
 #include "kda_sha256.h"
+#include "kda_zip_raw.h"
 
 #define JSON_FLAGS (JSON_INDENT(1) | JSON_REAL_PRECISION(17))
 
@@ -62,76 +62,6 @@ int kda_golden_slurp(const char *path, unsigned char **out, size_t *len, char *e
   *out = buf;
   *len = n;
   return KDA_OK;
-}
-
-/* ---- Zip members, read raw (as stored, uncompressed). */
-typedef struct zmember {
-  char *name;
-  unsigned char *data;
-  size_t len;
-} zmember;
-
-static void zmembers_free(zmember *m, int64_t n) {
-  for (int64_t i = 0; m && i < n; i++) {
-    free(m[i].name);
-    free(m[i].data);
-  }
-  free(m);
-}
-
-/* Every member of the archive at path, in archive order (CRCs checked by libzip on read).
- * Returns the count, or -1 with msg. */
-static int64_t zmembers_read(const char *path, zmember **out, char *msg, size_t msglen) {
-  int ze = 0;
-  *out = NULL;
-  zip_t *za = zip_open(path, ZIP_RDONLY | ZIP_CHECKCONS, &ze);
-  if (!za) {
-    zip_error_t e;
-    zip_error_init_with_code(&e, ze);
-    kda_fail(-1, msg, msglen, "%s: not a readable zip archive: %s", path, zip_error_strerror(&e));
-    zip_error_fini(&e);
-    return -1;
-  }
-  const zip_int64_t n = zip_get_num_entries(za, 0);
-  zmember *m = calloc((size_t)(n > 0 ? n : 1), sizeof *m);
-  int64_t i = 0;
-  for (; m && i < n; i++) {
-    zip_stat_t zs;
-    zip_file_t *zf = NULL;
-    const char *name = zip_get_name(za, (zip_uint64_t)i, 0);
-    int ok = name && zip_stat_index(za, (zip_uint64_t)i, 0, &zs) == 0 && (zs.valid & ZIP_STAT_SIZE);
-    /* allocate only what the archive can back (deflate expands at most 1032:1, kda_npz.c) */
-    if (ok) ok = (zs.valid & ZIP_STAT_COMP_SIZE) && zs.comp_size <= UINT64_MAX / 2048 &&
-                 zs.size <= zs.comp_size * 1032 + 1024;
-    if (ok) {
-      m[i].name = strdup(name);
-      m[i].len = (size_t)zs.size;
-      m[i].data = malloc(m[i].len ? m[i].len : 1);
-      ok = m[i].name && m[i].data && (zf = zip_fopen_index(za, (zip_uint64_t)i, 0)) != NULL;
-    }
-    if (ok) ok = zip_fread(zf, m[i].data, m[i].len) == (zip_int64_t)m[i].len;
-    if (ok) {
-      char extra;
-      ok = zip_fread(zf, &extra, 1) == 0; /* reading to the end checks the CRC */
-    }
-    char why[128];
-    snprintf(why, sizeof why, "%s", zf ? zip_file_strerror(zf) : zip_strerror(za));
-    if (zf) zip_fclose(zf);
-    if (!ok) {
-      kda_fail(-1, msg, msglen, "%s: member '%s' (number %lld) cannot be read: %s", path,
-               name ? name : "?", (long long)i, why);
-      zmembers_free(m, i + 1);
-      zip_discard(za);
-      return -1;
-    }
-  }
-  zip_discard(za);
-  if (!m) {
-    kda_fail(-1, msg, msglen, "%s: out of memory", path);
-    return -1;
-  }
-  *out = m;
-  return (int64_t)n;
 }
 
 /* ---- Level manifests. */
@@ -220,12 +150,12 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
   int st = kda_golden_slurp(path, &bytes, &len, err, errlen);
   if (st) return st;
   char file_hex[65];
-  kda_golden_sha256_hex(bytes, len, file_hex);
+  kda_sha256_of(bytes, len, file_hex);
   free(bytes);
-  zmember *m = NULL;
-  int64_t nm = zmembers_read(path, &m, err, errlen);
+  kda_zip_member *m = NULL;
+  int64_t nm = kda_zip_members_read(path, &m, err, errlen);
   if (nm < 1 || strcmp(m[0].name, "manifest.json") != 0) {
-    zmembers_free(m, nm);
+    kda_zip_members_free(m, nm);
     return nm < 0
                ? KDA_EFORMAT
                : kda_fail(KDA_EFORMAT, err, errlen, "%s: first member is not manifest.json", path);
@@ -235,10 +165,10 @@ static int case_entry(const char *dir, const kda_catalog_entry *e, const kda_gol
   json_t *sums = json_object();
   for (int64_t i = 0; sums && i < nm; i++) {
     char hex[65];
-    kda_golden_sha256_hex(m[i].data, m[i].len, hex);
+    kda_sha256_of(m[i].data, m[i].len, hex);
     json_object_set_new(sums, m[i].name, json_string(hex));
   }
-  zmembers_free(m, nm);
+  kda_zip_members_free(m, nm);
   if (!json_is_object(g)) {
     json_decref(man);
     json_decref(sums);
@@ -590,38 +520,6 @@ int kda_golden_check_pins(const char *pins, const char *dir, int32_t level, char
   return st;
 }
 
-/* ---- One file on its own. */
-int kda_golden_check_members(const char *path, char *msg, size_t msglen) {
-  zmember *m = NULL;
-  int64_t nm = zmembers_read(path, &m, msg, msglen);
-  if (nm < 0) return KDA_EFORMAT;
-  json_t *man = nm > 0 && strcmp(m[0].name, "manifest.json") == 0
-                    ? json_loadb((const char *)m[0].data, m[0].len, 0, NULL) : NULL;
-  json_t *sums = json_object_get(json_object_get(man, "golden"), "members_sha256");
-  int st = json_is_object(sums) ? KDA_OK
-                                : kda_fail(KDA_EFORMAT, msg, msglen,
-                                           "%s: manifest.json has no golden.members_sha256", path);
-  for (int64_t i = 1; !st && i < nm; i++) {
-    char hex[65];
-    json_t *want = json_object_get(sums, m[i].name);
-    kda_golden_sha256_hex(m[i].data, m[i].len, hex);
-    if (!json_is_string(want))
-      st = kda_fail(KDA_EFORMAT, msg, msglen, "%s: member '%s' has no recorded SHA-256", path,
-                    m[i].name);
-    else if (strcmp(json_string_value(want), hex) != 0)
-      st = kda_fail(KDA_EFORMAT, msg, msglen,
-                    "%s: member '%s' has SHA-256 %s, the manifest records %s", path, m[i].name, hex,
-                    json_string_value(want));
-  }
-  if (!st && (int64_t)json_object_size(sums) != nm - 1)
-    st = kda_fail(KDA_EFORMAT, msg, msglen,
-                  "%s: the manifest records %zu members, the archive has %lld", path,
-                  json_object_size(sums), (long long)nm - 1);
-  json_decref(man);
-  zmembers_free(m, nm);
-  return st;
-}
-
 /* ---- Comparisons. */
 static size_t first_diff(const unsigned char *a, size_t na, const unsigned char *b, size_t nb) {
   size_t i = 0;
@@ -631,10 +529,10 @@ static size_t first_diff(const unsigned char *a, size_t na, const unsigned char 
 
 /* Names the first member in which two different archives differ; 1 if found. */
 static int member_diff(const char *expected, const char *actual, char *msg, size_t msglen) {
-  zmember *a = NULL, *b = NULL;
+  kda_zip_member *a = NULL, *b = NULL;
   char e1[KDA_ERRLEN];
-  int64_t na = zmembers_read(expected, &a, e1, sizeof e1);
-  int64_t nb = na < 0 ? -1 : zmembers_read(actual, &b, msg, msglen);
+  int64_t na = kda_zip_members_read(expected, &a, e1, sizeof e1);
+  int64_t nb = na < 0 ? -1 : kda_zip_members_read(actual, &b, msg, msglen);
   if (na < 0) kda_fail(1, msg, msglen, "%s", e1);
   int found = nb < 0; /* either is unreadable as an archive: msg says which */
   for (int64_t i = 0; !found && i < na && i < nb; i++) {
@@ -654,8 +552,8 @@ static int member_diff(const char *expected, const char *actual, char *msg, size
              (long long)na);
     found = 1;
   }
-  zmembers_free(a, na);
-  zmembers_free(b, nb);
+  kda_zip_members_free(a, na);
+  kda_zip_members_free(b, nb);
   return found;
 }
 

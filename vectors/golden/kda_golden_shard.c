@@ -106,7 +106,7 @@ void kda_golden_catalog_sha256(uint32_t level_mask, char hex[65]) {
                     (unsigned long long)e->flags, e->comment);
   }
   /* out of memory: a hash no shard can match (the merge then refuses, never accepts) */
-  kda_golden_sha256_hex(b.oom ? "" : b.s, b.oom ? 0 : b.len, hex);
+  kda_sha256_of(b.oom ? "" : b.s, b.oom ? 0 : b.len, hex);
   if (b.oom) memset(hex, '0', 64);
   free(b.s);
 }

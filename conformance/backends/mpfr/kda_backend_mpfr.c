@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "kda_backend.h"
+#include "kda_backend_mpfr.h"
 #include "kda_mpfr.h"
 #include "kda_ref.h"
 
