@@ -882,7 +882,11 @@ int kda_cmd_conform(int argc, char **argv) {
   memset(&s, 0, sizeof s);
   char buf[4096];
   if (rc == 0) rc = check_report_targets(&a, &cases);
+  int lock = -1; /* one run per --out DIR; then what a killed run left there is stale */
   if (rc == 0 && a.out_dir) mkdir(a.out_dir, 0777);
+  if (rc == 0 && a.out_dir && kda_dir_lock(a.out_dir, &lock, err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
+  if (rc == 0 && a.out_dir) kda_tmp_sweep(a.out_dir);
   if (rc == 0 && (a.jsonl || a.out_dir) &&
       kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,
                       err, sizeof err) != KDA_OK)
@@ -928,6 +932,7 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);
+  kda_dir_unlock(lock);
 done:
   kda_conform_shard_free(a.shard);
   for (int i = 0; i < cases.n; i++) free(cases.v[i]);

@@ -341,7 +341,7 @@ static int spawn(worker *w, int nw, const char *dir) {
       return k;
     }
     fflush(NULL);
-    pid_t pid = fork();
+    pid_t parent = getpid(), pid = fork();
     if (pid < 0) {
       close(cp[0]);
       close(cp[1]);
@@ -350,6 +350,7 @@ static int spawn(worker *w, int nw, const char *dir) {
       return k;
     }
     if (pid == 0) {
+      kda_tool_child_bind(parent); /* no worker outlives a killed kda golden */
       for (int j = 0; j < k; j++) {
         close(w[j].cmd);
         close(w[j].res);
@@ -487,6 +488,16 @@ static int64_t selected(const gargs *a, int64_t *idx) {
   return n;
 }
 
+/* The temporary files a killed run left in DIR and its levels (DIR's lock held). */
+static void sweep_tmp(const char *dir, const gargs *a) {
+  char path[4096];
+  kda_tmp_sweep(dir);
+  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
+    snprintf(path, sizeof path, "%s/%s", dir, kda_level_name(l));
+    if (level_on(a, l)) kda_tmp_sweep(path);
+  }
+}
+
 static int make_dirs(const char *dir, const gargs *a) {
   char path[4096];
   if (mkdir(dir, 0755) != 0 && errno != EEXIST) return -1;
@@ -499,13 +510,15 @@ static int make_dirs(const char *dir, const gargs *a) {
 }
 
 /* Prints the failed cases; returns how many. */
+/* One line: the first failure, and how many cases failed with it (a full disk fails all). */
 static int64_t report_failures(const kda_golden_info *infos, const int64_t *idx, int64_t n) {
-  int64_t bad = 0;
+  int64_t bad = 0, first = -1;
   for (int64_t i = 0; i < n; i++)
-    if (infos[idx[i]].status != KDA_OK) {
-      kda_tool_fail(SUB, "%s", infos[idx[i]].message);
-      bad++;
-    }
+    if (infos[idx[i]].status != KDA_OK && bad++ == 0) first = idx[i];
+  if (bad == 1) kda_tool_fail(SUB, "%s", infos[first].message);
+  else if (bad > 1)
+    kda_tool_fail(SUB, "%s (and %lld more cases failed)", infos[first].message,
+                  (long long)(bad - 1));
   return bad;
 }
 
@@ -633,9 +646,14 @@ static int cmd_write(const gargs *a) {
     free(infos);
     return kda_tool_fail(SUB, "out of memory");
   }
-  int rc = KDA_EXIT_OK;
+  int rc = KDA_EXIT_OK, lock = -1;
+  char err[KDA_ERRLEN];
   if (make_dirs(a->dir, a) != 0) rc = kda_tool_fail(SUB, "%s: cannot create: %s", a->dir,
                                                     strerror(errno));
+  /* one writer at a time; then what a killed run left is stale (kda_files.h) */
+  if (rc == KDA_EXIT_OK && kda_dir_lock(a->dir, &lock, err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
+  if (rc == KDA_EXIT_OK) sweep_tmp(a->dir, a);
   double wall[KDA_LEVEL_COUNT] = {0};
   for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++) {
     if (!level_on(a, l)) continue;
@@ -652,10 +670,10 @@ static int cmd_write(const gargs *a) {
     if (rc == KDA_EXIT_OK) rc = finish_shard(a, idx, infos);
     free(idx);
     free(infos);
+    kda_dir_unlock(lock);
     return rc;
   }
   if (rc == KDA_EXIT_OK) rc = write_manifests(a->dir, a, infos);
-  char err[KDA_ERRLEN];
   for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++)
     if (level_on(a, l) && !kda_level_committed(l) &&
         kda_golden_write_pins(a->dir, l, err, sizeof err) != KDA_OK)
@@ -670,6 +688,7 @@ static int cmd_write(const gargs *a) {
                                 kda_golden_versions());
   free(idx);
   free(infos);
+  kda_dir_unlock(lock);
   return rc;
 }
 

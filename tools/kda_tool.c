@@ -4,12 +4,14 @@
 #include "kda_tool.h"
 
 #include <errno.h>
+#include <signal.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <dirent.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -31,6 +33,13 @@ static void put_line(const char *sub, const char *text, const char *suffix) {
   else
     fprintf(stderr, "kda: %s\n", line);
   fflush(stderr);
+}
+
+void kda_tool_child_bind(pid_t parent) {
+  struct sigaction old;
+  int ignored = sigaction(SIGTERM, NULL, &old) == 0 && old.sa_handler == SIG_IGN;
+  prctl(PR_SET_PDEATHSIG, ignored ? SIGKILL : SIGTERM);
+  if (getppid() != parent) _exit(1); /* the parent died before the line above */
 }
 
 int kda_tool_fail(const char *sub, const char *fmt, ...) {

@@ -14,6 +14,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #define KDA_EXIT_OK 0
 #define KDA_EXIT_CHECK 1
@@ -26,6 +27,11 @@ int kda_tool_fail(const char *sub, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)))
 #endif
     ;
+
+/* In a child just forked by a command (pid of the parent given): it dies with the parent
+ * (PR_SET_PDEATHSIG: SIGTERM, so that its handler removes its temporary files, or SIGKILL
+ * where SIGTERM is ignored), and exits at once if the parent is already gone. */
+void kda_tool_child_bind(pid_t parent);
 
 /* A usage error: "kda SUB: message (try 'kda SUB --help')".  Returns KDA_EXIT_USAGE. */
 int kda_tool_usage(const char *sub, const char *fmt, ...)

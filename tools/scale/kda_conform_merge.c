@@ -686,9 +686,11 @@ static int merge_run(mstate *m, const char *out) {
   for (int64_t k = 0; f && k < nl; k++)
     fwrite(((const mline *)order[k].v)->text, 1, ((const mline *)order[k].v)->len, f);
   if (f) fclose(f);
-  int rc = jsonl ? 0 : kda_tool_fail(SUB, "%s", err[0] ? err : "out of memory");
+  int rc = jsonl ? 0 : kda_tool_fail(SUB, "%s", err[0] ? err : "out of memory"), lock = -1;
   if (!rc && mkdir(out, 0777) != 0 && errno != EEXIST)
     rc = kda_tool_fail(SUB, "%s: cannot create: %s", out, strerror(errno));
+  if (!rc && kda_dir_lock(out, &lock, err, sizeof err) != KDA_OK) rc = kda_tool_fail(SUB, "%s", err);
+  if (!rc) kda_tmp_sweep(out);
   size_t sl = stext ? strlen(stext) : 0;
   char *s2 = stext ? realloc(stext, sl + 2) : NULL; /* summary.json ends with a newline */
   if (s2) stext = s2, stext[sl++] = '\n', stext[sl] = '\0';
@@ -696,6 +698,7 @@ static int merge_run(mstate *m, const char *out) {
   const char *texts[3] = {jsonl, stext, junit};
   const size_t lens[3] = {jlen, sl, junit ? strlen(junit) : 0};
   if (!rc) rc = write_all(out, names, texts, lens);
+  kda_dir_unlock(lock);
   if (!rc) kda_report_final(stdout, &t);
   free(order), free(junit), free(stext), free(jsonl);
   json_decref(sum);

@@ -838,6 +838,99 @@ START_TEST(test_sigterm_removes_tmp) {
 }
 END_TEST
 
+/* The children of process pid (from /proc), at most cap of them. */
+static int children_of(pid_t pid, pid_t *out, int cap) {
+  DIR *d = opendir("/proc");
+  struct dirent *e;
+  int n = 0;
+  while (d && (e = readdir(d)) != NULL && n < cap) {
+    char path[300], buf[512];
+    snprintf(path, sizeof path, "/proc/%s/stat", e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue;
+    size_t k = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[k] = 0;
+    char *rp = strrchr(buf, ')');
+    int ppid = 0;
+    char st;
+    if (rp && sscanf(rp + 1, " %c %d", &st, &ppid) == 2 && ppid == pid) out[n++] = atoi(e->d_name);
+  }
+  if (d) closedir(d);
+  return n;
+}
+
+/* 1 when pid is gone (or a zombie) within seconds. */
+static int gone(pid_t pid, double seconds) {
+  for (int k = 0; k < (int)(seconds * 100); k++) {
+    char path[64], buf[256];
+    snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f) return 1;
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    char *rp = strrchr(buf, ')');
+    if (rp && rp[1] == ' ' && rp[2] == 'Z') return 1;
+    usleep(10000);
+  }
+  return 0;
+}
+
+/* kda golden --write --jobs 2 killed by SIGTERM or SIGKILL leaves no worker running, and a
+ * later run removes the temporary files a killed one left. */
+START_TEST(test_golden_workers_die_with_parent) {
+  static const int sigs[2] = {SIGTERM, SIGKILL};
+  for (int k = 0; k < 2; k++) {
+    pid_t pid = fork();
+    ck_assert_int_ge(pid, 0);
+    if (pid == 0) {
+      int devnull = open("/dev/null", O_WRONLY);
+      dup2(devnull, 1), dup2(devnull, 2);
+      execl(kda_test_bin(), "kda", "golden", "--write", "--level", "L1", "--jobs", "2",
+            tpath("g"), (char *)NULL);
+      _exit(127);
+    }
+    pid_t kids[8];
+    int n = 0;
+    for (int t = 0; t < 1000 && n < 2; t++) usleep(10000), n = children_of(pid, kids, 8);
+    ck_assert_msg(n == 2, "kda golden --jobs 2 started %d workers", n);
+    kill(pid, sigs[k]);
+    int status;
+    ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+    for (int j = 0; j < n; j++)
+      ck_assert_msg(gone(kids[j], 5.0), "worker %d outlived kda golden (signal %d)", (int)kids[j],
+                    sigs[k]);
+  }
+  /* what a killed run may leave: removed by the next one, which holds the directory */
+  mkdir(tpath("g/L0"), 0755);
+  kda_test_write_all(tpath("g/SHA256SUMS.tmp.abc123"), "x", 1);
+  kda_test_write_all(tpath("g/L0/l0-basic.npz.tmp.zz09yy"), "x", 1);
+  ck_assert_int_eq(kda_run("golden", "--write", "--level", "L0", tpath("g"), NULL), 0);
+  ck_assert_int_eq(count_tmp(tpath("g")), 0);
+  ck_assert_int_eq(count_tmp(tpath("g/L0")), 0);
+}
+END_TEST
+
+/* Two writers into one directory: the second is refused, one line, nothing written. */
+START_TEST(test_output_dir_locked) {
+  char err[KDA_ERRLEN];
+  int fd;
+  ck_assert_int_eq(mkdir(tpath("g"), 0755), 0);
+  ck_assert_int_eq(kda_dir_lock(tpath("g"), &fd, err, sizeof err), KDA_OK);
+  ck_assert_int_eq(kda_run("golden", "--write", "--level", "L0", tpath("g"), NULL), 2);
+  ck_assert_msg(strstr(g_err, "another kda is writing") &&
+                strchr(g_err, '\n') == g_err + strlen(g_err) - 1, "not one line: %s", g_err);
+  ck_assert_int_eq(kda_test_count_entries(tpath("g/L0")), 0);
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", "--out", tpath("g"),
+                           "golden/example", NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "another kda is writing"));
+  kda_dir_unlock(fd);
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", "--out", tpath("g"),
+                           "golden/example", NULL), 0);
+}
+END_TEST
+
 static Suite *files_suite(void) {
   Suite *s = suite_create("files");
   TCase *tc = tcase_create("readers");
@@ -861,6 +954,8 @@ static Suite *files_suite(void) {
   tcase_add_test(tc, test_targets_refused);
   tcase_add_test(tc, test_report_write_failure);
   tcase_add_test(tc, test_write_errno_kept);
+  tcase_add_test(tc, test_golden_workers_die_with_parent);
+  tcase_add_test(tc, test_output_dir_locked);
   tcase_add_test(tc, test_sigterm_removes_tmp);
   suite_add_tcase(s, tc);
   return s;

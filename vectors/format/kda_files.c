@@ -5,8 +5,10 @@
 #define _GNU_SOURCE /* fopencookie: the atomic writer keeps the errno of the write that failed */
 #include "kda_files.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -181,6 +183,54 @@ int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *
   b[n] = 0;
   *buf = b, *len = n;
   return KDA_OK;
+}
+
+/* ---- Output directories. */
+int kda_dir_lock(const char *dir, int *fd, char *err, size_t errlen) {
+  *fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  if (*fd < 0)
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot open the output directory: %s", dir,
+                    errno == ELOOP || errno == ENOTDIR ? "not a directory (or a symbolic link)"
+                                                       : strerror(errno));
+  if (flock(*fd, LOCK_EX | LOCK_NB) != 0) {
+    int e = errno;
+    close(*fd);
+    *fd = -1;
+    return kda_fail(KDA_EIO, err, errlen, "%s: %s", dir,
+                    e == EWOULDBLOCK ? "another kda is writing into this directory (locked); "
+                                       "wait for it to end or write elsewhere"
+                                     : strerror(e));
+  }
+  return KDA_OK;
+}
+
+void kda_dir_unlock(int fd) {
+  if (fd >= 0) close(fd); /* the lock goes with the last descriptor of it */
+}
+
+/* 1 when name ends as kda_tmp_create's names do: ".tmp." and six of [0-9a-z]. */
+static int tmp_name(const char *name) {
+  size_t n = strlen(name);
+  if (n < 12 || memcmp(name + n - 11, ".tmp.", 5) != 0) return 0;
+  for (size_t i = n - 6; i < n; i++)
+    if (!((name[i] >= '0' && name[i] <= '9') || (name[i] >= 'a' && name[i] <= 'z'))) return 0;
+  return 1;
+}
+
+int64_t kda_tmp_sweep(const char *dir) {
+  DIR *d = opendir(dir);
+  if (!d) return 0;
+  int64_t n = 0;
+  struct dirent *e;
+  while ((e = readdir(d)) != NULL) {
+    struct stat sb;
+    if (!tmp_name(e->d_name) || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+        !S_ISREG(sb.st_mode))
+      continue;
+    n += unlinkat(dirfd(d), e->d_name, 0) == 0;
+  }
+  closedir(d);
+  return n;
 }
 
 /* ---- Report text. */

@@ -14,6 +14,7 @@
 #define KDA_FILES_H
 
 #include <stddef.h>
+#include <stdint.h>
 #include <stdio.h>
 #include "kda_problem.h"
 
@@ -78,6 +79,16 @@ int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *
  * (U+FFFE, U+FFFF and the other noncharacters, the bidirectional overrides and isolates
  * become U+FFFD), cut on a character boundary.  Returns the length written. */
 size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline);
+
+/* One writer per output directory: an exclusive, non-blocking flock on the directory itself
+ * (no file is added to it), held until kda_dir_unlock or the process ends (its forked workers
+ * hold it too).  A directory another process holds is KDA_EIO with a message saying so; a
+ * symbolic link or a non-directory is refused. */
+int kda_dir_lock(const char *dir, int *fd, char *err, size_t errlen);
+void kda_dir_unlock(int fd);
+/* Removes the temporary files ("NAME.tmp.XXXXXX", regular files) a killed run left in dir;
+ * call it holding dir's lock, so that none is another writer's.  Returns how many. */
+int64_t kda_tmp_sweep(const char *dir);
 
 /* Test hook: commits of a target whose path contains the value of the environment variable
  * KDA_TEST_FAIL_WRITE fail as on a full disk (ENOSPC), so that tests can see that no target is
