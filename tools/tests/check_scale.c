@@ -262,8 +262,27 @@ static const bad_case bad_cases[] = {
     {"bad-info", "s1", "no valid info"},
     {"size-differs", "s1", "size differs from shard.json"},
     {"foreign-unit", "s1", "not in this catalog's levels"},
-    {"out-is-shard", "s1", "the output is one of the shards"},
+    {"out-is-shard", "s1", "the output is, or is inside, or holds the shard"},
+    {"truncated-npz", "s1", "corrupt shard"},
+    {"forged-trace", "s1", "not the trace of its case file"},
+    {"out-in-shard", "s1", "the output is, or is inside, or holds the shard"},
+    {"out-level-symlink", "out/L0", "not a directory"},
 };
+
+/* The first unit's file rel of shard dir recorded with its present SHA-256 and size, as
+ * whoever edits a file can always record it. */
+static void rehash_unit_file(const char *dir, const char *rel) {
+  char hex[65], err[KDA_ERRLEN];
+  int64_t size;
+  ck_assert_int_eq(kda_golden_file_sha256(kda_test_join(dir, rel), hex, &size, err, sizeof err),
+                   KDA_OK);
+  json_t *root = load_json(kda_test_join(dir, "shard.json"));
+  json_t *rec = json_object_get(json_object_get(first_unit(root), "files"), rel);
+  ck_assert_ptr_nonnull(rec);
+  json_object_set_new(rec, "sha256", json_string(hex));
+  json_object_set_new(rec, "size", json_integer(size));
+  save_json(kda_test_join(dir, "shard.json"), root);
+}
 
 static void make_bad(int k, const char **args, int *na) {
   const char *s0 = P("s0"), *s1 = P("s1"), *s2 = P("s2");
@@ -280,7 +299,32 @@ static void make_bad(int k, const char **args, int *na) {
   else if (!strcmp(name, "unlisted-file")) kda_test_write_all(kda_test_join(s1, "L0/x.npz"), "x", 1);
   else if (!strcmp(name, "bad-json")) kda_test_write_all(kda_test_join(s1, "shard.json"), "{\"sch", 5);
   else if (!strcmp(name, "no-manifest")) ck_assert(unlink(kda_test_join(s1, "shard.json")) == 0);
-  else root = load_json(kda_test_join(s1, "shard.json"));
+  else if (!strcmp(name, "truncated-npz")) { /* half an archive, its hash recomputed */
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s", unit_npz(s1));
+    size_t len = 0;
+    unsigned char *b = kda_test_slurp(kda_test_join(s1, rel), &len);
+    kda_test_write_all(kda_test_join(s1, rel), b, len / 2);
+    free(b);
+    rehash_unit_file(s1, rel);
+  } else if (!strcmp(name, "forged-trace")) { /* one digit of the trace, hash recomputed */
+    char rel[512];
+    snprintf(rel, sizeof rel, "%s", unit_npz(s1));
+    memcpy(rel + strlen(rel) - 3, "txt", 3);
+    size_t len = 0;
+    unsigned char *b = kda_test_slurp(kda_test_join(s1, rel), &len);
+    unsigned char *d = (unsigned char *)strpbrk((char *)b + len / 2, "123456789");
+    ck_assert_ptr_nonnull(d);
+    *d = *d == '9' ? '8' : (unsigned char)(*d + 1);
+    kda_test_write_all(kda_test_join(s1, rel), b, len);
+    free(b);
+    rehash_unit_file(s1, rel);
+  } else if (!strcmp(name, "out-level-symlink")) { /* OUT/L0 -> a directory of someone's */
+    ck_assert_int_eq(mkdir(P("victim"), 0755), 0);
+    kda_test_write_all(P("victim/mine.txt"), "mine", 4);
+    ck_assert_int_eq(mkdir(P("out"), 0755), 0);
+    ck_assert_int_eq(symlink(P("victim"), P("out/L0")), 0);
+  } else if (strcmp(name, "out-in-shard") != 0) root = load_json(kda_test_join(s1, "shard.json"));
   if (!root) return;
   json_t *u = first_unit(root);
   if (!strcmp(name, "foreign-catalog"))
@@ -325,12 +369,18 @@ START_TEST(bad_shard_refused) {
   na += 3;
   args[na] = NULL;
   if (!strcmp(bad_cases[_i].name, "out-is-shard")) args[2] = P("s1");
+  if (!strcmp(bad_cases[_i].name, "out-in-shard")) args[2] = P("s1/out");
   kda_test_result r = {0};
   kda_test_run_argv(&r, args);
   const char *named = !strcmp(bad_cases[_i].shard, "s") ? "" : P(bad_cases[_i].shard);
   kda_test_expect_error(&r, bad_cases[_i].name, "kda golden: ", named, bad_cases[_i].phrase,
                         NULL);
-  ck_assert_msg(!kda_test_exists(P("out")), "%s: the merge wrote something", bad_cases[_i].name);
+  if (!strcmp(bad_cases[_i].name, "out-level-symlink"))
+    ck_assert_msg(kda_test_exists(P("victim/mine.txt")) && kda_test_count_entries(P("victim")) == 1,
+                  "the merge wrote into or removed from a symlinked level");
+  else
+    ck_assert_msg(!kda_test_exists(P("out")) && !kda_test_exists(P("s1/out")),
+                  "%s: the merge wrote something", bad_cases[_i].name);
   kda_test_result_free(&r);
 }
 END_TEST

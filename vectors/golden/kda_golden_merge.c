@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,6 +149,37 @@ static int keep_file(mstate *m, int64_t index, const char *rel, const char *hex)
   return 0;
 }
 
+/* The contents, not only the hashes shard.json records (which whoever edits a file can
+ * recompute): the case file's CRCs and member hashes (a truncated or altered archive), and
+ * for L0 the trace, which must be the one the case file gives (kda_golden_trace_file). */
+static int check_unit_content(const char *shard, const kda_catalog_entry *e, char *err,
+                              size_t errlen) {
+  char path[4400], msg[KDA_ERRLEN + 200], e2[KDA_ERRLEN];
+  snprintf(path, sizeof path, "%s/%s/%s.npz", shard, kda_level_name(e->level), e->id);
+  if (kda_golden_check_members(path, e2, sizeof e2) != KDA_OK) {
+    snprintf(msg, sizeof msg, "%s (corrupt shard)", e2);
+    return bad(err, errlen, shard, msg);
+  }
+  char name[200];
+  snprintf(name, sizeof name, "%s.txt", e->id);
+  if (!kda_golden_owns(e->level, name)) return KDA_OK;
+  char *want = NULL;
+  unsigned char *have = NULL;
+  size_t len = 0;
+  int st = kda_golden_trace_file(path, &want, e2, sizeof e2);
+  snprintf(path, sizeof path, "%s/%s/%s", shard, kda_level_name(e->level), name);
+  if (st == KDA_OK) st = kda_golden_slurp(path, &have, &len, e2, sizeof e2);
+  int same = st == KDA_OK && len == strlen(want) && memcmp(have, want, len) == 0;
+  free(want), free(have);
+  if (st != KDA_OK) return bad(err, errlen, shard, e2);
+  if (!same) {
+    snprintf(msg, sizeof msg, "%s/%s: not the trace of its case file (corrupt shard)",
+             kda_level_name(e->level), name);
+    return bad(err, errlen, shard, msg);
+  }
+  return KDA_OK;
+}
+
 /* The files of unit e: each a name its level owns with e's id (the name up to its last '.',
  * as kda_golden_owns reads it), one path component under "<level>/"; every name the level
  * owns for e with the extensions --write always writes (the case file, L0's trace) present. */
@@ -185,7 +217,7 @@ static int check_unit_files(const char *shard, const kda_catalog_entry *e, json_
       return bad(err, errlen, shard, msg);
     }
   }
-  return KDA_OK;
+  return check_unit_content(shard, e, err, errlen);
 }
 
 static int check_unit(const char *shard, int64_t s, json_t *u, mstate *m,
@@ -303,15 +335,17 @@ static int check_unlisted(const char *shard, int64_t s, const mstate *m, char *e
 
 static int check_shard(const char *shard, int64_t s, mstate *m, const char *const *shards,
                        char *err, size_t errlen) {
-  char path[4200];
+  char path[4200], *text, e2[KDA_ERRLEN];
+  size_t len;
   snprintf(path, sizeof path, "%s/shard.json", shard);
   struct stat sb;
   const int absent = lstat(path, &sb) != 0;
-  if (absent || !S_ISREG(sb.st_mode) || sb.st_size > SHARD_JSON_MAX)
+  if (absent || kda_input_read(path, SHARD_JSON_MAX, &text, &len, e2, sizeof e2) != KDA_OK)
     return bad(err, errlen, shard, absent ? "no shard.json (not a shard, or its "
                "writer did not finish)" : "shard.json is not a regular file of sane size");
   json_error_t je;
-  json_t *root = json_load_file(path, JSON_REJECT_DUPLICATES, &je);
+  json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
+  free(text);
   if (!root) {
     char msg[300];
     snprintf(msg, sizeof msg, "shard.json: not valid JSON (line %d: %.150s)", je.line, je.text);
@@ -343,8 +377,10 @@ static int check_cover(const mstate *m, char *err, size_t errlen) {
 /* Copies src to dst atomically, checking that the bytes copied have the SHA-256 checked. */
 static int copy_checked(const char *src, const char *dst, const char *want, char *err,
                         size_t errlen) {
-  FILE *in = fopen(src, "rb"), *out;
-  if (!in) return kda_fail(KDA_EIO, err, errlen, "%s: cannot open: %s", src, strerror(errno));
+  int fd = kda_input_open(src, err, errlen);
+  FILE *in = fd >= 0 ? fdopen(fd, "rb") : NULL, *out;
+  if (fd >= 0 && !in) close(fd);
+  if (!in) return fd < 0 ? KDA_EIO : kda_fail(KDA_EIO, err, errlen, "%s: cannot open", src);
   kda_atomic *a;
   int st = kda_atomic_open(dst, &a, &out, err, errlen);
   if (st) {
@@ -409,27 +445,67 @@ static int finish_levels(const char *out, const mstate *m, char *err, size_t err
   return st ? st : kda_golden_write_sums(out, err, errlen);
 }
 
-static int make_out_dirs(const char *out, uint32_t mask, char *err, size_t errlen) {
-  if (mkdir(out, 0755) != 0 && errno != EEXIST)
-    return kda_fail(KDA_EIO, err, errlen, "%s: cannot create: %s", out, strerror(errno));
-  for (int32_t l = 0; l < KDA_LEVEL_COUNT; l++) {
-    char path[4400];
-    snprintf(path, sizeof path, "%s/%s", out, kda_level_name(l));
-    if ((mask & (UINT32_C(1) << l)) && mkdir(path, 0755) != 0 && errno != EEXIST)
-      return kda_fail(KDA_EIO, err, errlen, "%s: cannot create: %s", path, strerror(errno));
-  }
+/* DIR, created or a directory itself (a symbolic link there would have its target's files
+ * replaced and its stale ones removed). */
+static int out_dir(const char *path, char *err, size_t errlen) {
+  struct stat sb;
+  if (mkdir(path, 0755) != 0 && errno != EEXIST)
+    return kda_fail(KDA_EIO, err, errlen, "%s: cannot create: %s", path, strerror(errno));
+  if (lstat(path, &sb) != 0 || !S_ISDIR(sb.st_mode))
+    return kda_fail(KDA_EIO, err, errlen, "%s: not a directory (a symbolic link is not "
+                    "followed)", path);
   return KDA_OK;
 }
 
-/* OUT may not be one of the shards (its shard.json would end up in SHA256SUMS). */
+static int make_out_dirs(const char *out, uint32_t mask, char *err, size_t errlen) {
+  int st = out_dir(out, err, errlen);
+  for (int32_t l = 0; !st && l < KDA_LEVEL_COUNT; l++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", out, kda_level_name(l));
+    if (mask & (UINT32_C(1) << l)) st = out_dir(path, err, errlen);
+  }
+  return st;
+}
+
+/* The absolute, resolved path of dir, or of its parent joined with its last component when
+ * dir does not exist yet; "" when neither resolves. */
+static void resolved(const char *dir, char *buf) {
+  char tmp[4400], *slash;
+  if (realpath(dir, buf)) return;
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  while ((slash = strrchr(tmp, '/')) && slash[1] == 0 && slash > tmp) *slash = 0;
+  slash = strrchr(tmp, '/');
+  const char *last = slash ? slash + 1 : tmp;
+  char parent[PATH_MAX];
+  if (!realpath(slash ? (slash == tmp ? "/" : (*slash = 0, tmp)) : ".", parent)) {
+    buf[0] = 0;
+    return;
+  }
+  snprintf(buf, PATH_MAX, "%.2000s/%.1000s", strcmp(parent, "/") ? parent : "", last);
+}
+
+/* 1 when resolved path a is b or inside it. */
+static int within(const char *a, const char *b) {
+  size_t n = strlen(b);
+  return n && strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
+}
+
+/* OUT may not be one of the shards, inside one, or hold one (its shard.json would end up in
+ * SHA256SUMS, or the merge would replace and remove files it reads). */
 static int check_out(const char *out, const char *const *shards, int64_t n, char *err,
                      size_t errlen) {
-  struct stat so, ss;
-  if (stat(out, &so) != 0) return KDA_OK;
-  if (!S_ISDIR(so.st_mode)) return kda_fail(KDA_EIO, err, errlen, "%s: not a directory", out);
-  for (int64_t s = 0; s < n; s++)
-    if (stat(shards[s], &ss) == 0 && ss.st_dev == so.st_dev && ss.st_ino == so.st_ino)
-      return kda_fail(KDA_EINVAL, err, errlen, "%s: the output is one of the shards", out);
+  struct stat so;
+  char ro[PATH_MAX], rs[PATH_MAX];
+  if (lstat(out, &so) == 0 && !S_ISDIR(so.st_mode))
+    return kda_fail(KDA_EIO, err, errlen, "%s: not a directory (a symbolic link is not "
+                    "followed)", out);
+  resolved(out, ro);
+  for (int64_t s = 0; s < n; s++) {
+    if (!realpath(shards[s], rs)) continue; /* named missing by its check */
+    if (ro[0] && (within(ro, rs) || within(rs, ro)))
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: the output is, or is inside, or holds the "
+                      "shard %s", out, shards[s]);
+  }
   return KDA_OK;
 }
 
@@ -450,8 +526,16 @@ int kda_golden_merge(const char *out, const char *const *shards, int64_t n,
   for (int64_t s = 0; !st && s < n; s++) st = check_shard(shards[s], s, &m, shards, err, errlen);
   if (!st) st = check_cover(&m, err, errlen);
   if (!st) st = make_out_dirs(out, m.mask, err, errlen);
+  int lock = -1; /* one writer into OUT; what a killed one left there is stale */
+  if (!st) st = kda_dir_lock(out, &lock, err, errlen);
+  for (int32_t l = -1; !st && l < KDA_LEVEL_COUNT; l++) {
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s", out, l < 0 ? "." : kda_level_name(l));
+    if (l < 0 || (m.mask & (UINT32_C(1) << l))) kda_tmp_sweep(path);
+  }
   if (!st) st = copy_units(out, shards, &m, err, errlen);
   if (!st) st = finish_levels(out, &m, err, errlen);
+  kda_dir_unlock(lock);
   int64_t units = 0;
   for (int64_t i = 0; m.owner && i < m.nc; i++) units += m.owner[i] >= 0;
   *info = (kda_golden_merge_info){m.mask, n, units, m.files, m.infos};
