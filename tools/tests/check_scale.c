@@ -262,10 +262,10 @@ static const bad_case bad_cases[] = {
     {"bad-info", "s1", "no valid info"},
     {"size-differs", "s1", "size differs from shard.json"},
     {"foreign-unit", "s1", "not in this catalog's levels"},
-    {"out-is-shard", "s1", "the output is, or is inside, or holds the shard"},
+    {"out-is-shard", "s1", "the output is, or is inside, the shard"},
     {"truncated-npz", "s1", "corrupt shard"},
     {"forged-trace", "s1", "not the trace of its case file"},
-    {"out-in-shard", "s1", "the output is, or is inside, or holds the shard"},
+    {"out-in-shard", "s1", "the output is, or is inside, the shard"},
     {"out-level-symlink", "out/L0", "not a directory"},
 };
 

@@ -490,8 +490,10 @@ static int within(const char *a, const char *b) {
   return n && strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
 }
 
-/* OUT may not be one of the shards, inside one, or hold one (its shard.json would end up in
- * SHA256SUMS, or the merge would replace and remove files it reads). */
+/* OUT may not be one of the shards or inside one, and no shard may be inside one of OUT's
+ * level directories (its shard.json would end up in SHA256SUMS, or the merge would replace
+ * and remove files it reads).  A shard elsewhere inside OUT is fine (kda-mpi's
+ * OUT/.kda-mpi.tmp.XXXXXX/rank-R: SHA256SUMS never lists a .tmp. name). */
 static int check_out(const char *out, const char *const *shards, int64_t n, char *err,
                      size_t errlen) {
   struct stat so;
@@ -502,9 +504,15 @@ static int check_out(const char *out, const char *const *shards, int64_t n, char
   resolved(out, ro);
   for (int64_t s = 0; s < n; s++) {
     if (!realpath(shards[s], rs)) continue; /* named missing by its check */
-    if (ro[0] && (within(ro, rs) || within(rs, ro)))
-      return kda_fail(KDA_EINVAL, err, errlen, "%s: the output is, or is inside, or holds the "
-                      "shard %s", out, shards[s]);
+    int bad_place = ro[0] && within(ro, rs);
+    for (int32_t l = 0; ro[0] && l < KDA_LEVEL_COUNT; l++) {
+      char lv[PATH_MAX + 8];
+      snprintf(lv, sizeof lv, "%.4000s/%s", ro, kda_level_name(l));
+      bad_place |= within(rs, lv);
+    }
+    if (bad_place)
+      return kda_fail(KDA_EINVAL, err, errlen, "%s: the output is, or is inside, the shard %s "
+                      "(or the shard is inside a level of it)", out, shards[s]);
   }
   return KDA_OK;
 }
