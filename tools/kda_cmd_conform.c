@@ -163,6 +163,23 @@ static int add_path(path_list *l, const char *p) {
   return l->v[l->n++] ? 0 : -1;
 }
 
+static void free_paths(path_list *l) {
+  for (int i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  *l = (path_list){0};
+}
+
+/* One case id per run: two files with one id would give reports, waivers and result or
+ * prompt files (DIR/ID.npz) that cannot be told apart.  ids and from (the file of each) grow
+ * together.  0, or the exit status after a message. */
+static int unique_id(path_list *ids, path_list *from, const char *id, const char *path) {
+  for (int i = 0; i < ids->n; i++)
+    if (strcmp(ids->v[i], id) == 0)
+      return kda_tool_fail(SUB, "%s: case id '%s' is also the id of %s (two cases with one id)",
+                           path, id, from->v[i]);
+  return add_path(ids, id) || add_path(from, path) ? kda_tool_fail(SUB, "out of memory") : 0;
+}
+
 static int cmp_str(const void *a, const void *b) {
   return strcmp(*(char *const *)a, *(char *const *)b);
 }
@@ -363,6 +380,7 @@ typedef struct run_state {
   uint64_t bytes;
   int64_t selected; /* cases the -k filter let through */
   int64_t serving_absent, serving_given; /* candidates' serving prompts (SPEC.md §7.7) */
+  path_list ids, id_files; /* the case ids met, and their files (unique_id) */
 } run_state;
 
 static kda_case_report *next_report(run_state *s) {
@@ -452,6 +470,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   /* the id names the candidate's file: one path component (kda_files.h) */
   if (c.id && kda_id_check(c.id, "case id", err, sizeof err) != KDA_OK)
     return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);
+  if (c.id && (st = unique_id(&s->ids, &s->id_files, c.id, path)) != 0)
+    return kda_case_free(&c), st;
   if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
     return kda_case_free(&c), 0; /* -k: not selected */
   if (a->candidate && !nt && kda_serving_is_prompt(&c))
@@ -495,7 +515,8 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
 }
 
 /* The serving prompts of case c (SPEC.md §7.7) as case files DIR/ID.SUFFIX.npz. */
-static int export_serving(const char *dir, const kda_case *c, int32_t mode, path_list *cases) {
+static int export_serving(const char *dir, const kda_case *c, int32_t mode, path_list *cases,
+                          path_list *ids, path_list *id_files, const char *path) {
   char err[KDA_ERRLEN], out[4096];
   kda_serving_prompt *sp;
   int64_t n;
@@ -504,6 +525,11 @@ static int export_serving(const char *dir, const kda_case *c, int32_t mode, path
     char *info = kda_serving_prompt_info(c, &sp[i]);
     st = info ? kda_id_check(sp[i].c.id, "prompt id", err, sizeof err) : KDA_ENOMEM;
     if (!info) snprintf(err, sizeof err, "out of memory");
+    if (st == KDA_OK && unique_id(ids, id_files, sp[i].c.id, path) != 0) {
+      free(info);
+      kda_serving_prompts_free(sp, n);
+      return KDA_EXIT_USAGE;
+    }
     if (st == KDA_OK) snprintf(out, sizeof out, "%s/%s.npz", dir, sp[i].c.id);
     if (st == KDA_OK) st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
     if (st == KDA_OK) st = kda_case_save(out, &sp[i].c, info, err, sizeof err);
@@ -514,7 +540,17 @@ static int export_serving(const char *dir, const kda_case *c, int32_t mode, path
   return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
 }
 
+static int export_all(const char *dir, path_list *cases, int32_t serving, path_list *ids,
+                      path_list *id_files);
 static int export_prompts(const char *dir, path_list *cases, int32_t serving) {
+  path_list ids = {0}, id_files = {0}; /* never one file written twice (unique_id) */
+  int rc = export_all(dir, cases, serving, &ids, &id_files);
+  free_paths(&ids), free_paths(&id_files);
+  return rc;
+}
+
+static int export_all(const char *dir, path_list *cases, int32_t serving, path_list *ids,
+                      path_list *id_files) {
   mkdir(dir, 0777);
   for (int i = 0; i < cases->n; i++) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
@@ -527,12 +563,14 @@ static int export_prompts(const char *dir, path_list *cases, int32_t serving) {
       kda_case_free(&c);
       return kda_tool_fail(SUB, "%s: %s", cases->v[i], err);
     }
+    if ((st = unique_id(ids, id_files, id, cases->v[i])) != 0) return kda_case_free(&c), st;
     snprintf(out, sizeof out, "%s/%s.npz", dir, id);
     st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
     if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
     if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
     printf("%s\n", out);
-    int rc = serving >= 0 && !kda_serving_is_prompt(&c) ? export_serving(dir, &c, serving, cases) : 0;
+    int rc = serving >= 0 && !kda_serving_is_prompt(&c)
+                 ? export_serving(dir, &c, serving, cases, ids, id_files, cases->v[i]) : 0;
     kda_case_free(&c);
     if (rc) return rc;
   }
@@ -929,6 +967,7 @@ int kda_cmd_conform(int argc, char **argv) {
   }
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
+  free_paths(&s.ids), free_paths(&s.id_files);
   for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);

@@ -257,6 +257,10 @@ int kda_cmd_explore(int argc, char **argv) {
   explore_args a;
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
+  char err[KDA_ERRLEN];
+  const char *inputs[2] = {a.path, a.result ? a.result : a.path};
+  if (kda_output_check(a.output, inputs, 2, err, sizeof err) != KDA_OK) /* never an input */
+    return kda_tool_fail(SUB, "%s", err);
   kda_study st;
   rc = kda_study_open(SUB, a.path, a.seq, a.head, &st);
   if (rc) return rc;
@@ -264,7 +268,6 @@ int kda_cmd_explore(int argc, char **argv) {
   memset(&pg, 0, sizeof pg);
   pg.st = &st;
   rc = build(&a, &st, &pg);
-  char err[KDA_ERRLEN];
   if (!rc && kda_atomic_write(a.output, pg.b.s, pg.b.len, err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
   free(pg.b.s);

@@ -746,6 +746,42 @@ START_TEST(test_targets_refused) {
   kda_case_free(&c);
   ck_assert_int_eq(kda_run("conform", "-b", "ref-f64", "--no-prefix", "--junit", "/dev/full",
                            tpath("in.npz"), NULL), 2);
+  /* kda explore: its page never replaces the case or the result it reads */
+  size_t len0 = 0, len1 = 0;
+  unsigned char *before = kda_test_slurp(tpath("in.npz"), &len0);
+  ck_assert_int_eq(kda_run("explore", tpath("in.npz"), "-o", tpath("alias.npz"), NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "input"));
+  ck_assert_int_eq(kda_run("ref", tpath("in.npz"), "-o", tpath("r.npz"), NULL), 0);
+  ck_assert_int_eq(kda_run("explore", tpath("in.npz"), "--result", tpath("r.npz"), "-o",
+                           tpath("r.npz"), NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "input"));
+  unsigned char *after = kda_test_slurp(tpath("in.npz"), &len1);
+  ck_assert_msg(len0 == len1 && memcmp(before, after, len0) == 0, "explore replaced its input");
+  free(before), free(after);
+}
+END_TEST
+
+/* Two case files with one id: refused (reports, waivers and DIR/ID.npz could not tell them
+ * apart), and --export-prompts never writes one file twice. */
+START_TEST(test_duplicate_case_ids) {
+  ck_assert_int_eq(kda_run("gen", "seed=1", "T=4", "H=1", "HV=1", "K=2", "V=2", "id=same", "-o",
+                           tpath("a.npz"), NULL), 0);
+  ck_assert_int_eq(kda_run("gen", "seed=2", "T=4", "H=1", "HV=1", "K=2", "V=2", "id=same", "-o",
+                           tpath("b.npz"), NULL), 0);
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", tpath("a.npz"), tpath("b.npz"),
+                           NULL), 2);
+  ck_assert_msg(strstr(g_err, "two cases with one id") && strstr(g_err, "b.npz"), "%s", g_err);
+  mkdir(tpath("p"), 0755);
+  ck_assert_int_eq(kda_run("conform", "--export-prompts", tpath("p"), tpath("a.npz"),
+                           tpath("b.npz"), NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "two cases with one id"));
+  kda_case c;
+  char err[KDA_ERRLEN];
+  ck_assert_int_eq(kda_case_load(tpath("p/same.npz"), &c, err, sizeof err), KDA_OK);
+  kda_case ca;
+  ck_assert_int_eq(kda_case_load(tpath("a.npz"), &ca, err, sizeof err), KDA_OK);
+  ck_assert_msg(c.q[0] == ca.q[0], "the export of a.npz was replaced by b.npz's");
+  kda_case_free(&c), kda_case_free(&ca);
 }
 END_TEST
 
@@ -952,6 +988,7 @@ static Suite *files_suite(void) {
   tcase_add_checked_fixture(tc, setup, teardown);
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_targets_refused);
+  tcase_add_test(tc, test_duplicate_case_ids);
   tcase_add_test(tc, test_report_write_failure);
   tcase_add_test(tc, test_write_errno_kept);
   tcase_add_test(tc, test_golden_workers_die_with_parent);
