@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "kda_case.h"
+#include "kda_case_internal.h" /* kda_case_gen_cost_set */
 #include "kda_conform.h"
 #include "kda_conform_list.h"
 #include "kda_conform_shard.h"
@@ -107,6 +108,8 @@ static const char help_text[] =
     "                            (log-log, cap and allowance drawn)\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
+    "      --max-generated N     generate at most N input elements to check a case file whose\n"
+    "                            inputs are generated (default 2^30; a larger one is refused)\n"
     "  -h, --help                print this help and exit\n"
     "Scale-out (docs/scale.md):\n"
     "      --shard I/N           score only shard I of N (0 <= I < N) of the (case, backend)\n"
@@ -242,7 +245,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
   enum { O_PARAMS = 256, O_CLASS, O_EXPORT, O_REPEAT, O_NOPREFIX, O_NOISOLATE, O_WAIVERS,
          O_BASELINE, O_BFACTOR, O_RECORD, O_JSONL, O_SUMMARY, O_JUNIT, O_MAXLINES, O_BENCH,
          O_LISTCASES = 400, O_LISTBACKENDS, O_STRICT, O_FAILREG, O_MEMLIMIT };
-  enum { O_HTML = 512, O_JSON, O_SERVING };
+  enum { O_HTML = 512, O_JSON, O_SERVING, O_MAXGEN };
   enum { O_STREAM = 600, O_NOSTREAM, O_CHUNK, O_SHARD };
   static const struct option longopts[] = {
       {"backend", required_argument, NULL, 'b'}, {"plugin", required_argument, NULL, 'p'},
@@ -262,6 +265,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
       {"fail-on-regression", no_argument, NULL, O_FAILREG},
       {"memory-limit", required_argument, NULL, O_MEMLIMIT},
       {"html", required_argument, NULL, O_HTML}, {"json", no_argument, NULL, O_JSON},
+      {"max-generated", required_argument, NULL, O_MAXGEN},
       {"serving", required_argument, NULL, O_SERVING},
       {"stream", no_argument, NULL, O_STREAM}, {"no-stream", no_argument, NULL, O_NOSTREAM},
       {"chunk", required_argument, NULL, O_CHUNK},
@@ -333,6 +337,13 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         break;
       case 'q': a->quiet = 1; break;
       case O_BENCH: a->bench = 1; break;
+      case O_MAXGEN: { /* SPEC.md §10.2: the declared-cost limit of generated inputs */
+        int64_t n;
+        if (kda_tool_parse_count(optarg, &n) || n < 1)
+          return kda_tool_usage(SUB, "bad --max-generated '%s' (input elements)", optarg);
+        kda_case_gen_cost_set((uint64_t)n);
+        break;
+      }
       case O_STRICT: a->strict = 1; break;
       case O_FAILREG: a->opts.fail_on_regression = 1; break;
       case O_HTML: a->html = optarg; break;

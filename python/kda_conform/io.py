@@ -16,6 +16,7 @@ import io as _io
 import json
 import os
 import re
+import stat
 import tempfile
 import zipfile
 from typing import Any, Dict, Mapping, Optional
@@ -83,23 +84,71 @@ def _check_indices(path: str, p: Problem, a: Mapping[str, np.ndarray]) -> None:
             raise CaseError(f"{path}: checkpoints are not strictly increasing in [0, T)")
 
 
+# What a reader allocates is bounded by the bytes present (SPEC.md §10.1, bounded allocation):
+# a deflated member may inflate at most 1032:1 (deflate's limit), the deflated members together
+# at most 64:1 plus 1 MiB, and manifest.json is text of at most 16 MiB.
+_DEFLATE_RATIO, _DEFLATE_SLACK = 1032, 1024
+_ARCHIVE_RATIO, _ARCHIVE_SLACK = 64, 1 << 20
+_MAX_MANIFEST = 16 << 20
+
+
+def _open_regular(path: str):
+    """The file at path, opened for reading only when it is a regular file (a FIFO or a device
+    is refused at once, never waited on)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise CaseError(f"{path}: cannot open ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CaseError(f"{path}: not a regular file")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_sizes(path: str, zf: zipfile.ZipFile) -> None:
+    comp = size = 0
+    for i in zf.infolist():
+        if i.compress_type not in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
+            raise CaseError(f"{path}: member {i.filename!r}: unsupported compression")
+        if i.compress_type == zipfile.ZIP_STORED and i.file_size != i.compress_size:
+            raise CaseError(f"{path}: member {i.filename!r}: stored size differs")
+        if i.compress_type == zipfile.ZIP_DEFLATED:
+            if i.file_size > i.compress_size * _DEFLATE_RATIO + _DEFLATE_SLACK:
+                raise CaseError(f"{path}: member {i.filename!r}: more than deflate can "
+                                "produce (zip bomb)")
+            comp, size = comp + i.compress_size, size + i.file_size
+        if i.filename == "manifest.json" and i.file_size > _MAX_MANIFEST:
+            raise CaseError(f"{path}: manifest.json is larger than {_MAX_MANIFEST} bytes")
+    if size > comp * _ARCHIVE_RATIO + _ARCHIVE_SLACK:
+        raise CaseError(f"{path}: its compressed members declare {size} bytes from {comp}, "
+                        f"more than {_ARCHIVE_RATIO}:1 (zip bomb)")
+
+
 def read_case(path: str) -> Case:
     """Read a case or prompt file; CaseError (naming the file) when it is malformed."""
     try:
-        with np.load(path, allow_pickle=False) as z:
-            names = list(z.files)
-            if "manifest.json" not in names:
-                raise CaseError(f"{path}: no manifest.json member")
-            raw = z["manifest.json"]
-            arrays = {m: z[m] for m in names if m != "manifest.json"}
+        with _open_regular(path) as f:
+            with zipfile.ZipFile(f) as zf:
+                _check_sizes(path, zf)
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                names = list(z.files)
+                if "manifest.json" not in names:
+                    raise CaseError(f"{path}: no manifest.json member")
+                raw = z["manifest.json"]
+                arrays = {m: z[m] for m in names if m != "manifest.json"}
     except CaseError:
         raise
-    except (OSError, ValueError, zipfile.BadZipFile, EOFError) as e:
-        raise CaseError(f"{path}: not a readable .npz ({e})") from None
+    except Exception as e:  # whatever numpy or zipfile raise: the file is unusable
+        raise CaseError(f"{path}: not a readable .npz ({type(e).__name__}: {e})") from None
     try:
         man = json.loads(bytes(raw).decode("utf-8"))
-    except (ValueError, TypeError) as e:
-        raise CaseError(f"{path}: manifest.json is not JSON ({e})") from None
+    except Exception as e:  # ValueError, TypeError, RecursionError (nesting) ...
+        raise CaseError(f"{path}: manifest.json is not JSON ({type(e).__name__})") from None
     if not isinstance(man, dict):
         raise CaseError(f"{path}: manifest.json is not an object")
     if not str(man.get("schema", "")).startswith("kda-case/"):
@@ -113,6 +162,8 @@ def read_case(path: str) -> Case:
         p = Problem.from_dict(man.get("problem"))
     except ProblemError as e:
         raise CaseError(f"{path}: {e}") from None
+    except Exception as e:  # a value of the wrong type deep in the problem
+        raise CaseError(f"{path}: malformed problem ({type(e).__name__}: {e})") from None
     shapes, used = _expected_shapes(p), _used(p)
     inputs: Dict[str, np.ndarray] = {}
     for m in _MEMBERS:
@@ -190,6 +241,11 @@ def write_result(path: str, case_id: str, *, o: Any = None, ht: Any = None, hc: 
 
 def _write_npz_atomic(path: str, manifest: Mapping[str, Any],
                       members: Mapping[str, np.ndarray]) -> None:
+    try:  # a target that exists is replaced only when it is a regular file (SPEC.md §10.1)
+        if not stat.S_ISREG(os.lstat(path).st_mode):
+            raise CaseError(f"{path}: exists and is not a regular file; refusing to replace it")
+    except FileNotFoundError:
+        pass
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:

@@ -91,7 +91,7 @@ def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
         write_result(out, case.id, problem=case.problem, backend=backend, **_outputs(ret))
         report.written.append(out)
     except Exception as e:  # the kernel's failure is that case's result, not the run's end
-        if os.path.exists(out):
+        if os.path.isfile(out) and not os.path.islink(out):
             os.unlink(out)           # never let a stale result be scored for this run
         last = traceback.extract_tb(e.__traceback__)[-1:]
         where = f" at {os.path.basename(last[0].filename)}:{last[0].lineno}" if last else ""

@@ -293,6 +293,72 @@ START_TEST(test_zip_bomb_bounded) {
 }
 END_TEST
 
+/* A zip of one member name -> bytes (deflated, or stored), written with libzip. */
+static void zip_one(const char *path, const char *name, const void *data, size_t len, int deflate) {
+  int ze;
+  zip_t *za = zip_open(path, ZIP_CREATE | ZIP_TRUNCATE, &ze);
+  ck_assert_ptr_nonnull(za);
+  zip_source_t *src = zip_source_buffer(za, data, len, 0);
+  ck_assert_ptr_nonnull(src);
+  zip_int64_t i = zip_file_add(za, name, src, ZIP_FL_OVERWRITE);
+  ck_assert_int_ge(i, 0);
+  ck_assert_int_eq(zip_set_file_compression(za, (zip_uint64_t)i,
+                                            deflate ? ZIP_CM_DEFLATE : ZIP_CM_STORE, 9), 0);
+  ck_assert_int_eq(zip_close(za), 0);
+}
+
+/* Honest deflate (each member within deflate's 1032:1) of 64 MiB of zeros in ~64 KB, and a
+ * 17 MiB manifest: refused before anything of that size is allocated (SPEC.md §10.1). */
+START_TEST(test_zip_bomb_archive_ratio) {
+  const size_t n = (size_t)8 << 20; /* float64 elements: 64 MiB */
+  unsigned char *raw = calloc(n * 8 + 128, 1);
+  ck_assert_ptr_nonnull(raw);
+  char dict[128];
+  snprintf(dict, sizeof dict, "{'descr': '<f8', 'fortran_order': False, 'shape': (%zu,), }", n);
+  memcpy(raw, "\x93NUMPY\x01\x00", 8);
+  put16(raw + 8, 118);
+  memset(raw + 10, ' ', 118);
+  memcpy(raw + 10, dict, strlen(dict));
+  raw[127] = '\n';
+  zip_one(tpath("zeros.npz"), "x.npy", raw, n * 8 + 128, 1);
+  free(raw);
+  char err[KDA_ERRLEN] = "";
+  kda_npz *z = NULL;
+  expect(kda_npz_open(tpath("zeros.npz"), &z, err, sizeof err), KDA_EFORMAT, err, "zeros.npz",
+         "zip bomb");
+  const size_t mlen = (size_t)17 << 20;
+  char *man = malloc(mlen);
+  ck_assert_ptr_nonnull(man);
+  memset(man, ' ', mlen);
+  man[0] = '{', man[mlen - 1] = '}';
+  zip_one(tpath("bigman.npz"), "manifest.json", man, mlen, 0);
+  free(man);
+  kda_case c;
+  expect(kda_case_load(tpath("bigman.npz"), &c, err, sizeof err), KDA_EFORMAT, err,
+         "manifest.json", "text member");
+}
+END_TEST
+
+/* A generated-inputs file of a few KB declaring T = 2^31 - 1 is refused before anything is
+ * generated (its hashes would take days to reproduce); --max-generated sets the limit. */
+#define GENERATED "vectors/tests/fixtures/generated.npz"
+START_TEST(test_generated_cost_bounded) {
+  const char *a = manifest_edit(GENERATED, "t1.npz", "\"T\": 256", "\"T\": 2147483647");
+  const char *b = manifest_edit(a, "huge.npz", "T=256", "T=2147483647");
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  expect(kda_case_load_static(b, &c, err, sizeof err), KDA_EFORMAT, err, "huge.npz",
+         "exceed the limit");
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", b, NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "--max-generated"));
+  /* the limit is the flag's: the fixture (T = 256) passes by default, not under 100 */
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", "--max-generated", "100",
+                           GENERATED, NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "exceed the limit of 100"));
+  ck_assert_int_eq(kda_run("conform", "-q", "-b", "ref-f64", GENERATED, NULL), 0);
+}
+END_TEST
+
 START_TEST(test_manifest_trailing_bytes) {
   rzip r;
   rzip_read(EXAMPLE, &r);
@@ -974,6 +1040,8 @@ static Suite *files_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_header_len_tiny_and_huge);
   tcase_add_test(tc, test_zip_bomb_bounded);
+  tcase_add_test(tc, test_zip_bomb_archive_ratio);
+  tcase_add_test(tc, test_generated_cost_bounded);
   tcase_add_test(tc, test_manifest_trailing_bytes);
   tcase_add_test(tc, test_ids);
   tcase_add_test(tc, test_text_clean);

@@ -190,6 +190,28 @@ static int gen_bound(const char *path, const kda_problem *p, char *err, size_t e
   return KDA_OK;
 }
 
+static uint64_t gen_cost_max = KDA_CASE_GEN_COST;
+void kda_case_gen_cost_set(uint64_t elements) { gen_cost_max = elements; }
+uint64_t kda_case_gen_cost(void) { return gen_cost_max; }
+
+/* The input elements reproducing the hashes generates: within the declared-cost limit. */
+static int gen_cost(const char *path, const kda_problem *p, char *err, size_t errlen) {
+  kda_problem_sizes s;
+  if (kda_problem_sizes_get(p, &s, err, errlen) != KDA_OK)
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest problem: sizes overflow", path);
+  const uint64_t parts[] = {s.q, s.k, s.v, s.g, s.beta, s.h0, s.A_log, s.dt_bias};
+  uint64_t n = 0;
+  for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) {
+    if (parts[i] > gen_cost_max - n)
+      return kda_fail(KDA_EFORMAT, err, errlen,
+                      "%s: its generated inputs (%llu elements and more) exceed the limit of %llu "
+                      "elements generated to check a file (raise it with --max-generated)", path,
+                      (unsigned long long)(n + parts[i]), (unsigned long long)gen_cost_max);
+    n += parts[i];
+  }
+  return KDA_OK;
+}
+
 /* No input member stored, and every used one's recorded hash reproduced. */
 static int check_hashes(kda_npz *z, const char *path, json_t *root, const kda_gen_desc *d,
                         char *err, size_t errlen) {
@@ -238,6 +260,7 @@ int kda_case_load_generated(kda_npz *z, const char *path, json_t *root, kda_case
   if (st) return st;
   st = same_problem(path, &d, c, err, errlen);
   if (!st && !static_only) st = gen_bound(path, &c->p, err, errlen); /* nothing big is made */
+  if (!st) st = gen_cost(path, &c->p, err, errlen); /* the hashes cost this much */
   if (!st) st = check_hashes(z, path, root, &d, err, errlen);
   kda_case g;
   if (!st) st = static_only ? kda_gen_case_static(&d, &g, err, errlen)

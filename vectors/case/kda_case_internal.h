@@ -91,6 +91,15 @@ int kda_case_load_members(struct kda_npz *z, const char *path, kda_case *c, int 
  * static_only, only the token-independent ones: kda_case_load_static).  Returns
  * KDA_OK, KDA_EFORMAT (naming the file and the member or key), KDA_ENOMEM. */
 int kda_case_inputs_generated(struct json_t *root);
+/* The generation a reader does before it trusts a generated-inputs file (SPEC.md §10.2): at
+ * most this many input elements are generated to reproduce its hashes, whether it is loaded
+ * whole or streamed, so that a file of a few KB cannot buy hours of work.  The default
+ * (KDA_CASE_GEN_COST, twice the largest committed case) is raised by kda conform
+ * --max-generated; process-wide. */
+#define KDA_CASE_GEN_COST (UINT64_C(1) << 30)
+void kda_case_gen_cost_set(uint64_t elements);
+uint64_t kda_case_gen_cost(void);
+
 int kda_case_load_generated(struct kda_npz *z, const char *path, struct json_t *root,
                             kda_case *c, int static_only, char *err, size_t errlen);
 

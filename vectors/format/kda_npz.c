@@ -32,6 +32,13 @@
  * fixed overhead of tiny streams.  A member declaring more is a zip bomb or a lie. */
 #define NPZ_DEFLATE_RATIO 1032u
 #define NPZ_DEFLATE_SLACK 1024u
+/* The archive as a whole (SPEC.md §10.1): its deflated members together may inflate to at most
+ * 64 times their compressed bytes plus 1 MiB.  Float data compresses far less (random values
+ * hardly at all, bf16-exact float32 about 2:1); a file over it is a bomb built of zeros. */
+#define NPZ_ARCHIVE_RATIO 64u
+#define NPZ_ARCHIVE_SLACK ((uint64_t)1 << 20)
+/* A blob member (manifest.json) is text of a few KB: read whole only up to this. */
+#define NPZ_MAX_BLOB ((uint64_t)16 << 20)
 #define NPZ_DOS_DATE 0x21                 /* 1980-01-01 */
 #define NPZ_DOS_TIME 0                    /* 00:00:00 */
 #define NPZ_ATTR (0100644u << 16)         /* regular file, rw-r--r-- (Unix mode in the high half) */
@@ -170,6 +177,20 @@ static int size_bound(const kda_npz *z, npz_member *m, const zip_stat_t *st, cha
   return KDA_OK;
 }
 
+/* The deflated members together: at most NPZ_ARCHIVE_RATIO times their compressed bytes (a
+ * zip bomb of zeros passes each member's deflate bound but not this). */
+static int archive_bound(const kda_npz *z, char *err, size_t errlen) {
+  uint64_t comp = 0, size = 0;
+  for (int64_t i = 0; i < z->nm; i++)
+    if (!z->m[i].stored) comp += z->m[i].comp_size, size += z->m[i].size;
+  if (size > comp * NPZ_ARCHIVE_RATIO + NPZ_ARCHIVE_SLACK)
+    return kda_fail(KDA_EFORMAT, err, errlen,
+                    "%s: its compressed members declare %llu bytes from %llu, more than %u:1 "
+                    "(zip bomb)", z->path, (unsigned long long)size, (unsigned long long)comp,
+                    NPZ_ARCHIVE_RATIO);
+  return KDA_OK;
+}
+
 /* Fills z->m from the central directory. */
 static int npz_index(kda_npz *z, char *err, size_t errlen) {
   zip_int64_t n = zip_get_num_entries(z->za, 0);
@@ -210,7 +231,7 @@ static int npz_index(kda_npz *z, char *err, size_t errlen) {
       z->arrays[z->na++] = i;
     }
   }
-  return KDA_OK;
+  return archive_bound(z, err, errlen);
 }
 
 int kda_npz_open(const char *path, kda_npz **out, char *err, size_t errlen) {
@@ -634,9 +655,10 @@ int kda_npz_read_blob(kda_npz *z, const char *member, char **out, size_t *len, c
   if (m == NULL)
     return kda_fail(KDA_ENOTFOUND, err, errlen, "%s: no member '%s'",
                     z != NULL ? z->path : "(null)", member != NULL ? member : "(null)");
-  if (m->size >= SIZE_MAX)
-    return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': too large for memory", z->path,
-                    member);
+  if (m->size > NPZ_MAX_BLOB)
+    return kda_fail(KDA_EFORMAT, err, errlen, "%s: member '%s': %llu bytes, more than a %llu-"
+                    "byte text member may hold", z->path, member, (unsigned long long)m->size,
+                    (unsigned long long)NPZ_MAX_BLOB);
   if ((buf = malloc((size_t)m->size + 1)) == NULL)
     return kda_fail(KDA_ENOMEM, err, errlen, "%s: member '%s': out of memory", z->path, member);
   if ((st = open_member(z, m, &zf, err, errlen)) != KDA_OK) {
