@@ -995,7 +995,7 @@ START_TEST(test_golden_workers_die_with_parent) {
     }
     pid_t kids[8];
     int n = 0;
-    for (int t = 0; t < 1000 && n < 2; t++) usleep(10000), n = children_of(pid, kids, 8);
+    for (int t = 0; t < 6000 && n < 2; t++) usleep(10000), n = children_of(pid, kids, 8);
     ck_assert_msg(n == 2, "kda golden --jobs 2 started %d workers", n);
     kill(pid, sigs[k]);
     int status;
