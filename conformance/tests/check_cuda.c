@@ -5,7 +5,7 @@
  * kda_backend_entry and nothing else (its static cudart stays hidden), rejects bad params,
  * hostile tensors and bad indices with KDA_EINVAL, and tolerates NULL handles.  Without a
  * usable GPU, open succeeds and supports declines with "no CUDA device: ...", so the runner
- * scores NotSupported.  With a GPU (the H200 of docs/cuda.md): every mode of SPEC.md §4-§5
+ * scores NotSupported.  With a GPU (sm_90 or later): every mode of SPEC.md §4-§5
  * and edge sizes pass in the fp32 class for ksplit 4, 8, 16 and automatic, with a capped
  * persistent grid too, decode shapes through the decode kernel and (decode=0) the recurrent
  * one, and with algo=chunk the chunked kernels (K <= 128), with --repeat's bit check.
@@ -341,9 +341,8 @@ START_TEST(test_conform) {
 END_TEST
 
 /* The serving-path checks (SPEC.md §7.7: resume, speculative verify, pool decode, causality)
- * on the chunked kernels, at cuts where the prefix ends one token (or a few) into a chunk:
- * golden L2 prod-softplus-64k's speculative verify (P = 40961 = 640 * 64 + 1) failed there on
- * the H200.  T = 512 puts P = floor(5T/8) + 1 at 5 * 64 + 1, T = 410 at 4 * 64 + 1 (with h0),
+ * on the chunked kernels, at cuts where the prefix ends one token (or a few) into a chunk, as
+ * golden L2 prod-softplus-64k's speculative verify does (P = 40961 = 640 * 64 + 1).  T = 512 puts P = floor(5T/8) + 1 at 5 * 64 + 1, T = 410 at 4 * 64 + 1 (with h0),
  * seqlens 300,103 at 2 * 64 + 60 and 64 + 39.  The generated cases store every output, so an
  * error in the prefix's final state shows in the drafts' outputs. */
 static const char *const serving_descs[] = {
@@ -634,8 +633,8 @@ static void math_exact(math_fn f, double x, mpfr_ptr X) {
   }
 }
 
-/* f at x in implementation v: 0 the Taylor/atanh functions, 1 the table-driven ones (KCM_FAST
- * selects which the kernels use; both are tested). */
+/* f at x in implementation v: 0 the Taylor/atanh functions, 1 the table-driven ones (the
+ * kernels'; both are tested). */
 static double math_eval(int v, math_fn f, double x) {
   if (v == 0)
     return f == M_EXP ? kcm_exp_neg0(x) : f == M_LOG1P ? kcm_log1p_unit0(x)

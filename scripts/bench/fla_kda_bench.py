@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-# fla_kda_bench.py: times fla's KDA kernels on the shapes of issue #10 (docs/cuda.md), for a
-# same-call comparison with `kda bench -b libkda_cuda.so`.
+# fla_kda_bench.py: times fla's KDA kernels on bench_cuda's shapes (docs/cuda.md), for a
+# same-run comparison with `kda bench -b libkda_cuda.so`.
 # SPDX-License-Identifier: MIT
 #
 # fla is not part of this project: fetch fla-org/flash-linear-attention and put its checkout

@@ -1,10 +1,10 @@
 /* bench_cuda.cu: standalone timing harness of the CUDA backend's kernels (docs/cuda.md).
  * SPDX-License-Identifier: MIT
  *
- * Beside `kda bench -b libkda_cuda.so` (the runner's view), this prints the figures issue #10
- * asks for, with CUDA events around kda_cuda_launch on device-resident buffers: prefill B1 at T = 8192, 32768 and
- * 131072 and B4 at T = 8192,
- * decode (T = 1 a sequence, h0 in and ht out) at B = 64, 256, 1024; H = HV = 32, K = V = 128;
+ * Beside `kda bench -b libkda_cuda.so` (the runner's view), this prints the figures of
+ * docs/cuda.md, with CUDA events around kda_cuda_launch on device-resident buffers: prefill B1
+ * at T = 8192, 32768 and 131072 and B4 at T = 8192, decode (T = 1 a sequence, h0 in and ht
+ * out) at B = 64, 256, 1024; H = HV = 32, K = V = 128;
  * KDA with the softplus gate, A_log, logit beta and fla L2 (the production configuration).
  * Inputs are pseudo-random (a hash of the element index; never zeros), drawn on the device.
  * Each figure is the median of REPS timed launches after WARMUP untimed ones; tokens/s,

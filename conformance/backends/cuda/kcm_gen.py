@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """kcm_gen.py: the tables and polynomial coefficients of kda_cuda_math.h's table-driven e^z and
-log1p (KCM_FAST 1), printed as C.  Needs mpmath (pip install mpmath).  SPDX-License-Identifier: MIT
+log1p (the kernels' functions), printed as C.  Needs mpmath (pip install mpmath).  SPDX-License-Identifier: MIT
 
 e^z: 2^(j/32) for j < 32, rounded to double and scaled by 2^64 (see kcm_exp_neg1); e^r on
 |r| <= ln2/64 as 1 + r h(r), h of degree 4 fitted by least squares at Chebyshev nodes (within a

@@ -20,10 +20,10 @@
  * same bits as one slice: no chunk and no sequence's scan depends on the others.
  * Prep's products are float32 FMA in a fixed order, except A and M's off-diagonal 16 x 16
  * blocks, which are 3xTF32 tensor-core products (prep_pairs_tc); the scan's are float64
- * tensor-core products (mma .f64: exact products, float64 sums), never 3xTF32: with the
- * outputs in 3xTF32 (session 5's out kernel) golden/L1 drift-decay-small failed a prefix
- * resume (94.5 units > 64) and the production cases' errors doubled (docs/cuda.md).  No
- * atomics in any sum: identical bits run to run, whatever the grid or batch.
+ * tensor-core products (mma .f64: exact products, float64 sums), never 3xTF32: outputs in
+ * 3xTF32 with float32 sums fail golden/L1 drift-decay-small on a prefix resume (94.5 units >
+ * 64; docs/cuda.md).  No atomics in any sum: identical bits run to run, whatever the grid or
+ * batch.
  *
  * Overflow: e^(gamma_t - gamma_s) is never formed as e^gamma_t / e^gamma_s.  With 16-token
  * sub-blocks I (t) and J (s), J <= I, and rho_J the gamma at J's last token, it is
@@ -33,7 +33,7 @@
  * row t's decay since the block's start is <= 80 (else the slow path sums the gates of each
  * pair directly); a reference after t would make row t depend on later tokens' gates.  Every
  * exponent is a sum of the gates between its two ends, within one 16-token block or of whole
- * blocks (PREP_DF), rounded once, so a gate of -1000 or -inf (clamped to -1e4 in the sums:
+ * blocks (prep_decays), rounded once, so a gate of -1000 or -inf (clamped to -1e4 in the sums:
  * e^-1e4 = +0 as e^-inf) costs no precision elsewhere in the chunk and gives no NaN (golden
  * gate-values-*).
  */
@@ -88,11 +88,6 @@ __device__ __forceinline__ float exp_df(kcm_df x) {
   const float e = expf(x.hi);
   return fmaf(e, x.lo, e);
 }
-/* The same for a float64 exponent. */
-__device__ __forceinline__ float exp_of(double x) {
-  const float xf = (float)x;
-  return exp_df(kcm_df{xf, (float)(x - (double)xf)});
-}
 __device__ __forceinline__ float4 ld4(const float *p) { return *reinterpret_cast<const float4 *>(p); }
 __device__ __forceinline__ void st4(float *p, float4 v) { *reinterpret_cast<float4 *>(p) = v; }
 /* ==== prep ==== */
@@ -144,25 +139,20 @@ __device__ void slow_pair(const cargs &A, const chunk_at &ch, int64_t h, const f
  * its end.  Every exponent is a sum of gates (float pairs within a block, float64 over
  * blocks: below) rounded once; e^gamma and e^(rho_3 - gamma) are products of two such
  * exponentials. */
-/* PREP_DF (default): the log-decays as float pairs (kda_cuda_math.h), each exponent from sums
- * over one 16-token block only, so none is a difference of two long sums:
+/* The log-decays as float pairs (kda_cuda_math.h), each exponent from sums over one 16-token
+ * block only, so none is a difference of two long sums:
  *   x1_t = gamma_t - rho_(I-1): the gates of block I up to t (a prefix from 0);
  *   x2_t = rho_I - gamma_t: the gates of block I after t (a suffix from 0, summed backwards);
  *   P_J = the whole of block J, exchanged through shared memory; the per-chunk exponents
  *   (r0 = rho_(I-1), rho_3 - rho_I, rho_(I-1) - rho_J, rho_3) are float64 sums of P_J.
  * Every exponent is then within 2^-41 of the largest partial sum of its own block (at most
- * 16 adds, kda_cuda_math.h; the float64 cumulative sums from the chunk's start were within
- * 2^-47 of the chunk's whole decay, which after a gate of -1000 or -inf is large next to an
- * exponent within a later block), and on the float32 pipe: the float64 sums cost about 15
- * float <-> double conversions a (token, channel) pair, which sm_90 runs at 16 a clock a
- * multiprocessor, an eighth of the float32 rate.  A thread adds 48 gates instead of 80 and
- * subtracts none.  An exponent x = hi + lo is taken as xf = RN(x) and d = x - xf
- * (kcm_df_norm), as exp_of takes them.  Measured on the H200 (B1 T32768 H32, session 9): prep
- * 5.17 -> 4.95 ms (float pairs summed from the chunk's start, as the float64 sums were: 5.03),
- * every bench shape's output hash unchanged.  0: the float64 sums (session 8). */
-#ifndef PREP_DF
-#define PREP_DF 1
-#endif
+ * 16 adds, kda_cuda_math.h), where float64 cumulative sums from the chunk's start would be
+ * within 2^-47 of the chunk's whole decay, which after a gate of -1000 or -inf is large next
+ * to an exponent within a later block.  The pairs run on the float32 pipe: float64 sums would
+ * cost about 15 float <-> double conversions a (token, channel) pair, which sm_90 runs at 16 a
+ * clock a multiprocessor, an eighth of the float32 rate.  A thread adds 48 gates and subtracts
+ * none.  An exponent x = hi + lo is taken as xf = RN(x) and d = x - xf (kcm_df_norm), as
+ * exp_df takes them. */
 /* x < c for a normalized pair x (|lo| <= ulp(hi) / 2) and a float c. */
 __device__ __forceinline__ bool df_below(kcm_df x, float c) { return x.hi < c || (x.hi == c && x.lo < 0.0f); }
 __device__ __forceinline__ float clampg(float g) { return fmaxf(g, -1e4f); } /* -inf: e^-1e4 = +0 */
@@ -170,7 +160,6 @@ __device__ __forceinline__ float clampg(float g) { return fmaxf(g, -1e4f); } /* 
 __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const float *Gs, float *Xa,
                             float *Xm, float *Y, float *Yd, float *E, float *F, const float *bs,
                             int *slow, float *Pf) {
-#if PREP_DF
   /* P_I, then every block's from the other threads of channel c (Pf: 2 4 KP floats) */
   kcm_df p = {0.0f, 0.0f};
   for (int u = 0; u < 16; u++) p = kcm_df_add(p, clampg(Gs[(I * 16 + u) * KP + c]));
@@ -193,8 +182,10 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
     const int t = I * 16 + u, at = t * KSTR + c;
     x1 = kcm_df_add(x1, clampg(Gs[t * KP + c]));
     const kcm_df x = kcm_df_norm(x1);
-    /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
-     * pairs (a row after a slow one is slow); the cap's history: the float64 branch below. */
+    /* e^(r0 - g) directly, capped at e^88 (no inf) only on slow rows, which the fast path
+     * never pairs (a row after a slow one is slow).  Not 1 / e^(g - r0) with a cap: any cap
+     * below e^80 = 5.54e34 puts a row whose decay since the block's start lies just under 80
+     * off on that channel's diagonal term (check_cuda test_chunk_decay_limit). */
     const bool slw = df_below(x, -(float)SLOW_RANGE), cap = df_below(x, -88.0f);
     const float eds = exp_df(x), edd = cap ? expf(88.0f) : exp_df(kcm_df{-x.hi, -x.lo});
     if (slw) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
@@ -221,43 +212,6 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
     }
   F[I * KP + c] = fI;
   if (I == 0) A.gC[ci * KP + c] = (float)exp(P[0] + P[1] + P[2] + P[3]);
-#else
-  double rho[4], g = 0.0;
-#pragma unroll
-  for (int J = 0; J < 4; J++) {
-    for (int u = 0; u < 16; u++) g += fmax((double)Gs[(J * 16 + u) * KP + c], -1e4);
-    rho[J] = g;
-  }
-  double r0 = 0.0, rI = rho[0];
-#pragma unroll
-  for (int J = 1; J < 4; J++)
-    if (J == I) r0 = rho[J - 1], rI = rho[J];
-  /* Per-chunk factors, correctly rounded (float64 exp): gC multiplies the state once a
-   * chunk, so a biased rounding would compound over the sequence. */
-  const float fI = (float)exp(r0), gI = (float)exp(rho[3] - rI);
-  g = r0;
-  for (int u = 0; u < 16; u++) {
-    const int t = I * 16 + u, at = t * KSTR + c;
-    g += fmax((double)Gs[t * KP + c], -1e4);
-    /* e^(r0 - g) is capped at e^88 (no inf) only on slow rows, which the fast path never
-     * pairs (a row after a slow one is slow).  It was 1 / e^(g - r0) capped at 5.5e34, below
-     * e^80 = 5.54e34: a row whose decay since the block's start fell within 0.01 of 80 on
-     * some channel got that channel's diagonal term 0.7 % off (golden L2 prod-softplus-64k:
-     * 1830 units at one token in 40961, which its sampled truth missed and the speculative
-     * verify's full truth caught). */
-    const float eds = exp_of(g - r0), ede = exp_of(rI - g), edd = exp_of(fmin(r0 - g, 88.0));
-    if (r0 - g > SLOW_RANGE) atomicOr(&slow[t], 1); /* a flag: the same whatever the order */
-    const float k = Y[at], q = Xm[at];
-    Xa[at] = bs[t] * k * eds, Xm[at] = q * eds, Y[at] = k * ede, Yd[at] = k * edd;
-    A.Qs[(ci * CT + t) * KP + c] = q * eds * fI;
-    A.Kd[(ci * CT + t) * KP + c] = k * ede * gI;
-  }
-#pragma unroll
-  for (int J = 0; J < 3; J++)
-    if (J < I) E[(I * (I - 1) / 2 + J) * KP + c] = (float)exp(r0 - rho[J]);
-  F[I * KP + c] = fI;
-  if (I == 0) A.gC[ci * KP + c] = (float)exp(rho[3]);
-#endif
 }
 
 /* ---- The off-diagonal pair blocks on the tensor cores, in 3xTF32 ----
@@ -266,24 +220,13 @@ __device__ void prep_decays(const cargs &A, int64_t ci, int c, int I, const floa
  * into big = tf32(x) and small = tf32(x - big), and a product is small*big + big*small +
  * big*big with float32 accumulation (mma.sync m16n8k8): float32-class sums (the small*small
  * term is below 2^-22 of the product), in a fixed order, so the bits repeat run to run. */
-#ifndef PAIRS_TC
-#define PAIRS_TC 1
-#endif
 /* tf32(x), rounded to nearest with ties away from zero, as cvt.rna.tf32.f32 rounds a finite
  * x: 2^12 added to the magnitude's bits (a carry out of the 10 kept mantissa bits moves the
  * exponent up, as rounding does), the 13 low bits cleared.  sm_90 has no instruction for the
  * cvt: nvcc emits it as this pair plus an |x| < inf test and a select, so this saves two of
  * the four instructions of each rounding, four a split (the operands here are finite:
  * products of unit-norm keys and factors <= e^88). */
-#ifndef TF32_INT
-#define TF32_INT 1
-#endif
-__device__ __forceinline__ uint32_t tf32_of(float x) {
-  uint32_t r;
-  if (TF32_INT) return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+__device__ __forceinline__ uint32_t tf32_of(float x) { return (__float_as_uint(x) + 0x1000u) & 0xffffe000u; }
 __device__ __forceinline__ void split_tf32(float x, uint32_t &big, uint32_t &small) {
   big = tf32_of(x);
   small = tf32_of(x - __uint_as_float(big));
@@ -295,7 +238,7 @@ __device__ __forceinline__ void mma_tf32(float c[4], const uint32_t a[4], const 
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 /* c += x y in 3xTF32 from the split fragments (x = xb + xs, y = yb + ys): the small products
- * first, then big * big (pairs_tc; the same order in every build, so the same bits). */
+ * first, then big * big (a fixed order, so the same bits run to run). */
 __device__ __forceinline__ void mma_3x(float c[4], const uint32_t xb[4], const uint32_t xs[4],
                                              const uint32_t yb[2], const uint32_t ys[2]) {
   mma_tf32(c, xs, yb);
@@ -303,17 +246,9 @@ __device__ __forceinline__ void mma_3x(float c[4], const uint32_t xb[4], const u
   mma_tf32(c, xb, yb);
 }
 
-/* PAIRS_TC6: warp w < 6 takes block pair (I, J) = the w-th and both 8-column halves, its A
- * fragments (Xa, Xm) split once a k-step for both; warps 6 - 14 then take the diagonal
- * blocks' 144 tiles in one round (prep_pairs_diag2).  Each product and its order are 0's:
- * the same bits.  Session 20 (H100, B1 T32768 H32, beside main in one call, two rounds): prep
- * 3.44 - 3.45 -> 3.31 - 3.34 ms, the prefill 7.00 - 7.02 -> 6.89 ms.  0: twelve warps, 8
- * columns each, and the diagonal tiles on warps 12 - 15 (with DIAG2_SPLIT: warp 11's share). */
-#ifndef PAIRS_TC6
-#define PAIRS_TC6 1
-#endif
 /* Block pair pi of (1,0) (2,0) (2,1) (3,0) (3,1) (3,2), columns s = J 16 + 8 (h0 + n) + 0..7
- * for n < NH, by one warp: A and M share the B fragments, the halves share the A fragments. */
+ * for n < NH, by one warp: A and M share the B fragments, the NH halves share the A fragments
+ * (Xa, Xm), which are split into big and small parts once a k-step for all of them. */
 template <int NH>
 __device__ __forceinline__ void pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
                                          const float *Y, const float *E, float *Am, int pi, int h0, int gr,
@@ -352,37 +287,24 @@ __device__ __forceinline__ void pairs_tc(const cargs &A, int64_t ci, const float
     }
 }
 
-/* The six off-diagonal block pairs: PAIRS_TC6, warp w < 6 the w-th with both halves; else warp
- * w < 12 the (w / 2)-th and the columns of half w % 2. */
+/* The six off-diagonal block pairs: warp w < 6 the w-th, with both 8-column halves; warps
+ * 6 - 14 meanwhile take the diagonal blocks (prep_pairs_diag2). */
 __device__ void prep_pairs_tc(const cargs &A, int64_t ci, const float *Xa, const float *Xm,
                               const float *Y, const float *E, float *Am) {
   const int w = threadIdx.x / 32, lane = threadIdx.x % 32, gr = lane >> 2, tg = lane & 3;
-  if (PAIRS_TC6 && w < 6) pairs_tc<2>(A, ci, Xa, Xm, Y, E, Am, w, 0, gr, tg);
-  else if (!PAIRS_TC6 && w < 12) pairs_tc<1>(A, ci, Xa, Xm, Y, E, Am, w / 2, w % 2, gr, tg);
+  if (w < 6) pairs_tc<2>(A, ci, Xa, Xm, Y, E, Am, w, 0, gr, tg);
 }
 
-/* PAIRS_DIAG2: the four diagonal blocks' pairs (t, s), s <= t, at once, 2 x 2 entries a lane
- * pair, by warps 12 - 15 while warps 0 - 11 compute the off-diagonal blocks on tensor cores
- * (prep_pairs_tc); prep_pairs had taken the diagonal blocks one after the other, after those,
- * a float4 of Xa, Xm and Yd loaded for 8 FMAs.  Rows 2 tp, 2 tp + 1 and columns 2 sp, 2 sp + 1
- * (sp <= tp: 36 tiles a block, 144 entries for the 136 needed) share their loads; prep_pairs
- * writes the zeros of the tiles above (the solve and the scan's outputs read them).  Each entry's
- * sums are prep_pairs' own (the same channels per lane in the same order, the same two
- * accumulators, the same shuffle), its slow rows the same slow_pair: the same bits.  Measured
- * on the H200 (session 13, bench_cuda, the same hashes on every bench shape): prep 3.72 -> 3.47
- * ms and prefill 8.62-8.65 -> 8.40-8.41 ms at B1 T32768 H32.  0: prep_pairs' loop. */
-#ifndef PAIRS_DIAG2
-#define PAIRS_DIAG2 1
-#endif
-#define DIAG2_FIRST (PAIRS_TC6 ? 192 : 384) /* the first thread of prep_pairs_diag2 (after prep_pairs_tc's warps) */
-/* DIAG2_SPLIT: the 144 tiles are two rounds of warps 12 - 15's 64 lane pairs and 16 over; warp
- * 11 takes those 16 after its tensor-core pairs, instead of warp 12 a third round alone (the
- * same tiles, lanes and order: the same bits).  Session 19 (H100, B1 T32768 H32): leaving the
- * third round out (wrong outputs, timing only) took prep 3.52 -> 3.37 ms, so warp 12 was the
- * phase's last; with the split prep takes 3.41-3.45 ms.  0: warps 12 - 15 take all 144. */
-#ifndef DIAG2_SPLIT
-#define DIAG2_SPLIT (!PAIRS_TC6)
-#endif
+/* The four diagonal blocks' pairs (t, s), s <= t, at once, 2 x 2 entries a lane pair, by
+ * warps 6 - 14 while warps 0 - 5 compute the off-diagonal blocks on tensor cores
+ * (prep_pairs_tc).  Rows 2 tp, 2 tp + 1 and columns 2 sp, 2 sp + 1 (sp <= tp: 36 tiles a
+ * block, 144 tiles for the four blocks, 144 entries a block for the 136 needed) share their
+ * loads: six float4 loads (two rows each of Xa, Xm and Yd) serve 32 FMAs.  The two lanes of
+ * a pair sum alternate groups of 4 channels, each with two accumulators, and add the halves
+ * with one shuffle (both lanes get the same bits: addition commutes); a slow row's pairs take
+ * slow_pair.  prep_pairs_zero writes the zeros of the tiles above (the solve and the scan's
+ * outputs read them). */
+#define DIAG2_FIRST 192 /* the first thread of prep_pairs_diag2 (after prep_pairs_tc's 6 warps) */
 __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
                                  const float *bs, const int *slow, const double *inv, float *Am,
@@ -393,7 +315,7 @@ __device__ void pairs_diag2_tile(const cargs &A, const chunk_at &ch, int64_t h, 
   const int sp = r, t0 = I * 16 + 2 * tp, s0 = I * 16 + 2 * sp;
   float a[2][2] = {}, m[2][2] = {}, a1[2][2] = {}, m1[2][2] = {};
 #pragma unroll 2
-  for (int c = 4 * half; c < KP; c += 8) { /* prep_pairs' channels and order, per entry */
+  for (int c = 4 * half; c < KP; c += 8) { /* the halves interleaved: distinct banks */
     float4 p[2], x[2], y[2];
 #pragma unroll
     for (int i = 0; i < 2; i++)
@@ -431,118 +353,55 @@ __device__ void prep_pairs_diag2(const cargs &A, const chunk_at &ch, int64_t h, 
                                  const float *Xa, const float *Xm, const float *Yd, const float *Gs,
                                  const float *bs, const int *slow, const double *inv, float *Am) {
   const int half = threadIdx.x & 1, q0 = (threadIdx.x - DIAG2_FIRST) >> 1;
-  constexpr int NQ = (NTP - DIAG2_FIRST) / 2, LAST = DIAG2_SPLIT ? 4 * 36 / NQ * NQ : 4 * 36;
-  static_assert(!DIAG2_SPLIT || 4 * 36 - LAST == 16, "DIAG2_SPLIT: one warp's 16 lane pairs take the rest");
-  if (DIAG2_SPLIT && threadIdx.x / 32 == DIAG2_FIRST / 32 - 1) { /* the last tensor-core warp */
-    pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, LAST + threadIdx.x % 32 / 2, half);
-    return;
-  }
-  if (threadIdx.x < DIAG2_FIRST) return; /* beside prep_pairs_tc's warps (PAIRS_TC6: 0 - 5, else 0 - 11) */
-  for (int q = q0; q < LAST; q += NQ) /* uniform a warp: 144 tiles (DIAG2_SPLIT: 128) */
+  constexpr int NQ = (NTP - DIAG2_FIRST) / 2, LAST = 4 * 36;
+  if (threadIdx.x < DIAG2_FIRST) return; /* beside prep_pairs_tc's warps 0 - 5 */
+  for (int q = q0; q < LAST; q += NQ) /* uniform a warp: 144 tiles, one round */
     pairs_diag2_tile(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am, q, half);
 }
 
-/* PAIRS_ZERO: the blocks above the diagonal blocks are stored as zeros without the loop's
- * sums and shuffles (they were summed as zeros); the same bits.  0: through the loop. */
-#ifndef PAIRS_ZERO
-#define PAIRS_ZERO 1
-#endif
-/* A (strictly lower, into Am) and M (lower with the diagonal, out) over the 16 pairs of
- * 16-token blocks; lanes 2e and 2e+1 compute entry e = (ti, si) of each, over alternate
- * groups of 4 channels,
- * and add the halves with one shuffle (both lanes get the same bits: addition commutes). */
-__device__ void prep_pairs(const cargs &A, const chunk_at &ch, int64_t h, int64_t ci,
-                           const float *Xa, const float *Xm, const float *Y, const float *Yd,
-                           const float *Gs, const float *E, const float *bs, const int *slow,
-                           const double *inv, float *Am) {
+/* The zeros of A (into Am) and M above prep_pairs_diag2's 2 x 2 tiles inside the diagonal
+ * blocks, which the solve and the scan's outputs read, and of the blocks above the diagonal
+ * blocks, which no kernel reads (the scratch then holds whole matrices).  Lanes 2e and 2e + 1
+ * of warp ti take entry (ti, e) of each block pair (I, J >= I); half 0 stores. */
+__device__ void prep_pairs_zero(const cargs &A, int64_t ci, float *Am) {
   const int half = threadIdx.x & 1, ti = threadIdx.x / 32, si = threadIdx.x / 2 % 16;
-  const int c0 = half * (KP / 2);
   for (int I = 0; I < 4; I++) {
     for (int J = 0; J < 4; J++) {
       const int t = I * 16 + ti, s = J * 16 + si;
-      float a = 0.0f, m = 0.0f;
-      if (J < I && PAIRS_TC) continue; /* prep_pairs_tc wrote these */
-      /* zeros above the diagonal blocks, and above prep_pairs_diag2's 2 x 2 tiles: no sums,
-       * no shuffles.  The solve and the scan's outputs read the zeros inside the diagonal
-       * blocks; those of M's blocks above them only the scan with SCAN_MTRI = 0 reads */
-      if ((J > I && PAIRS_ZERO) || (J == I && PAIRS_DIAG2 && si / 2 > ti / 2)) {
-        if (!half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
-        continue;
-      }
-      if (J == I && PAIRS_DIAG2) continue; /* prep_pairs_diag2 wrote these */
-      if (J < I) { /* reference rho_J, between s and t */
-        const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Y + s * KSTR;
-        const float *e = E + (I * (I - 1) / 2 + J) * KP;
-        float a1 = 0.0f, m1 = 0.0f;
-#pragma unroll 4
-        for (int c = 4 * half; c < KP; c += 8) { /* the halves interleaved: distinct banks */
-          const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c), ee = ld4(e + c);
-          const float w0 = yy.x * ee.x, w1 = yy.y * ee.y, w2 = yy.z * ee.z, w3 = yy.w * ee.w;
-          a = fmaf(p.x, w0, a), a1 = fmaf(p.y, w1, a1), a = fmaf(p.z, w2, a), a1 = fmaf(p.w, w3, a1);
-          m = fmaf(q.x, w0, m), m1 = fmaf(q.y, w1, m1), m = fmaf(q.z, w2, m), m1 = fmaf(q.w, w3, m1);
-        }
-        a += a1, m += m1;
-      } else if (J == I && s <= t && !slow[t]) { /* reference rho_(I-1), the block's start */
-        const float *xa = Xa + t * KSTR, *xm = Xm + t * KSTR, *y = Yd + s * KSTR;
-        float a1 = 0.0f, m1 = 0.0f;
-#pragma unroll 4
-        for (int c = 4 * half; c < KP; c += 8) { /* the halves interleaved: distinct banks */
-          const float4 p = ld4(xa + c), q = ld4(xm + c), yy = ld4(y + c);
-          a = fmaf(p.x, yy.x, a), a1 = fmaf(p.y, yy.y, a1), a = fmaf(p.z, yy.z, a), a1 = fmaf(p.w, yy.w, a1);
-          m = fmaf(q.x, yy.x, m), m1 = fmaf(q.y, yy.y, m1), m = fmaf(q.z, yy.z, m), m1 = fmaf(q.w, yy.w, m1);
-        }
-        a += a1, m += m1;
-      } else if (J == I && s <= t) {
-        slow_pair(A, ch, h, Gs, inv, t, s, c0, c0 + KP / 2, a, m);
-        a *= bs[t];
-      }
-      a += __shfl_xor_sync(0xffffffffu, a, 1);
-      m += __shfl_xor_sync(0xffffffffu, m, 1);
-      if (J > I || (J == I && s >= t)) a = 0.0f; /* selected, not multiplied: no inf * 0 */
-      if (J > I || (J == I && s > t)) m = 0.0f;
-      if (!A.erases) a = 0.0f; /* no erase: Unew = beta v */
-      if (!half) Am[t * ASTR + s] = a, A.M[(ci * CT + t) * CT + s] = m;
+      if (J < I) continue; /* prep_pairs_tc wrote these */
+      if ((J > I || si / 2 > ti / 2) && !half) Am[t * ASTR + s] = 0.0f, A.M[(ci * CT + t) * CT + s] = 0.0f;
     }
   }
 }
 
-#ifndef PREP_VSTAGE
-#define PREP_VSTAGE 1
-#endif
-#ifndef SOLVE_FLAT
-#define SOLVE_FLAT 1
-#endif
 /* x = (I + A)^-1 b for one column (W: b = beta k e^gamma; U: b = beta v), by forward
  * substitution in registers, two threads a column (lanes 2c and 2c + 1, half = lane & 1):
  * row t's sum over r < t is split by r mod 4 (entries 0, 1 on half 0, 2, 3 on half 1, two
  * accumulators each), the halves added lo + hi after one shuffle (both lanes get the same
  * bits).  Entries of A at s >= t are zeros and the unsolved x[s] finite, so the unrolled loop
- * needs no guards.  The solve is the larger part of prep (prep without it: 3.5 of 8.4 ms at B1
- * T32768 H32); one thread a column, half the block idle, took 0.45 ms more.  W and U as
- * products with an explicit T = (I + A)^-1 (fla's solve_tril: 16 x 16 diagonal blocks by
- * substitution, then the off-diagonal blocks in two levels, then an 8 x 4 register-tiled
- * product) made prep 5.15 -> 5.59 ms (session 9): the product costs what the substitution did
- * and building T is seven latency-bound steps between barriers. */
-__device__ void prep_solve(const cargs &A, const chunk_at &ch, int64_t hv, int64_t ci, int col,
+ * needs no guards.  The solve is the largest part of prep: one thread a column (half the block
+ * idle) costs 0.45 ms more at B1 T32768 H32, and W and U as products with an explicit
+ * T = (I + A)^-1 (fla's solve_tril: 16 x 16 diagonal blocks by substitution, then the
+ * off-diagonal blocks in two levels, then an 8 x 4 register-tiled product) 0.44 ms more: the
+ * product costs what the substitution does, and building T is seven latency-bound steps
+ * between barriers. */
+__device__ void prep_solve(const cargs &A, int64_t hv, int64_t ci, int col,
                            int half, const float *Xa, const float *F, const float *bs,
                            const float *Am, const float *Vsm) {
   const bool wcol = col < KP;
   const int j = col - KP;
   float x[CT];
   /* The right-hand side, one branch-free unrolled loop per kind of column (the branch is
-   * warp-uniform: 16 columns a warp, KP a multiple of 16); with the tests inside the unrolled
-   * loop its 64 copies were about 15 % of prep's warp samples, most of them waiting for
-   * instructions (the code does not fit the instruction cache).  Rows past len and columns
-   * past V of Vsm are zeros and bs is 0 there, so no test is needed. */
+   * warp-uniform: 16 columns a warp, KP a multiple of 16).  Range tests inside the 64 unrolled
+   * copies would cost about 15 % of prep's warp samples, most of them waiting for instructions
+   * (the code outgrows the instruction cache); rows past len and columns past V of Vsm are
+   * zeros and bs is 0 there, so no test is needed. */
   if (wcol) {
 #pragma unroll
     for (int t = 0; t < CT; t++) x[t] = Xa[t * KSTR + col] * F[(t >> 4) * KP + col];
-  } else if (SOLVE_FLAT) {
-#pragma unroll
-    for (int t = 0; t < CT; t++) x[t] = bs[t] * Vsm[t * KSTR + j];
   } else {
 #pragma unroll
-    for (int t = 0; t < CT; t++) x[t] = t < ch.len && j < A.V ? bs[t] * Vsm[t * KSTR + j] : 0.0f;
+    for (int t = 0; t < CT; t++) x[t] = bs[t] * Vsm[t * KSTR + j];
   }
   if (A.erases) {
 #pragma unroll
@@ -588,8 +447,9 @@ __device__ __noinline__ void prep_solve_v(const cargs &A, const chunk_at &ch, in
 
 /* Raw k into Y, q into Xm, the gates into Gs and (Vsm not NULL) the chunk's values into Vsm,
  * by asynchronous copies (every load of the block in flight at once; 16 bytes at a time when K
- * and V allow); zeros past len and K.  The values were global loads in the solve, where half
- * the block waited for them (the largest stall of prep on the H200: long scoreboard). */
+ * and V allow); zeros past len and K.  Staged, the values are in shared memory before the
+ * solve starts: read from global memory inside the solve, half the block would wait for them
+ * (prep's largest stall, long scoreboard, in a profile). */
 __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t hv, float *Y,
                           float *Xm, float *Gs, float *Vsm) {
   const bool v4 = A.K % 4 == 0, gate_rows = A.decays && !A.gate_scalar;
@@ -635,20 +495,13 @@ __device__ void prep_load(const cargs &A, const chunk_at &ch, int64_t h, int64_t
  * the prologue's; the channels past K are zeros and add +0.  inv[t] (k) and inv[CT + t] (q)
  * are kept for the slow pairs.  Rows past len stay zeros (their 1 / norm, inf when l2_eps = 0,
  * is formed but neither stored nor used). */
-/* PREP_NORM1: each row's square root and division once a warp (lane l takes row l % 8 and
- * shuffles the results to all lanes) instead of in all 32 lanes: the same float64 operations
- * on the same sums, so the same bits, and an eighth of the float64 instructions of that step.
- * 0: in every lane. */
-#ifndef PREP_NORM1
-#define PREP_NORM1 1
-#endif
 __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *Xm, double *inv) {
   /* Warp w takes rows w + 16 i, i < 8 (k rows for i < 4, q rows after), all eight at once:
-   * their sums, butterflies and 1 / norms are independent chains, interleaved (one row after
-   * another, the latency of the float64 shuffles, square root and division, once a row, made
-   * prep 0.56 ms slower at B1 T32768 H32: as much as the prologue's kernel it replaced;
-   * interleaved, prep 4.96 -> 4.89 ms on the H200, the same bits: most of the cost was not that
-   * latency). */
+   * their sums, butterflies and 1 / norms are independent chains, interleaved, so the latency
+   * of the float64 shuffles, square root and division is paid once for eight rows.  Each row's
+   * square root and division is computed once a warp (lane l takes row l % 8 and shuffles the
+   * results to all lanes), an eighth of that step's float64 instructions; the same operations
+   * on the same sums either way, so the same bits. */
   constexpr int NR = 2 * CT / (NTP / 32);
   static_assert(NR == 8, "prep_norms: eight rows a warp");
   const int lane = threadIdx.x % 32, w = threadIdx.x / 32;
@@ -673,19 +526,14 @@ __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *
     for (int m = 16; m >= 1; m >>= 1)
 #pragma unroll
       for (int i = 0; i < NR; i++) ss[i] += __shfl_xor_sync(0xffffffffu, ss[i], m);
-    if (PREP_NORM1) { /* lane l: row l % NR's 1 / norm, then every lane all NR of them */
-      const int r = lane % NR; /* a select tree, not an indexed (local-memory) read */
-      const double s01 = r & 1 ? ss[1] : ss[0], s23 = r & 1 ? ss[3] : ss[2];
-      const double s45 = r & 1 ? ss[5] : ss[4], s67 = r & 1 ? ss[7] : ss[6];
-      double mine = r & 4 ? (r & 2 ? s67 : s45) : (r & 2 ? s23 : s01);
-      mine = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(mine + A.l2_eps) : fmax(sqrt(mine), A.l2_eps));
+    /* lane l: row l % NR's 1 / norm, then every lane all NR of them */
+    const int r = lane % NR; /* a select tree, not an indexed (local-memory) read */
+    const double s01 = r & 1 ? ss[1] : ss[0], s23 = r & 1 ? ss[3] : ss[2];
+    const double s45 = r & 1 ? ss[5] : ss[4], s67 = r & 1 ? ss[7] : ss[6];
+    double mine = r & 4 ? (r & 2 ? s67 : s45) : (r & 2 ? s23 : s01);
+    mine = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(mine + A.l2_eps) : fmax(sqrt(mine), A.l2_eps));
 #pragma unroll
-      for (int i = 0; i < NR; i++) iv[i] = __shfl_sync(0xffffffffu, mine, i);
-    } else {
-#pragma unroll
-      for (int i = 0; i < NR; i++)
-        iv[i] = 1.0 / (A.l2_mode == KDA_L2_FLA ? sqrt(ss[i] + A.l2_eps) : fmax(sqrt(ss[i]), A.l2_eps));
-    }
+    for (int i = 0; i < NR; i++) iv[i] = __shfl_sync(0xffffffffu, mine, i);
   } else {
 #pragma unroll
     for (int i = 0; i < NR; i++) iv[i] = 1.0;
@@ -701,26 +549,17 @@ __device__ void prep_norms(const cargs &A, const chunk_at &ch, float *Y, float *
   }
 }
 
-/* PREP_GRID_CONST: the argument block read in place (__grid_constant__): slow_pair and
- * prep_solve_v, not inlined, take its address, for which every thread otherwise copies it to
- * local memory first (prep's 624-byte stack frame; inferred from session 9's profile, where
- * local stores at the kernel's start were a part of its first 15 %).  0: by value. */
-#ifndef PREP_GRID_CONST
-#define PREP_GRID_CONST 1
-#endif
-#if PREP_GRID_CONST
-#define PREP_PARAM __grid_constant__
-#else
-#define PREP_PARAM
-#endif
-__global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) {
+/* The argument block is read in place (__grid_constant__): slow_pair and prep_solve_v, not
+ * inlined, take its address, for which every thread would otherwise copy the whole block to
+ * local memory at the kernel's start (a 624-byte stack frame instead of 256). */
+__global__ void __launch_bounds__(NTP) kda_chunk_prep(const __grid_constant__ cargs A) {
   extern __shared__ __align__(16) float sm[];
   float *Xa = sm, *Xm = Xa + CT * KSTR, *Y = Xm + CT * KSTR, *Yd = Y + CT * KSTR;
   float *Gs = Yd + CT * KSTR, *E = Gs + CT * KP, *F = E + 6 * KP, *Am = F + 4 * KP;
   float *bs = Am + CT * ASTR;
   int *slow = reinterpret_cast<int *>(bs + CT);
   double *inv = reinterpret_cast<double *>(slow + CT); /* 2 CT: 1 / norms (qk_raw) */
-  float *Vsm = PREP_VSTAGE && A.VP <= KP ? reinterpret_cast<float *>(inv + 2 * CT) : NULL; /* V <= 128 */
+  float *Vsm = A.VP <= KP ? reinterpret_cast<float *>(inv + 2 * CT) : NULL; /* V <= 128 */
   const int64_t hv = blockIdx.y, ci = (int64_t)blockIdx.x * A.HV + hv; /* ci: in the slice */
   const chunk_at ch = chunk_of(A, A.cbase + blockIdx.x);
   const int64_t h = head_of(A, hv);
@@ -736,13 +575,13 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
   }
   prep_decays(A, ci, tid % KP, tid / KP, Gs, Xa, Xm, Y, Yd, E, F, bs, slow, Am); /* Am: scratch */
   __syncthreads();
-  if (PAIRS_TC) prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
-  if (PAIRS_DIAG2) prep_pairs_diag2(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am);
-  prep_pairs(A, ch, h, ci, Xa, Xm, Y, Yd, Gs, E, bs, slow, inv, Am);
+  prep_pairs_tc(A, ci, Xa, Xm, Y, E, Am);
+  prep_pairs_diag2(A, ch, h, ci, Xa, Xm, Yd, Gs, bs, slow, inv, Am);
+  prep_pairs_zero(A, ci, Am);
   __syncthreads();
   for (int col = tid / 2; col < KP + A.VP; col += NTP / 2) /* warp-uniform: 16 columns a warp */
     if (col >= KP && !Vsm) prep_solve_v(A, ch, hv, ci, col - KP, tid & 1, bs, Am);
-    else if (col >= KP || A.erases) prep_solve(A, ch, hv, ci, col, tid & 1, Xa, F, bs, Am, Vsm);
+    else if (col >= KP || A.erases) prep_solve(A, hv, ci, col, tid & 1, Xa, F, bs, Am, Vsm);
 }
 
 /* ==== scan ==== */
@@ -756,37 +595,20 @@ __global__ void __launch_bounds__(NTP) kda_chunk_prep(const PREP_PARAM cargs A) 
  * chunk in two steps between block barriers:
  *   Unew = U - W S0                                   (64 x 32: a 16 x 16 tile a warp, k = 128)
  *   O = Qs S0 + M Unew, S <- e^gamma_L S + Kd^T Unew  (16 x 16 and 16 x 32 tiles a warp)
- * then S to shared memory for the next chunk.  The float32 FMA scan it replaces (sessions
- * 5-17, in the tree until commit 5844843: a chain of 256 threads in 4 x 4 tiles and 128 more
- * for the outputs one chunk behind) was bound by shared-memory traffic into registers (a
- * 32-bit load every two FMAs); a k-step of a 16 x 16 tile here is 64 multiply-adds a lane for
- * eight loads.
- * Measured on the H100 (B1 T32768 H32, session 18): 4.14 -> 3.26 ms with m16n8k8; m8n8k4,
- * half its rate on Hopper, 5.07 ms; the two steps fused into one loop each sharing fragments,
- * 3.35 ms.  Deterministic: a fixed order of tensor-core products, no atomics.
- * Session 19 (H100, the same output bits): SCAN_MTRI and the unrolls below, 3.25 -> 3.08-3.11
- * ms.  An ncu profile before them (B1 T8192): the float64 tensor pipe active 57 % of the
- * cycles, 2 warps a scheduler, most stalls fixed-latency waits between dependent DMMAs and
- * on registers a DMMA still reads (docs/cuda.md, session 19). */
+ * then S to shared memory for the next chunk.  A k-step of a 16 x 16 tile is 64 multiply-adds
+ * a lane for eight shared-memory loads, where a float32 FMA scan (4 x 4 register tiles) needs
+ * a 32-bit load every two FMAs and is bound by that traffic: on the H100 at B1 T32768 H32
+ * this scan takes 3.1 ms against such a scan's 4.1.  m16n8k8 runs at twice the rate of
+ * m8n8k4 (sm_80's shape) on Hopper.  Deterministic: a fixed order of tensor-core products, no
+ * atomics.  Its float64 tensor pipe is active about half of the cycles, with 2 warps a
+ * scheduler; most stalls are fixed-latency waits between dependent DMMAs (docs/cuda.md). */
 #define NTS 256      /* threads of the scan: 8 warps */
-/* SCAN_MTRI (sd_out): M Unew over the rows of Unew that M's lower triangle reaches, with
- * balanced row tiles: the float64 tensor-core products a chunk and scheduler 224 -> 212;
- * alone (4-step unrolls) scan 3.25 -> 3.13-3.15 ms.  0: over all 64 rows, tiles in order. */
-#ifndef SCAN_MTRI
-#define SCAN_MTRI 1
-#endif
-/* The k-steps a loop body of the 16 x 16 tiles (k = 128) and of the update (k = 64): ptxas
- * then gives the scan 142 registers instead of 202 and the scheduler more independent
- * products.  With SCAN_MTRI: 4 and 2 (session 18's) 3.13-3.15 ms, 8 and 2 3.11-3.13, 4 and 4
- * 3.16-3.17, 16 and 8 3.08-3.11.  Measured slower on top of 16 and 8: the plan entry read a
- * chunk ahead (3.18) and the copy loops unrolled (3.23-3.27 ms). */
-#ifndef SD_UNROLL
+/* The k-steps a loop body of the 16 x 16 tiles (k = 128) and of the update (k = 64): with
+ * 16 and 8 ptxas gives the scan 142 registers instead of 202 (4 and 2) and the scheduler more
+ * independent products (scan 3.13-3.15 -> 3.08-3.11 ms on the H100; 8 and 2, 4 and 4 lie
+ * between). */
 #define SD_UNROLL 16
-#endif
-#ifndef SD_UPD_UNROLL
-#define SD_UPD_UNROLL 8
-#endif
-static constexpr int sd_upd_unroll = SD_UPD_UNROLL; /* #pragma unroll takes no macro */
+static constexpr int sd_upd_unroll = 8; /* #pragma unroll takes no macro */
 #define SDS (VS + 4) /* row stride (doubles) of S0 and Unew: a B fragment's 32 lanes in 2 wavefronts */
 #define KDS (KP + 8) /* row stride of Kd: its A fragments (Kd transposed) in distinct banks */
 
@@ -895,16 +717,16 @@ __device__ __forceinline__ void sd_unew(const cargs &A, const float *W, const fl
 __device__ __forceinline__ void sd_out(const cargs &A, int64_t c, const scan_item &w, const float *Qb,
                                        const float *Mb, const double *Ss, const double *Vs, int wp, int g,
                                        int q) {
-  /* SCAN_MTRI: M[t][s] = 0 for s > t, so rows tb.. + 15 need Unew's rows s < tb + 16 only
-   * (the products skipped are zeros); the row tiles 0, 1, 3, 2 of warp pairs 0-1 .. 6-7 put
-   * a short and a long tile on each of the four schedulers (warp w on w % 4). */
-  static_assert(CT == 64 && NTS == 256, "SCAN_MTRI: four row tiles, two warps each");
-  const int rt = SCAN_MTRI && (wp >> 1) >= 2 ? 5 - (wp >> 1) : wp >> 1;
+  /* M[t][s] = 0 for s > t, so rows tb.. + 15 need Unew's rows s < tb + 16 only (the products
+   * skipped are zeros: 212 instead of 224 float64 tensor-core products a chunk and
+   * scheduler); the row tiles 0, 1, 3, 2 of warp pairs 0-1 .. 6-7 put a short and a long tile
+   * on each of the four schedulers (warp w on w % 4). */
+  static_assert(CT == 64 && NTS == 256, "sd_out: four row tiles, two warps each");
+  const int rt = (wp >> 1) >= 2 ? 5 - (wp >> 1) : wp >> 1;
   const int tb = 16 * rt, cb = 16 * (wp & 1);
   double acc[2][4] = {};
   sd_tile<SD_UNROLL>(acc, Qb, KSTR, Ss, KP, tb, cb, g, q);
-  if (SCAN_MTRI) sd_tile<2>(acc, Mb, ASTR, Vs, tb + 16, tb, cb, g, q);
-  else sd_tile<SD_UNROLL>(acc, Mb, ASTR, Vs, CT, tb, cb, g, q);
+  sd_tile<2>(acc, Mb, ASTR, Vs, tb + 16, tb, cb, g, q);
   const chunk_at ch = chunk_of(A, c);
 #pragma unroll
   for (int h = 0; h < 2; h++) {
@@ -1075,9 +897,8 @@ int kda_cuda_use_chunk(const kda_problem *p, int32_t algo, int64_t max_len, int6
   if (algo == 1) return 1;
   /* auto: wide heads (K is padded to 128: small heads gain nothing), long sequences (the
    * recurrent kernel is better at a few tokens a sequence), at most 4 work items of 32
-   * columns a multiprocessor for the recurrent kernel (measured on the H200, docs/cuda.md:
-   * B1 and B4 at H32, T8192 and up, are faster chunked; more sequences give the recurrent
-   * kernel the parallelism it lacks at B1), and the longest sequence's scratch within the cap
+   * columns a multiprocessor for the recurrent kernel (B1 and B4 at H32, T8192 and up, are
+   * faster chunked; more sequences give the recurrent kernel the parallelism it lacks at B1), and the longest sequence's scratch within the cap
    * (at most ceil(max_len / CT) + one a checkpoint chunks; more sequences run in slices: a
    * fixed cap, not the free memory, so the choice and the bits do not depend on what else the
    * card holds). */
@@ -1111,7 +932,7 @@ int64_t kda_cuda_chunk_slices(const kda_problem *p, const int32_t *plan, int64_t
 }
 
 static const size_t prep_bytes =
-    (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + PREP_VSTAGE * CT * KSTR) * sizeof(float) +
+    (4 * CT * KSTR + CT * KP + 10 * KP + CT * ASTR + 2 * CT + CT * KSTR) * sizeof(float) +
     2 * CT * sizeof(double);
 /* S0, Unew (float64); W, U, gC x 2, Kd, Qs, M: 226 304 bytes, within sm_90's 227 KB a block. */
 static const size_t scan_bytes = (KP + CT) * SDS * sizeof(double) +

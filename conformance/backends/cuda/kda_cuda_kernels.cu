@@ -50,20 +50,13 @@ static int64_t gate_width(const kda_problem *p) {
   return p->family == KDA_FAMILY_KDA ? p->K : p->family == KDA_FAMILY_GDN ? 1 : 0;
 }
 
-/* The chunked kernels normalize q and k in prep (kda_cuda_chunk.cu, prep_norms: the same
- * arithmetic, the same bits) rather than reading the prologue's qh, kh: at B1 T32768 H32 that
- * spares the prologue 1 GiB of reads and 1 GiB of writes.  0 restores coef_qk (the bench's
- * side-by-side build). */
-#ifndef QK_IN_PREP
-#define QK_IN_PREP 1
-#endif
-
-/* chunked: the chunked kernels read neither qh, kh (QK_IN_PREP) nor a (they take the
- * log-gates lg), so those take no room (computed: 1.5 GiB at B1 T32768 H32, 26 GB at B4
- * T131072). */
+/* chunked: the chunked kernels read neither qh, kh nor a, so those take no room (1.5 GiB at
+ * B1 T32768 H32, 26 GB at B4 T131072).  Their prep normalizes q and k itself (kda_cuda_chunk.cu,
+ * prep_norms: the prologue's arithmetic, the same bits), which spares the prologue 1 GiB of
+ * writes and 1 GiB of reads at B1 T32768 H32, and takes the log-gates lg instead of a. */
 static scratch_map scratch_layout(const kda_problem *p, int chunked) {
   scratch_map m;
-  const size_t T = (size_t)p->T, qk = chunked && QK_IN_PREP ? 0 : T * (size_t)p->H * (size_t)p->K * sizeof(float);
+  const size_t T = (size_t)p->T, qk = chunked ? 0 : T * (size_t)p->H * (size_t)p->K * sizeof(float);
   m.qh = 0;
   m.kh = round_up(qk);
   m.a = m.kh + round_up(qk);
@@ -91,17 +84,10 @@ size_t kda_cuda_scratch_bytes(const kda_problem *p, int chunked) {
  * float32 state and recurrence, which this does not change. */
 
 /* softplus and sigmoid: kda_cuda_math.h (the forms of SPEC.md §9.2 with float64 e^z and log1p
- * built for the ranges they get: the gate kernel issued about 290 instructions an element with
- * CUDA's exp and log1p). */
-#ifndef GATE_LIBDEVICE /* 1: CUDA's exp and log1p, for the bench's side-by-side build */
-#define GATE_LIBDEVICE 0
-#endif
-__device__ static double dev_softplus(double y) {
-  return GATE_LIBDEVICE ? (y > 0.0 ? y : 0.0) + log1p(exp(-fabs(y))) : kcm_softplus(y);
-}
-__device__ static double dev_sigmoid(double y) {
-  return GATE_LIBDEVICE ? (y >= 0.0 ? 1.0 / (1.0 + exp(-y)) : exp(y) / (1.0 + exp(y))) : kcm_sigmoid(y);
-}
+ * built for the ranges they get: 96 instructions a gate element, where CUDA's exp and log1p,
+ * with their argument checks and special cases, take about 290). */
+__device__ static double dev_softplus(double y) { return kcm_softplus(y); }
+__device__ static double dev_sigmoid(double y) { return kcm_sigmoid(y); }
 
 __device__ static double dev_ea(const float *A_log, int64_t hv, int32_t has_A_log) {
   return has_A_log ? exp((double)A_log[hv]) : 1.0;
@@ -166,7 +152,7 @@ __device__ void coef_qk(const coef_args &C, int64_t blk) {
   }
 }
 
-/* coef_qk for K <= 128 (PRO_ONE): the q and k rows' loads issued together, four floats a
+/* coef_qk for K <= 128 (kda_cuda_coef_one): the q and k rows' loads issued together, four floats a
  * lane each, before either sum (coef_qk waits for q's row, then for k's).  The same operations
  * in the same order as coef_qk and dev_inv_norm (a lane's sum over i = lane + 32 u in u order,
  * the butterfly, x * (1 / norm)), so the same bits: the lanes past K add 0 * 0 = +0 to a sum of
@@ -210,7 +196,7 @@ __device__ void coef_qk_row(const coef_args &C, int64_t blk) {
 
 /* e^g_eff for the recurrent kernels: g_eff <= 0 in every mode but log with positive gates. */
 __device__ static float dev_decay(double ge) {
-  return (float)(ge <= 0.0 && !GATE_LIBDEVICE ? kcm_exp_neg(ge) : exp(ge));
+  return (float)(ge <= 0.0 ? kcm_exp_neg(ge) : exp(ge));
 }
 
 /* a = exp(g_eff) per (t, hv, c), c < GW (SPEC.md §4.1; exp(-inf) = +0) for the recurrent
@@ -219,15 +205,10 @@ __device__ static float dev_decay(double ge) {
  * value head, dt_bias and e^A_log are read once, and neighbouring threads touch neighbouring
  * elements) and takes tokens blockIdx.y, + gridDim.y, ... (the launch: launch_prologue). */
 /* GATE_UNROLL tokens a thread at once: their loads are all issued before the float64 work,
- * so a warp has that many loads in flight instead of one (with one, B1 T32768 H32's 134 M
- * gate elements moved at about 1.3 TB/s: too few bytes in flight to cover the memory's
- * latency).  Every element's arithmetic is unchanged, so are the bits.  1: one at a time.
- * 8 rather than 4 (session 17, H100, the same bits): the prefill prologue at B1 T32768 0.547
- * -> 0.489 ms; decode B1024 1.511-1.512 -> 1.504-1.510 ms with PRO_ONE_MIN 8 (with 16 the
- * one-launch prologue spills more and decode got slower, 1.522-1.525). */
-#ifndef GATE_UNROLL
+ * so a warp has eight loads in flight instead of one (one at a time moves B1 T32768 H32's
+ * 134 M gate elements at about 1.3 TB/s: too few bytes in flight to cover the memory's
+ * latency).  Every element's arithmetic is the same, and so are the bits. */
 #define GATE_UNROLL 8
-#endif
 __device__ __forceinline__ void gate_put(const coef_args &C, int64_t e, double x, int lm, double ea,
                                          double db) {
   const double ge = lm ? x
@@ -262,52 +243,38 @@ __device__ void coef_beta(const coef_args &C, int64_t blk) {
   if (e < C.nb) C.b[e] = dev_beta(C.beta[e], C.beta_mode);
 }
 
-/* Three kernels.  One launch for the three, with the memory-bound qk blocks interleaved with
- * the float64-bound gate blocks, was measured slower (prologue 1.93 -> 2.10 ms at B1 T32768
- * H32 on the H200; docs/cuda.md). */
+/* Three kernels for prefill (plus kda_cuda_coef_ea): at prefill sizes each is long enough to
+ * fill the card alone; one launch for all three, the memory-bound qk blocks interleaved with
+ * the float64-bound gate blocks, measured slower (the prologue +9 % at B1 T32768 H32). */
 __global__ void kda_cuda_coef_qk(const coef_args C) { coef_qk(C, blockIdx.x); }
 __global__ void kda_cuda_coef_gate(const coef_args C) { coef_gate<false>(C, blockIdx.x, blockIdx.y, gridDim.y); }
 __global__ void kda_cuda_coef_beta(const coef_args C) { coef_beta(C, blockIdx.x); }
 
-/* PRO_ONE: for decode (a token a sequence) the whole prologue in one launch, the four kernels'
- * blocks in one grid (ng gate blocks, gx across, then nq of qk, then the betas'), e^A_log
- * evaluated by each gate thread instead of by a kernel of its own: the same functions on the
- * same values, so the same bits.  At B1024 H32 the four launches' prologue took 0.072 ms for
- * 0.1 GB of traffic (docs/cuda.md); the kernels are short and each waited for the one before.
- * Measured (H200, session 12, bench_cuda twice, the same bits): B64 0.099-0.100 -> 0.088-0.089
- * ms, B256 0.305-0.307 -> 0.298-0.300, B1024 1.135 -> 1.127-1.128 (PRO_ONE_MIN 16; 8 and 12
- * within the spread: 1.123-1.133; 8 since GATE_UNROLL 8, whose eight loads in flight a gate
- * thread need the registers).  0: four launches. */
-#ifndef PRO_ONE
-#define PRO_ONE 1
-#endif
-#ifndef PRO_ONE_MIN /* blocks a multiprocessor the registers must allow (8: 64 a thread) */
-#define PRO_ONE_MIN 8
-#endif
-/* PRO_MIX: the ng gate blocks (float64-bound) spread evenly among the nq qk blocks (bound by
- * memory) instead of all before them: block b is gate block gi = floor(b ng / (ng + nq)) when
- * floor((b + 1) ng / (ng + nq)) > gi, else qk block b - gi.  Each block's work is unchanged. */
-#ifndef PRO_MIX
-#define PRO_MIX 1
-#endif
-/* DECODE_PDL: the row decode kernel is launched as a programmatic dependent of this one
+/* For decode (a token a sequence) the whole prologue in one launch: the four kernels' blocks
+ * in one grid (ng gate blocks, gx across, nq qk blocks, then the betas'), e^A_log evaluated
+ * by each gate thread instead of by a kernel of its own (the same function on the same value,
+ * so the same bits).  At decode sizes each of four separate kernels is short and waits for
+ * the one before.  The ng gate blocks (float64-bound) are spread evenly among the nq qk blocks
+ * (memory-bound): block b is gate block gi = floor(b ng / (ng + nq)) when
+ * floor((b + 1) ng / (ng + nq)) > gi, else qk block b - gi.  PRO_ONE_MIN: the blocks a
+ * multiprocessor the registers must allow (8: 64 registers a thread, enough for the gate
+ * threads' GATE_UNROLL loads without spilling).
+ * The row decode kernel is launched as a programmatic dependent of this one
  * (launch_decode_rows), which lets it start once every block of this grid has begun: its
  * blocks issue their state loads, then wait (pdl_wait) for this grid's completion and its
  * writes before they read qh, kh, a and b. */
-#ifndef DECODE_PDL
-#define DECODE_PDL 1
-#endif
+#define PRO_ONE_MIN 8
 __device__ __forceinline__ void pdl_trigger() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 __global__ void __launch_bounds__(THREADS, PRO_ONE_MIN) kda_cuda_coef_one(const coef_args C, int64_t ng, int64_t gx, int64_t gy, int64_t nq) {
-  if (DECODE_PDL) pdl_trigger();
+  pdl_trigger();
   const int64_t b = blockIdx.x, nm = ng + nq;
   if (b >= nm) {
     coef_beta(C, b - nm);
     return;
   }
-  const int64_t gi = PRO_MIX ? b * ng / nm : b < ng ? b : ng; /* gate blocks before block b */
-  const bool gate = PRO_MIX ? (b + 1) * ng / nm > gi : b < ng;
+  const int64_t gi = b * ng / nm; /* gate blocks before block b */
+  const bool gate = (b + 1) * ng / nm > gi;
   if (gate) coef_gate<true>(C, gi % gx, gi / gx, gy);
   else if (C.K <= 128) coef_qk_row(C, b - gi);
   else coef_qk(C, b - gi);
@@ -344,8 +311,8 @@ struct widen_args {
   int32_t bf16;
 };
 /* blockIdx.y: which of q, k, v, g, beta; a grid-stride loop over its elements.  The argument
- * block is read in place (__grid_constant__): indexed by blockIdx.y, it was otherwise first
- * copied to local memory by every thread (a 128-byte stack frame). */
+ * block is read in place (__grid_constant__): indexed by blockIdx.y, it would otherwise be
+ * copied to local memory by every thread first (a 128-byte stack frame). */
 __global__ void kda_cuda_widen(const __grid_constant__ widen_args W) {
   const int a = blockIdx.y;
   const uint16_t *s = W.src[a];
@@ -772,19 +739,11 @@ static cudaError_t dispatch_decode(const recur_args &A, int R, int64_t max_grid,
  * staged in shared memory; the sums over i (p_j, then o_j) are a per-thread sum over its 32
  * rows and the four warps' partials added in a fixed order (no atomics). */
 #define DROWS 32
-/* DECODE_V128: the K = V = 128 instance (KV below).  Measured (H200, session 17, bench_cuda
- * three times in each of two calls, the same bits): B1024 1.121-1.125 -> 1.109-1.116 ms.  0: the
- * run-time instance for every shape. */
-#ifndef DECODE_V128
-#define DECODE_V128 1
-#endif
-/* Blocks a multiprocessor the KV instance's registers must allow: 1 leaves it 187 registers
- * (two blocks); 3 (168 registers, no spill, three blocks) was slower (H200, session 17:
- * B1024 1.120-1.122 against 1.109-1.112 ms). */
-#ifndef DECODE_MINB
-#define DECODE_MINB 1
-#endif
-template <int KV> __global__ void __launch_bounds__(THREADS, KV ? DECODE_MINB : 1)
+/* Two instances: KV = 128 for the production shape K = V = 128 (launch_decode_rows picks it),
+ * KV = 0 for the other shapes.  With one block a multiprocessor required, ptxas gives the
+ * KV = 128 instance 187 registers, so two blocks fit a multiprocessor; forcing three (168
+ * registers) is slower. */
+template <int KV> __global__ void __launch_bounds__(THREADS, 1)
 kda_cuda_decode_rows(const recur_args A, int64_t items, int64_t tiles_rt) {
   /* KV = 128: K = V = 128 known when compiled (the production shape), so a thread's 32 rows
    * are one base address plus immediate offsets and no row or column is out of range; KV = 0:
@@ -809,7 +768,7 @@ kda_cuda_decode_rows(const recur_args A, int64_t items, int64_t tiles_rt) {
                  : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (eos > bos) {
       const int64_t t = bos;
-      if (DECODE_PDL) pdl_wait(); /* the prologue's coefficients (launch_decode_rows) */
+      pdl_wait(); /* the prologue's coefficients (launch_decode_rows) */
       __syncthreads(); /* the previous item's readers of sk, sq, sa and part are done */
       const int i = threadIdx.x;
       sk[i] = (KV || i < K) ? A.kh[(t * A.H + h) * K + i] : 0.0f;
@@ -890,8 +849,8 @@ static cudaError_t launch_decode_rows(const recur_args &A, int64_t N, int64_t ma
   at.val.programmaticStreamSerializationAllowed = 1;
   cudaLaunchConfig_t cfg = {};
   cfg.gridDim = dim3((unsigned)grid), cfg.blockDim = dim3(THREADS), cfg.stream = st;
-  cfg.attrs = &at, cfg.numAttrs = DECODE_PDL && pdl ? 1 : 0;
-  return DECODE_V128 && A.K == 128 && A.V == 128
+  cfg.attrs = &at, cfg.numAttrs = pdl ? 1 : 0;
+  return A.K == 128 && A.V == 128
              ? cudaLaunchKernelEx(&cfg, kda_cuda_decode_rows<128>, A, items, tiles)
              : cudaLaunchKernelEx(&cfg, kda_cuda_decode_rows<0>, A, items, tiles);
 }
@@ -928,7 +887,7 @@ int kda_cuda_why_not(const kda_problem *p, int32_t ksplit, char *why, size_t len
 
 static unsigned grid_of(int64_t n, int per) { return (unsigned)((n + per - 1) / per); }
 
-/* Enqueues the prologue kernels of SPEC.md §4; one: in one launch (PRO_ONE, decode). */
+/* Enqueues the prologue kernels of SPEC.md §4; one: in one launch (kda_cuda_coef_one, decode). */
 static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const scratch_map *m,
                             int chunked, int one, cudaStream_t st) {
   char *base = (char *)d->scratch;
@@ -949,7 +908,7 @@ static void launch_prologue(const kda_problem *p, const kda_cuda_dev *d, const s
   const int64_t W = p->HV * GW, gx = (W + THREADS - 1) / THREADS; /* 0: no gates (GW = 0) */
   int64_t gy = gx == 0 ? 0 : T < (4096 + gx - 1) / gx ? T : (4096 + gx - 1) / gx;
   gy = gy < 65535 ? gy : 65535;
-  const int gate = C.n != 0, qk = !chunked || !QK_IN_PREP;
+  const int gate = C.n != 0, qk = !chunked;
   if (one) {
     const int64_t ng = gate ? gx * gy : 0, nq = qk ? grid_of(C.rows * 32, THREADS) : 0;
     kda_cuda_coef_one<<<(unsigned)(ng + nq + grid_of(C.nb, THREADS)), THREADS, 0, st>>>(C, ng, gx, gy, nq);
@@ -1007,7 +966,7 @@ static cudaError_t dispatch_rows(const recur_args &A, int R, int64_t blocks, int
 
 /* ksplit=0: 4 threads a column (32 key rows each: fewer instructions a state element) when
  * there are enough blocks of 32 columns to keep every multiprocessor busy twice over and K
- * fits, else 8 (more warps for a few long sequences).  Measured on the H200: docs/cuda.md. */
+ * fits, else 8 (more warps for a few long sequences). */
 static int auto_ksplit(const kda_problem *p) {
   int dev = 0, sms = 132;
   if (cudaGetDevice(&dev) != cudaSuccess ||
@@ -1034,12 +993,11 @@ static int launch_chunks(const kda_problem *p, const kda_cuda_dev *d, const scra
   C.vk = p->state_layout == KDA_STATE_VK;
   C.has_h0 = p->has_initial_state != 0, C.want_ht = p->want_final_state != 0;
   C.phases = phases;
-  C.qh = QK_IN_PREP ? NULL : (const float *)(base + m->qh);
-  C.kh = QK_IN_PREP ? NULL : (const float *)(base + m->kh);
+  C.qh = NULL, C.kh = NULL; /* prep normalizes the raw q and k (qk_raw) */
   C.lg = (const float *)(base + m->lg), C.b = (const float *)(base + m->b);
   C.v = d->v, C.h0 = d->h0, C.plan = d->plan, C.slots = d->slots;
   C.o = d->o, C.ht = d->ht, C.hc = d->hc;
-  C.q = d->q, C.k = d->k, C.qk_raw = QK_IN_PREP, C.l2_mode = p->l2_mode;
+  C.q = d->q, C.k = d->k, C.qk_raw = 1, C.l2_mode = p->l2_mode;
   C.scale = p->scale, C.l2_eps = p->l2_eps;
   kda_cuda_chunk_scratch(&C, d->chunk_scratch);
   const cudaError_t e = kda_cuda_chunk_run(&C, stream);
@@ -1070,7 +1028,7 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   const int chunked = d->plan && d->n_chunks > 0;
   const scratch_map m = scratch_layout(p, chunked);
   const int prologue = p->T > 0 && (!o->phases || (o->phases & 8));
-  if (prologue) launch_prologue(p, d, &m, chunked, PRO_ONE && decode && !chunked, stream);
+  if (prologue) launch_prologue(p, d, &m, chunked, decode && !chunked, stream);
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "prologue launch", e);
 
@@ -1102,7 +1060,7 @@ int kda_cuda_launch(const kda_problem *p, const kda_cuda_dev *d, const kda_cuda_
   const int R = rows_for(p->K, ks);
   if (decode) {
     /* the prologue ran just before (one launch, no checkpoint map after it) */
-    const int pdl = prologue && PRO_ONE && p->n_checkpoints == 0;
+    const int pdl = prologue && p->n_checkpoints == 0;
     e = decode_rows_fits(p) ? launch_decode_rows(A, p->N, o->max_grid, pdl, stream)
                             : dispatch_decode(A, R, o->max_grid, stream);
     if (e != cudaSuccess) return fail(KDA_EIO, err, errlen, "decode kernel launch", e);

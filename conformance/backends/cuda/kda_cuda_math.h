@@ -4,27 +4,33 @@
  * SPDX-License-Identifier: MIT
  *
  * Why not CUDA's exp and log1p: the prologue's gate kernel evaluates softplus once a gate
- * element (134 M of them at B1 T32768 H32) and, with libdevice's double exp and log1p, issued
- * about 290 instructions an element (72 of them float64: ncu on the H200, docs/cuda.md), most
- * of them argument checks and special cases this prologue never needs.  Here each function
- * serves exactly the range its callers give it and is a plain chain of float64 operations:
+ * element (134 M of them at B1 T32768 H32), and with libdevice's double exp and log1p it
+ * issues about 290 instructions an element (72 of them float64: ncu), most of them argument
+ * checks and special cases this prologue never needs.  Here each function serves exactly the
+ * range its callers give it and is a plain chain of float64 operations.  Two implementations:
  *
- *   e^z, z <= 0: n = rint(z / ln 2), r = z - n ln 2 (two-part ln 2, |r| <= ln2/2), the
+ *   The kernels' (kcm_exp_neg, kcm_log1p_unit, kcm_softplus, kcm_sigmoid: the functions with
+ *     suffix 1), table-driven: e^z = 2^m 2^(j/32) e^r with a 32-entry table and a degree-5
+ *     polynomial; log1p(e) = -log c_j + log1p(c_j (1 + e) - 1) with a 31-entry table and a
+ *     degree-8 polynomial (below, at each function).  A gate element costs 96 instructions (46
+ *     of them float64).
+ *   A second, independent one (suffix 0), which the plugin does not call: check_cuda tests it
+ *     against MPFR too and checks that the two give the same float roundings.
+ *     e^z, z <= 0: n = rint(z / ln 2), r = z - n ln 2 (two-part ln 2, |r| <= ln2/2), the
  *     Taylor polynomial of degree 12 (truncation (ln2/2)^13 / 13! < 2^-52), times 2^n as two
  *     powers of two built in the exponent field (so subnormal results round as e^z's do).
- *   log1p(e), 0 < e <= 1: 2 atanh(s) with s = f / (2 + f), f = e (e <= sqrt2 - 1) or
+ *     log1p(e), 0 < e <= 1: 2 atanh(s) with s = f / (2 + f), f = e (e <= sqrt2 - 1) or
  *     f = (e - 1) / 2 and ln 2 added (e > sqrt2 - 1), so |s| <= 0.1716 and the odd series to
  *     s^19 leaves s^20 / 21 < 2^-55 of the result; the division is a float reciprocal, one
  *     Newton step and one correction of the quotient.
- *   softplus(y) = max(y, 0) + log1p(e^-|y|), sigmoid(y) = 1 / (1 + e^-y) (y >= 0) or
- *     e^y / (1 + e^y): the §9.2 forms, exactly as kda_cuda_kernels.cu used them with CUDA's
- *     functions.
+ *   Both: softplus(y) = max(y, 0) + log1p(e^-|y|), sigmoid(y) = 1 / (1 + e^-y) (y >= 0) or
+ *     e^y / (1 + e^y), the forms of SPEC.md §9.2.
  *
  * Each normal result is within 2^-48 of the exact value, relative (conformance/tests/check_cuda.c
  * checks that bound against MPFR over millions of arguments), so rounding it to float gives the
  * correctly rounded float except when the exact value lies within 2^-48 of a midpoint between two
- * floats, and then a neighbour: the coefficients stay "float64, rounded to float once" in the
- * sense of docs/cuda.md item 1, as they were with CUDA's functions (within about 2^-52).
+ * floats, and then a neighbour: the coefficients are "float64, rounded to float once" in the
+ * sense of docs/cuda.md ("The prologue"), as with CUDA's double functions (within about 2^-52).
  *
  * The same source runs on the device and on the host (the test): every operation is an
  * explicit IEEE operation in round-to-nearest (no contraction into FMA on either side; the host
@@ -154,7 +160,7 @@ KCM_FN double kcm_sigmoid0(double y) {
   return e / KCM_ADD(1.0, e);
 }
 
-/* ---- KCM_FAST 1: table-driven e^z and log1p (the gate kernel's fewer instructions) ----
+/* ---- The table-driven e^z and log1p (the kernels' functions) ----
  * Tables and coefficients: conformance/backends/cuda/kcm_gen.py (mpmath), pasted below as its
  * output.  The tables are __device__ arrays read through the read-only cache on the device and
  * the same values in host arrays on the host (the test), so both sides see the same bits. */
@@ -331,15 +337,12 @@ KCM_FN double kcm_sigmoid1(double y) {
   return e / KCM_ADD(1.0, e);
 }
 
-/* The prologue's functions: KCM_FAST 1 the table-driven ones, 0 the Taylor/atanh ones (kept for
- * the side-by-side build; check_cuda tests both). */
-#ifndef KCM_FAST
-#define KCM_FAST 1
-#endif
-KCM_FN double kcm_exp_neg(double z) { return KCM_FAST ? kcm_exp_neg1(z) : kcm_exp_neg0(z); }
-KCM_FN double kcm_log1p_unit(double e) { return KCM_FAST ? kcm_log1p_unit1(e) : kcm_log1p_unit0(e); }
-KCM_FN double kcm_softplus(double y) { return KCM_FAST ? kcm_softplus1(y) : kcm_softplus0(y); }
-KCM_FN double kcm_sigmoid(double y) { return KCM_FAST ? kcm_sigmoid1(y) : kcm_sigmoid0(y); }
+/* The prologue's functions: the table-driven ones (the Taylor/atanh ones above are the second
+ * implementation check_cuda compares them with). */
+KCM_FN double kcm_exp_neg(double z) { return kcm_exp_neg1(z); }
+KCM_FN double kcm_log1p_unit(double e) { return kcm_log1p_unit1(e); }
+KCM_FN double kcm_softplus(double y) { return kcm_softplus1(y); }
+KCM_FN double kcm_sigmoid(double y) { return kcm_sigmoid1(y); }
 
 /* ---- Float pairs for the chunked prep's cumulative log-decays (kda_cuda_chunk.cu) ----
  * A sum of gates kept as hi + lo: each float x is added to hi by TwoSum (Knuth: s = RN(hi + x)
