@@ -7,7 +7,7 @@
 #                        (kda golden --verify), and the same unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer
 #   make check-certifier the fast certifier against MPFR on every L0 and L1 case (slow)
-#   make example         the main job until the runner lands: kda ref on the bundled example
+#   make example         kda ref on the bundled example case, then kda inspect of the result
 #   make check-symbols   libkda.so exports exactly the functions of the installed headers,
 #                        and each installed header compiles on its own
 #   make check-headers   each installed header (and kda_backend_pool.h) compiles alone as C11

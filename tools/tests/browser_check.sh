@@ -1,5 +1,5 @@
 #!/bin/sh
-# browser_check.sh: the study pages in a real browser (make check-browser; issue 14).
+# browser_check.sh: the study pages in a real browser (make check-browser).
 # SPDX-License-Identifier: MIT
 #
 # Writes a kda explore page and a kda conform --html report, loads each in headless Chromium

@@ -1,4 +1,4 @@
-/* check_files.c: regression tests of issue #9 part 4, files that cannot lie: every reader
+/* check_files.c: regression tests of files that cannot lie: every reader
  * defect (header length, zip bombs, trailing manifest bytes, ids, result shapes and dtypes,
  * golden hashes) and every writer defect (non-regular targets, output = input, unchecked
  * report writes, temporary files left by a signal), through the library and the kda command.

@@ -305,7 +305,7 @@ START_TEST(test_bench_runs) {
     ck_assert_msg(strstr(r.out, want[i]) != NULL, "kda bench output lacks '%s':\n%s", want[i],
                   r.out);
   run_free(&r);
-  /* Lists of batches and decode sizes (issue #10's shapes: B1 and B4 prefill, three decode
+  /* Lists of batches and decode sizes (bench_cuda's shapes: B1 and B4 prefill, three decode
    * sizes): a row and a ratio line for each, prefill ratios against the FMA peak and decode
    * ratios against the bandwidth; ref-tokens is cut to whole sequences (7 of 3 x 40: 6). */
   kda(&r, "bench", "-T", "40,24", "-B", "1,3", "--heads", "2", "-K", "8", "--value", "8", "-N",

@@ -295,7 +295,7 @@ static const kda_catalog_entry catalog[] = {
        "seed=1511 T=16 H=1 K=8 V=8 gate=softplus beta=logit l2=fla prec=f32", NULL,
        "Random softplus gates of order one."),
 
-    /* ==== L2: the production-size set (issue #11), made on demand (kda golden --write --level
+    /* ==== L2: the production-size set, made on demand (kda golden --write --level
      * L2), SHA-256 pinned in golden/L2.sha256.  K = V = 128, 4096 to 2^18 tokens, generated
      * inputs and sampled truth (SPEC.md §10.2), certified by the double-double phase alone
      * (SPEC.md §8.12).  Gated cases store their gates in bf16 or as one constant, so the
