@@ -75,7 +75,9 @@ $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -m
 # The references' step loops run along j, one value column a lane: vectorised (SSE2, each lane
 # the same IEEE operations in the same order as the scalar loop, no contraction), the same
 # bits; -O2's cost model leaves these runtime-length loops scalar.
-$(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o: ISA_CFLAGS := -ftree-loop-vectorize -fvect-cost-model=dynamic
+# (GCC's flags; clang, as for make fuzz's instrumented libraries, vectorises with its own.)
+$(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o: ISA_CFLAGS := $(if $(findstring clang,$(CC)),,\
+  -ftree-loop-vectorize -fvect-cost-model=dynamic)
 # The fast certifier's AVX2 kernel (picked at run time; -O3 for its vectorised inner loops).
 $(BUILD)/ref/oracle/kda_cert_kern_avx2.o: ISA_CFLAGS := -mavx2 -mfma -O3
 ALL_LDFLAGS = $(SANFLAGS) $(LDFLAGS)
@@ -356,31 +358,92 @@ check-install: all
 clean:
 	rm -rf $(BUILD)
 
-# libFuzzer runs (need clang with libFuzzer), under ASan + UBSan: the whole reader path of
-# vector files (vectors/tests/fuzz_files.c: archive, members, headers, manifest, case and
-# result loaders) for FUZZ_SECONDS, then the .npy header parser alone (fuzz_npy.c) for
-# FUZZ_NPY_SECONDS: make fuzz FUZZ_SECONDS=300.  New corpus entries go to $(BUILD)/fuzz/.
+# libFuzzer runs (need clang with libFuzzer), under ASan + UBSan, each for FUZZ_SECONDS (the
+# .npy parser FUZZ_NPY_SECONDS), or for FUZZ_RUNS executions when given (make fuzz
+# FUZZ_RUNS=1000000).  New corpus entries go to $(BUILD)/fuzz/.
+#   fuzz-files  the whole reader path of vector files (vectors/tests/fuzz_files.c: archive,
+#               members, headers, manifest, case and result loaders);
+#   fuzz-npy    the .npy header parser alone (fuzz_npy.c);
+#   fuzz-merge  kda conform --merge and kda golden --merge on a shard from the input
+#               (tools/tests/fuzz_merge.c; its seeds: a real conform shard of L0);
+#   fuzz-ci     waiver files and baselines (conformance/tests/fuzz_ci.c);
+#   fuzz-py     kda_conform.read_case under atheris (python/tests/fuzz_read_case.py; pip
+#               installs atheris when it is missing, else the run is skipped, saying so).
+# fuzz-merge and fuzz-ci link the command's libraries built with clang and instrumented, in
+# $(BUILD)/fuzz/lib.
 FUZZ_CC      ?= clang
 FUZZ_SECONDS ?= 60
 FUZZ_NPY_SECONDS ?= 10
+FUZZ_RUNS    ?=
+FUZZ_STOP     = $(if $(FUZZ_RUNS),-runs=$(FUZZ_RUNS),-max_total_time=$(1))
+FUZZ_RUN     := -print_final_stats=1 -rss_limit_mb=2048 -malloc_limit_mb=1024
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
                 -ffp-contract=off -std=c11 -D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE \
                 $(SRC_DIRS:%=-I%) -DKDA_VERSION=\"$(VERSION)\"
 # Only what the readers need: ref/ and vectors/ without the oracle or the golden pipeline.
 FUZZ_LIB_SRC := $(call srcs_in,ref vectors/format vectors/case vectors/catalog)
-fuzz: $(KDA)
-	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
+FUZZ_LIBS    := $(ALL_A:$(BUILD)/%=$(BUILD)/fuzz/lib/%)
+.PHONY: fuzz fuzz-files fuzz-npy fuzz-merge fuzz-ci fuzz-py fuzz-lib
+fuzz: fuzz-files fuzz-npy fuzz-merge fuzz-ci fuzz-py
+fuzz-files: $(KDA)
+	@mkdir -p $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds
 	$(KDA) ref golden/example/example.npz -o $(BUILD)/fuzz/files-seeds/result.npz
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) vectors/tests/fuzz_files.c $(FUZZ_LIB_SRC) \
 	  -o $(BUILD)/fuzz/fuzz_files $(LIB_LIBS) -lm
-	$(BUILD)/fuzz/fuzz_files -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-	  -max_len=65536 -rss_limit_mb=2048 -malloc_limit_mb=1024 $(BUILD)/fuzz/files-corpus \
-	  $(BUILD)/fuzz/files-seeds golden/example golden/L0 vectors/tests/fixtures
+	$(BUILD)/fuzz/fuzz_files $(call FUZZ_STOP,$(FUZZ_SECONDS)) $(FUZZ_RUN) -max_len=65536 \
+	  $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds golden/example golden/L0 \
+	  vectors/tests/fixtures
+fuzz-npy:
+	@mkdir -p $(BUILD)/fuzz/corpus
 	$(FUZZ_CC) -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
 	  -ffp-contract=off -Iref -Ivectors/format vectors/tests/fuzz_npy.c vectors/format/kda_npy.c \
 	  -o $(BUILD)/fuzz/fuzz_npy
-	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_NPY_SECONDS) -print_final_stats=1 \
+	$(BUILD)/fuzz/fuzz_npy $(call FUZZ_STOP,$(FUZZ_NPY_SECONDS)) -print_final_stats=1 \
 	  -dict=vectors/tests/fixtures/fuzz_npy.dict $(BUILD)/fuzz/corpus vectors/tests/fixtures/fuzz_npy
+fuzz-lib:
+	@$(MAKE) --no-print-directory BUILD=$(BUILD)/fuzz/lib CC=$(FUZZ_CC) SAN=1 OPT=-O1 \
+	  CFLAGS=-fsanitize=fuzzer-no-link $(FUZZ_LIBS)
+# fuzz-merge's seeds: shard 0/1 of a conform run on two L0 cases with a failing mutant, a used
+# and an unused waiver (small: the merge's time is linear in its input), its shard.json and three reports joined by "--8<--" lines (a first byte 0:
+# the conform merge, 1: the golden merge).
+fuzz-merge: $(KDA) $(PLUGINS) fuzz-lib
+	@mkdir -p $(BUILD)/fuzz/merge-corpus $(BUILD)/fuzz/merge-seeds
+	@rm -rf $(BUILD)/fuzz/merge-shard $(BUILD)/fuzz/merge-seeds && mkdir -p $(BUILD)/fuzz/merge-seeds
+	@printf '{"waivers":[{"case":"l0-decay-wipe","backend":"mutant","reason":"known"},%s\n' \
+	  '{"case":"nothing","reason":"r"}]}' > $(BUILD)/fuzz/merge-waivers.json
+	-@$(KDA) conform -q -b ref-f64 \
+	  -p $(BUILD)/conformance/tests/kda_plugin_mutants.so:mutant=transposed_state \
+	  --waivers $(BUILD)/fuzz/merge-waivers.json --shard 0/1 --out $(BUILD)/fuzz/merge-shard \
+	  golden/L0/l0-decay-wipe.npz golden/L0/l0-delta-overwrite.npz > /dev/null
+	@cd $(BUILD)/fuzz/merge-shard && for f in shard.json results.jsonl summary.json junit.xml; \
+	  do cat $$f; [ $$f = junit.xml ] || printf '\n--8<--\n'; done > ../merge-body && \
+	  { printf '\000'; cat ../merge-body; } > ../merge-seeds/conform-l0 && \
+	  { printf '\001'; cat ../merge-body; } > ../merge-seeds/golden-l0
+	$(FUZZ_CC) $(FUZZ_FLAGS) -Itools -Itools/scale $(PKG_CFLAGS) tools/tests/fuzz_merge.c \
+	  $(filter-out tools/kda.c,$(TOOL_SRC)) $(FUZZ_LIBS) -o $(BUILD)/fuzz/fuzz_merge \
+	  $(PKG_LIBS) -lm
+	$(BUILD)/fuzz/fuzz_merge $(call FUZZ_STOP,$(FUZZ_SECONDS)) $(FUZZ_RUN) -max_len=16384 \
+	  -close_fd_mask=3 \
+	  $(BUILD)/fuzz/merge-corpus $(BUILD)/fuzz/merge-seeds
+fuzz-ci: fuzz-lib
+	@mkdir -p $(BUILD)/fuzz/ci-corpus $(BUILD)/fuzz/ci-seeds
+	@printf '%s\n' '{"schema":"kda-waivers/1","waivers":[{"case":"t15-*","backend":"ref-f32",' \
+	  '"reason":"r\u001b x","link":"https://e/1"},{"flag":"LONG","reason":"slow"}]}' \
+	  > $(BUILD)/fuzz/ci-seeds/waivers.json
+	@printf '%s\n' '{"schema":"kda-baseline/2","backends":{"ref-f32":{"class":"fp32",' \
+	  '"cases":{"t15-log-prob":{"o":1.5,"ht":null,"hc":0}}}}}' > $(BUILD)/fuzz/ci-seeds/baseline2.json
+	@printf '%s\n' '{"schema":"kda-baseline/1","backend":"simd","class":"fp32",' \
+	  '"cases":{"a":{"o":0.5}}}' > $(BUILD)/fuzz/ci-seeds/baseline1.json
+	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) conformance/tests/fuzz_ci.c $(FUZZ_LIBS) \
+	  -o $(BUILD)/fuzz/fuzz_ci $(PKG_LIBS) -lm
+	$(BUILD)/fuzz/fuzz_ci $(call FUZZ_STOP,$(FUZZ_SECONDS)) $(FUZZ_RUN) -max_len=65536 \
+	  $(BUILD)/fuzz/ci-corpus $(BUILD)/fuzz/ci-seeds
+fuzz-py:
+	@mkdir -p $(BUILD)/fuzz/py-corpus
+	@if $(PYTHON) -c 'import atheris' 2>/dev/null || $(PYTHON) -m pip install --quiet atheris; \
+	then $(PYTHON) python/tests/fuzz_read_case.py $(call FUZZ_STOP,$(FUZZ_SECONDS)) \
+	  $(FUZZ_RUN) -max_len=65536 $(BUILD)/fuzz/py-corpus golden/example vectors/tests/fixtures; \
+	else echo "make fuzz-py: atheris cannot be installed with pip; skipped"; fi
 
 # The Python package kda-conform (python/): pip install into $(BUILD)/python-site, then its
 # pytest suite on the CPU with numpy kernels, scoring through this kda.  Skipped (saying

@@ -29,7 +29,11 @@ static json_t *load_json(const char *path, size_t max, int *st, char *err, size_
   if (*st != KDA_OK) return NULL;
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
   free(buf);
-  if (!root) *st = KDA_EFORMAT, snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
+  if (!root) { /* jansson quotes the bytes near the error: one line of report text */
+    *st = KDA_EFORMAT;
+    snprintf(err, errlen, "%s:%d: %s", path, je.line, je.text);
+    kda_text_clean(err, errlen, err, 0);
+  }
   return root;
 }
 
@@ -109,7 +113,7 @@ static int waivers_check(const char *path, json_t *root, char *err, size_t errle
   return KDA_OK;
 }
 
-int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
+static int waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
   *out = NULL;
   int st;
   json_t *root = load_json(path, WAIVERS_MAX, &st, err, errlen);
@@ -297,7 +301,7 @@ static int baseline_check(const char *path, json_t *root, char *err, size_t errl
   return KDA_OK;
 }
 
-int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
+static int baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
   *out = NULL;
   int st;
   json_t *root = load_json(path, BASELINE_MAX, &st, err, errlen);
@@ -374,4 +378,17 @@ int32_t kda_run_status(const kda_tally *t, int64_t unused_waivers, int32_t stric
                  unused_waivers))
     return KDA_RUN_FAILED;
   return KDA_RUN_OK;
+}
+
+/* The readers' messages quote keys and values of the file: one line of report text, always. */
+int kda_waivers_load(const char *path, kda_waivers **out, char *err, size_t errlen) {
+  int st = waivers_load(path, out, err, errlen);
+  if (st != KDA_OK) kda_text_clean(err, errlen, err, 0);
+  return st;
+}
+
+int kda_baseline_load(const char *path, kda_baseline **out, char *err, size_t errlen) {
+  int st = baseline_load(path, out, err, errlen);
+  if (st != KDA_OK) kda_text_clean(err, errlen, err, 0);
+  return st;
 }

@@ -349,6 +349,7 @@ static int check_shard(const char *shard, int64_t s, mstate *m, const char *cons
   if (!root) {
     char msg[300];
     snprintf(msg, sizeof msg, "shard.json: not valid JSON (line %d: %.150s)", je.line, je.text);
+    kda_text_clean(msg, sizeof msg, msg, 0); /* jansson quotes the bytes near the error */
     return bad(err, errlen, shard, msg);
   }
   int64_t I = -1;
