@@ -610,19 +610,15 @@ static int rep_baseline(FILE *f, const run_state *s) {
   return kda_report_baseline(f, s->reports, s->n);
 }
 
-/* Writes one report atomically; every error (the writer's status, the stream, the commit)
- * is exit 2 with nothing left behind. */
-static int write_report(const char *path, report_fn fn, const run_state *s) {
+/* Writes one report into a temporary file (kda_atomic), kept in *at for the commit of all
+ * of them; every error (the writer's status, the stream) is exit 2 with nothing left behind. */
+static int write_report(const char *path, report_fn fn, const run_state *s, kda_atomic **at) {
   char err[KDA_ERRLEN];
-  kda_atomic *at;
   FILE *f;
+  *at = NULL;
   if (!path) return 0;
-  if (kda_atomic_open(path, &at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (fn(f, s) != 0) {
-    kda_atomic_abort(at);
-    return kda_tool_fail(SUB, "%s: cannot write the report", path);
-  }
-  if (kda_atomic_commit(at, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  if (kda_atomic_open(path, at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
+  if (fn(f, s) != 0) return kda_tool_fail(SUB, "%s: cannot write the report", path);
   return 0;
 }
 
@@ -647,12 +643,24 @@ static int check_report_targets(const conform_args *a, const path_list *cases) {
   return rc;
 }
 
+/* results.jsonl (written as the run went) and the other reports, committed together: a
+ * report that cannot be written replaces none of them (kda_atomic_commit_all). */
 static int write_reports(const conform_args *a, run_state *s, const kda_run_info *info) {
-  char buf[4096];
-  s->info = info;
-  int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s);
-  if (rc == 0) rc = write_report(out_path(a->out_dir, "junit.xml", a->junit, buf), rep_junit, s);
-  if (rc == 0) rc = write_report(a->record_baseline, rep_baseline, s);
+  char buf[4096], err[KDA_ERRLEN];
+  kda_atomic *at[4] = {s->jsonl_at, NULL, NULL, NULL};
+  s->info = info, s->jsonl_at = NULL;
+  int rc = write_report(out_path(a->out_dir, "summary.json", a->summary, buf), rep_summary, s,
+                        &at[1]);
+  if (rc == 0) rc = write_report(out_path(a->out_dir, "junit.xml", a->junit, buf), rep_junit, s,
+                                 &at[2]);
+  if (rc == 0) rc = write_report(a->record_baseline, rep_baseline, s, &at[3]);
+  kda_atomic *some[4];
+  int n = 0;
+  for (int k = 0; k < 4; k++)
+    if (at[k] && rc == 0) some[n++] = at[k];
+    else kda_atomic_abort(at[k]);
+  if (rc == 0 && kda_atomic_commit_all(some, n, err, sizeof err) != KDA_OK)
+    rc = kda_tool_fail(SUB, "%s", err);
   if (rc == 0 && a->html && kda_report_html_write(a->html, s->reports, s->n, buf, sizeof buf) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", buf);
   return rc;
@@ -944,9 +952,7 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int i = 0; i < cases.n && rc == 0; i++)
     if (kda_conform_shard_case(a.shard, i)) rc = score_case(&a, cases.v[i], tg, nt, &s);
   double wall = now_s() - t0;
-  if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at);
-  else if (s.jsonl_at && kda_atomic_commit(s.jsonl_at, err, sizeof err) != KDA_OK)
-    rc = kda_tool_fail(SUB, "%s", err);
+  if (s.jsonl_at && rc != 0) kda_atomic_abort(s.jsonl_at), s.jsonl_at = NULL;
   if (rc == 0 && (s.serving_absent || s.serving_given))
     printf("note: serving prompts (SPEC.md section 7.7): %lld without a result file in %s (not "
            "run), %lld prompt files given as cases (scored through their case, when given)\n",
@@ -957,6 +963,7 @@ int kda_cmd_conform(int argc, char **argv) {
   int32_t status = KDA_RUN_OK;
   run_summary *u = rc == 0 ? calloc(1, sizeof *u) : NULL;
   if (rc == 0 && !u) rc = kda_tool_fail(SUB, "out of memory");
+  if (rc != 0 && s.jsonl_at) kda_atomic_abort(s.jsonl_at), s.jsonl_at = NULL;
   if (rc == 0) {
     unused = report_unused(w, &s, a.strict);
     status = kda_run_status(&s.tally, unused, a.strict);

@@ -5,7 +5,7 @@
 # output; a plugin path that is not UTF-8; a waiver whose reason holds U+FFFE and an escape and
 # whose glob is cut mid-character when described.  Every run keeps one results.jsonl line per
 # report, summary.json lists every failure, junit.xml parses, and no escape byte reaches the
-# terminal or a report.  A report that cannot be written is exit 2.
+# terminal or a report.  A report that cannot be written is exit 2, and then none is written.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_hostile.sh
 set -u
 kda=${KDA_BIN:-build/kda}
@@ -74,4 +74,7 @@ KDA_TEST_FAIL_WRITE=summary.json run 2 -p "$plugins/kda_plugin_hostile.so:at=for
   --out "$tmp/o" "$case_file"
 [ "$(wc -l < "$tmp/err.txt")" = 1 ] || fail "a failed write: not one line: $(cat "$tmp/err.txt")"
 grep -q 'No space left on device' "$tmp/err.txt" || fail "a failed write: $(cat "$tmp/err.txt")"
-echo "conform_hostile: a report that cannot be written: exit 2, one line"
+for f in results.jsonl summary.json junit.xml; do
+  [ ! -e "$tmp/o/$f" ] || fail "a failed write of summary.json left $f (reports all or none)"
+done
+echo "conform_hostile: a report that cannot be written: exit 2, one line, no report written"
