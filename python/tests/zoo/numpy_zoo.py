@@ -202,7 +202,8 @@ def _chunk(p, S, q, k, v, b, a, g, t0, t1, erase, o, ckset, hc):
             G[t] = G[t - 1] + g[t0 + t]                 # in-chunk cumulative log-decay
     else:
         G = np.zeros((n, p.HV, p.K), dtype=F)
-    D = np.exp(G[:, None] - G[None, :])                 # [t, s, HV, K]: exp(G_t - G_s)
+    with np.errstate(over="ignore"):                    # above the diagonal: masked below
+        D = np.exp(G[:, None] - G[None, :])             # [t, s, HV, K]: exp(G_t - G_s)
     tri = np.tril(np.ones((n, n), dtype=bool))
     D = np.where(tri[:, :, None, None], D, F(0))
     Akk = np.einsum("thk,tshk,shk->hts", kk, D, kk) if erase else np.zeros((p.HV, n, n), F)
