@@ -452,9 +452,11 @@ json_t *kda_json_load_exact(const char *path, const char *text, size_t len, char
   /* json_loadb with the member's length: bytes after the value (a NUL and garbage) are an
    * error, where json_loads would stop at the NUL (SPEC.md §10.2). */
   json_t *m = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
-  if (!m)
+  if (!m) { /* jansson quotes the bytes near the error: one line of report text */
     kda_fail(KDA_EFORMAT, err, errlen, "%s: manifest.json is not valid JSON (line %d: %s)", path,
              je.line, je.text);
+    if (err) kda_text_clean(err, errlen, err, 0);
+  }
   return m;
 }
 
