@@ -282,6 +282,17 @@ int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
  * outcomes and return values as kda_call_forward. */
 int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                     kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* 1 when the backend's table has the resident-buffer slots (buffers_create, forward_buffers,
+ * synchronize, buffers_read, buffers_destroy; kda_backend.h). */
+int kda_worker_has_resident(const kda_worker *w);
+/* The same call through either path (SPEC.md §7.8): KDA_VIA_FORWARD, or KDA_VIA_RESIDENT
+ * (buffers_create from the inputs, forward_buffers and synchronize, timed, buffers_read into
+ * the outputs, buffers_destroy), which is forward for a table without those slots. */
+#define KDA_VIA_FORWARD 0
+#define KDA_VIA_RESIDENT 1
+int kda_worker_call_via(kda_worker *w, int32_t via, const kda_problem *p,
+                        const kda_tensors_f64 *in, kda_outputs *out, kda_call_result *r,
+                        char *err, size_t errlen);
 /* A pool call (SPEC.md §7.8; only for a worker whose caps have KDA_CAP_STATE_POOL): as
  * kda_worker_call with in->h0 NULL, out->ht unused, and the state pool [slots, HV, K, V]
  * (float64, converted to the backend's output type and back, exact for values of that type)

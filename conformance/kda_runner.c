@@ -167,33 +167,8 @@ static int same_outputs(const kda_outputs *a, const kda_outputs *b) {
 }
 
 static const char nondet_reason[] = "nondeterministic: a repeated call gave different bits";
-
-/* A second identical call: any bitwise difference is nondeterminism (SPEC.md §7.6). */
-static int repeat_check(kda_worker *w, const kda_case *c, const kda_outputs *first,
-                        kda_case_report *r, char *err, size_t errlen) {
-  kda_outputs out2;
-  int st = kda_outputs_alloc(&c->p, &out2, err, errlen);
-  if (st != KDA_OK) return st;
-  kda_tensors_f64 in;
-  kda_case_tensors(c, &in);
-  kda_call_result cr;
-  st = kda_worker_call(w, &c->p, &in, &out2, &cr, err, errlen);
-  if (st == KDA_OK) {
-    r->repeat_done = 1;
-    if (cr.outcome != KDA_CALL_OK) {
-      char msg[KDA_ERRLEN];
-      snprintf(msg, sizeof msg, "repeated call: %.400s", cr.msg);
-      set_reason(r, outcome_verdict(cr.outcome), msg);
-    } else {
-      r->repeat_identical = same_outputs(first, &out2);
-      r->nondeterministic = !r->repeat_identical;
-      if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
-        set_reason(r, KDA_VERDICT_QUALITY_WARNING, nondet_reason);
-    }
-  }
-  kda_outputs_free(&out2);
-  return st;
-}
+static const char paths_reason[] = "nondeterministic: forward (the repeated call) and the "
+                                   "resident path gave different bits";
 
 typedef struct prefix_ctx {
   kda_worker *w;
@@ -208,7 +183,7 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
   int st = kda_outputs_alloc(p, out, err, errlen);
   if (st != KDA_OK) return st;
   kda_call_result cr;
-  st = kda_worker_call(x->w, p, in, out, &cr, err, errlen);
+  st = kda_worker_call_via(x->w, KDA_VIA_RESIDENT, p, in, out, &cr, err, errlen);
   if (st != KDA_OK) return st;
   if (cr.outcome == KDA_CALL_OK) return KDA_OK;
   char msg[KDA_ERRLEN];
@@ -241,6 +216,41 @@ static int serving_score(prefix_ctx *x, const kda_case *c, const kda_truth *t,
   }
   kda_score_free(&sc);
   return KDA_OK;
+}
+
+/* A second identical call: any bitwise difference is nondeterminism (SPEC.md §7.6).  It goes
+ * through forward: for a backend with the resident-buffer slots, whose case call went through
+ * them, both paths are then checked, forward's outputs scored against the truth too when
+ * their bits differ (SPEC.md §7.8). */
+static int repeat_check(prefix_ctx *x, const kda_outputs *first, char *err, size_t errlen) {
+  kda_case_report *r = x->r;
+  kda_outputs out2;
+  int st = kda_outputs_alloc(&x->c->p, &out2, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_tensors_f64 in;
+  kda_case_tensors(x->c, &in);
+  kda_call_result cr;
+  st = kda_worker_call_via(x->w, KDA_VIA_FORWARD, &x->c->p, &in, &out2, &cr, err, errlen);
+  const int resident = kda_worker_has_resident(x->w);
+  if (st == KDA_OK) {
+    r->repeat_done = 1;
+    if (cr.outcome != KDA_CALL_OK) {
+      char msg[KDA_ERRLEN];
+      snprintf(msg, sizeof msg, "repeated call: %.400s", cr.msg);
+      set_reason(r, outcome_verdict(cr.outcome), msg);
+    } else {
+      r->repeat_identical = same_outputs(first, &out2);
+      r->nondeterministic = !r->repeat_identical;
+      double worst;
+      if (!r->repeat_identical && resident)
+        st = serving_score(x, x->c, x->t, &out2, "forward (the repeated call)", &worst, err,
+                           errlen);
+      if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
+        set_reason(r, KDA_VERDICT_QUALITY_WARNING, resident ? paths_reason : nondet_reason);
+    }
+  }
+  kda_outputs_free(&out2);
+  return st;
 }
 
 /* Work arrays of N entries each: zero, at (the cut), end (L_n), len2 (L_n - at), to. */
@@ -560,7 +570,8 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
     r->repeat_done = res.repeat_done, r->repeat_identical = res.repeat_identical;
     r->nondeterministic = !res.repeat_identical;
     if (!res.repeat_identical && r->verdict == KDA_VERDICT_PASS)
-      set_reason(r, KDA_VERDICT_QUALITY_WARNING, nondet_reason);
+      set_reason(r, KDA_VERDICT_QUALITY_WARNING,
+                 kda_worker_has_resident(w) ? paths_reason : nondet_reason);
     quality_checks(r, o);
   }
   st = finish_case(w, r, err, errlen);
@@ -605,8 +616,8 @@ static int case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
   if (st != KDA_OK) return st;
   kda_tensors_f64 in;
   kda_case_tensors(c, &in);
-  kda_call_result cr;
-  st = kda_worker_call(w, &c->p, &in, &out, &cr, err, errlen);
+  kda_call_result cr; /* through the resident buffers when the backend has them (§7.8) */
+  st = kda_worker_call_via(w, KDA_VIA_RESIDENT, &c->p, &in, &out, &cr, err, errlen);
   if (st != KDA_OK) return kda_outputs_free(&out), st;
   r->seconds = cr.seconds;
   r->score.cls = cls;
@@ -617,8 +628,8 @@ static int case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
     if (st != KDA_OK) return kda_outputs_free(&out), st;
     r->bytes_scored = 2 * 8 * (out.n_o + out.n_ht + out.n_hc);
     verdict_from_score(r);
-    if (o->repeat && st == KDA_OK) st = repeat_check(w, c, &out, r, err, errlen);
     prefix_ctx x = {w, c, t, o, r};
+    if (o->repeat && st == KDA_OK) st = repeat_check(&x, &out, err, errlen);
     if (o->prefix && st == KDA_OK && (r->verdict == KDA_VERDICT_PASS || r->nondeterministic))
       st = prefix_checks(&x, &out, err, errlen);
     quality_checks(r, o);

@@ -523,13 +523,13 @@ static int backend_chunk(score_pass *x, const chunk_t *ch, kda_outputs *out, cha
   chunk_tensors(c, ch, ch->first ? (c->h0 ? c->h0 + ch->n * S : NULL) : x->Sb, &in);
   int st = kda_outputs_alloc(&p, out, err, errlen);
   kda_call_result *cr = &x->res->call;
-  if (st == KDA_OK) st = kda_worker_call(x->w, &p, &in, out, cr, err, errlen);
+  if (st == KDA_OK) st = kda_worker_call_via(x->w, KDA_VIA_RESIDENT, &p, &in, out, cr, err, errlen);
   if (st != KDA_OK || cr->outcome != KDA_CALL_OK) return st;
   x->res->seconds += cr->seconds, x->res->chunks++;
   if (!x->repeat) return KDA_OK;
   kda_outputs o2;
   st = kda_outputs_alloc(&p, &o2, err, errlen);
-  if (st == KDA_OK) st = kda_worker_call(x->w, &p, &in, &o2, cr, err, errlen);
+  if (st == KDA_OK) st = kda_worker_call_via(x->w, KDA_VIA_FORWARD, &p, &in, &o2, cr, err, errlen);
   if (st == KDA_OK && cr->outcome == KDA_CALL_OK) {
     x->res->repeat_done = 1;
     if (!same_bits(out->o, o2.o, out->n_o) || !same_bits(out->ht, o2.ht, out->n_ht) ||

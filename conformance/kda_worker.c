@@ -107,9 +107,11 @@ static void fpctl_diff(const fpctl *a, const fpctl *b, char *buf, size_t cap) {
 /* ---- Protocol: fixed-size messages on a stream socket. */
 #define MAGIC 0x4B444157u /* "KDAW" */
 enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE };
-enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE, ST_VARIANT };
-static const char *const stage_names[] = {"the worker", "load", "open", "supports", "forward",
-                                          "close", "variant"};
+enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE, ST_VARIANT,
+       ST_BUF_CREATE, ST_BUF_FORWARD, ST_BUF_SYNC, ST_BUF_READ, ST_BUF_DESTROY, ST_LAST };
+static const char *const stage_names[ST_LAST] = {
+    "the worker", "load", "open", "supports", "forward", "close", "variant",
+    "buffers_create", "forward_buffers", "synchronize", "buffers_read", "buffers_destroy"};
 
 /* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints,
  * state_indices (inputs), o ht hc (outputs) and the pool (both); -1 when absent. */
@@ -135,6 +137,8 @@ typedef struct wreq {
   int64_t guard[N_GUARD]; /* offset of the PROT_NONE guard after o, ht, hc, pool (-1: none) */
   uint64_t guard_len[N_GUARD]; /* its length in bytes: guard_size() of the output's length */
   int64_t pool_slots;     /* S of a pool call (SPEC.md §7.8), 0 otherwise */
+  int32_t resident;       /* 1: through the resident-buffer slots, not forward (§7.8) */
+  int32_t reserved0;
   kda_problem p;
   char params[1024];
 } wreq;
@@ -145,6 +149,8 @@ typedef struct wrep {
   uint32_t abi_version, struct_size;
   uint32_t caps;    /* RP_INFO: the table's caps (0 when it has none) */
   int32_t rejected; /* RP_INFO: 1 when the variant slot rejected the parameters (EINVAL) */
+  int32_t resident; /* RP_INFO: 1 when the table has the resident-buffer slots */
+  int32_t reserved0;
   double seconds;
   char name[64], desc[256];
   char msg[KDA_ERRLEN];
@@ -294,6 +300,55 @@ static int child_map(wchild *c, const wreq *q) {
   return 0;
 }
 
+/* A slot's failure as the reply: NotSupported for KDA_EUNSUPPORTED, else an error, with the
+ * backend's last_error. */
+static void slot_failed(wchild *c, wrep *a, const char *slot, int32_t st) {
+  const char *le = c->b->last_error(c->handle);
+  char why[400];
+  snprintf(why, sizeof why, "%s returned %s: %s", slot, kda_strstatus(st), le ? le : "");
+  rep_set(a, st == KDA_EUNSUPPORTED ? KDA_CALL_UNSUPPORTED : KDA_CALL_ERROR, st, "%s%s", why,
+          NULL);
+}
+
+/* forward on the region's buffers, timed. */
+static int32_t call_forward(wchild *c, const wreq *q, kda_backend_tensors *t, wrep *a) {
+  set_stage(c, ST_FORWARD);
+  double t0 = now_s();
+  int32_t st = c->b->forward(c->handle, &q->p, t);
+  a->seconds = now_s() - t0;
+  if (st != KDA_OK) slot_failed(c, a, "forward", st);
+  return st;
+}
+
+/* The resident path (SPEC.md §7.8): buffers_create from the region's inputs, forward_buffers
+ * and synchronize (timed, as `kda bench` times them), buffers_read into the region's outputs,
+ * buffers_destroy; each in a stage of its own. */
+static int32_t call_resident(wchild *c, const wreq *q, kda_backend_tensors *t, wrep *a) {
+  void *bufs = NULL;
+  set_stage(c, ST_BUF_CREATE);
+  int32_t st = c->b->buffers_create(c->handle, &q->p, t, &bufs);
+  if (st != KDA_OK) return slot_failed(c, a, "buffers_create", st), st;
+  set_stage(c, ST_BUF_FORWARD);
+  double t0 = now_s();
+  const char *slot = "forward_buffers";
+  st = c->b->forward_buffers(c->handle, &q->p, bufs);
+  set_stage(c, ST_BUF_SYNC);
+  if (st == KDA_OK) slot = "synchronize", st = c->b->synchronize(c->handle);
+  a->seconds = now_s() - t0;
+  set_stage(c, ST_BUF_READ);
+  if (st == KDA_OK) slot = "buffers_read", st = c->b->buffers_read(c->handle, bufs, t);
+  if (st != KDA_OK) slot_failed(c, a, slot, st);
+  set_stage(c, ST_BUF_DESTROY);
+  c->b->buffers_destroy(c->handle, bufs);
+  return st;
+}
+
+/* 1 when the table has the resident-buffer slots (validated: all or none, with synchronize). */
+static int has_resident(const kda_backend *b) {
+  return KDA_BACKEND_HAS(b, synchronize) && b->buffers_create && b->forward_buffers &&
+         b->buffers_read && b->buffers_destroy && b->synchronize;
+}
+
 static void serve_call(wchild *c, const wreq *q, wrep *a) {
   if (c->isolated && child_map(c, q) != 0)
     return rep_set(a, KDA_CALL_ERROR, KDA_ENOMEM, "worker: cannot map the buffers%s%s", 0, 0);
@@ -313,19 +368,10 @@ static void serve_call(wchild *c, const wreq *q, wrep *a) {
   if (fp_check(&before, "supports", a)) return;
   if (st != KDA_OK)
     return rep_set(a, KDA_CALL_UNSUPPORTED, st, "%s%s", msg[0] ? msg : "not supported", NULL);
-  set_stage(c, ST_FORWARD);
-  double t0 = now_s();
-  st = c->b->forward(c->handle, &q->p, &t);
-  a->seconds = now_s() - t0;
+  const int resident = q->resident && !x[B_IDX] && has_resident(c->b);
+  st = resident ? call_resident(c, q, &t, a) : call_forward(c, q, &t, a);
   set_stage(c, ST_NONE);
-  if (fp_check(&before, "forward", a)) return;
-  if (st != KDA_OK) {
-    const char *le = c->b->last_error(c->handle);
-    char why[400];
-    snprintf(why, sizeof why, "%s", le ? le : "");
-    return rep_set(a, st == KDA_EUNSUPPORTED ? KDA_CALL_UNSUPPORTED : KDA_CALL_ERROR, st,
-                   "forward returned %s: %s", kda_strstatus(st), why);
-  }
+  if (fp_check(&before, resident ? "the resident path" : "forward", a) || st != KDA_OK) return;
   rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
 }
 
@@ -444,6 +490,7 @@ static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
   snprintf(a->desc, sizeof a->desc, "%s", b->description ? b->description : "");
   a->abi_version = b->abi_version, a->struct_size = b->struct_size;
   a->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
+  a->resident = has_resident(b);
   child_variant(c, ref, a);
 }
 
@@ -501,6 +548,7 @@ struct kda_worker {
   char label[64]; /* kda_worker_label's buffer */
   int32_t cls, in_dtype, out_dtype; /* of the parameters: the variant's, else the table's */
   uint32_t abi_version, caps;
+  int resident; /* the table has the resident-buffer slots */
   int load_failed;
   int params_rejected; /* the variant slot rejected the parameters (KDA_EINVAL) */
   kda_call_result load_res;
@@ -622,7 +670,7 @@ static void worker_lost(kda_worker *w, int why, int32_t stage, const wreq *q,
                         kda_call_result *r) {
   const shm_hdr *h = (const shm_hdr *)w->map;
   if (h && h->stage > ST_LOAD && stage != ST_OPEN && stage != ST_CLOSE) stage = h->stage;
-  const char *where = stage_names[stage >= 0 && stage <= ST_VARIANT ? stage : 0];
+  const char *where = stage_names[stage >= 0 && stage < ST_LAST ? stage : 0];
   int self_exit = why == -1 && exited_within(w->pid, EXIT_GRACE_S);
   const char *over = fault_buffer(w, q);
   int wst = kill_and_reap(w);
@@ -752,7 +800,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
       if ((unsigned char)*c < 0x20 || *c == 0x7f) *c = '?';
     snprintf(w->desc, sizeof w->desc, "%s", a.desc);
     w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
-    w->abi_version = a.abi_version, w->caps = a.caps;
+    w->abi_version = a.abi_version, w->caps = a.caps, w->resident = a.resident == 1;
   }
   r->outcome = KDA_CALL_OK;
   return KDA_OK;
@@ -788,6 +836,7 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
   w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
   w->abi_version = b->abi_version;
   w->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
+  w->resident = has_resident(b);
   return KDA_OK;
 }
 
@@ -837,6 +886,7 @@ int32_t kda_worker_input_dtype(const kda_worker *w) { return w->in_dtype; }
 int32_t kda_worker_output_dtype(const kda_worker *w) { return w->out_dtype; }
 uint32_t kda_worker_abi_version(const kda_worker *w) { return w->abi_version; }
 uint32_t kda_worker_caps(const kda_worker *w) { return w->load_failed ? 0 : w->caps; }
+int kda_worker_has_resident(const kda_worker *w) { return !w->load_failed && w->resident; }
 int64_t kda_worker_pid(const kda_worker *w) { return w->pid; }
 int64_t kda_worker_starts(const kda_worker *w) { return w->starts; }
 
@@ -1072,9 +1122,9 @@ int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda
   return 1;
 }
 
-static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                     const pool_io *pl, kda_outputs *out, kda_call_result *r, char *err,
-                     size_t errlen) {
+static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
+                     const kda_tensors_f64 *in, const pool_io *pl, kda_outputs *out,
+                     kda_call_result *r, char *err, size_t errlen) {
   memset(r, 0, sizeof *r);
   char why[256];
   if (!w->load_failed && !kda_worker_inputs_exact(w, p, in, why, sizeof why)) {
@@ -1090,6 +1140,7 @@ static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 
   request_init(&q, &a, RQ_CALL);
   q.p = *p;
   q.mem_limit = w->opts.memory_limit;
+  q.resident = via == KDA_VIA_RESIDENT;
   size_t size = layout(w, p, in, pl, &q);
   if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
   if (region_reserve(w, size) != KDA_OK)
@@ -1125,7 +1176,13 @@ static int call_impl(kda_worker *w, const kda_problem *p, const kda_tensors_f64 
 
 int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                     kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
-  return call_impl(w, p, in, NULL, out, r, err, errlen);
+  return call_impl(w, KDA_VIA_FORWARD, p, in, NULL, out, r, err, errlen);
+}
+
+int kda_worker_call_via(kda_worker *w, int32_t via, const kda_problem *p,
+                        const kda_tensors_f64 *in, kda_outputs *out, kda_call_result *r,
+                        char *err, size_t errlen) {
+  return call_impl(w, via, p, in, NULL, out, r, err, errlen);
 }
 
 int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
@@ -1136,7 +1193,7 @@ int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_
       (double)slots * (double)(p->HV * p->K * p->V) * 8.0 > 0x1p40)
     return snprintf(err, errlen, "pool call: bad arguments"), KDA_EINVAL;
   pool_io pl = {state_indices, slots, pool};
-  return call_impl(w, p, in, &pl, out, r, err, errlen);
+  return call_impl(w, KDA_VIA_FORWARD, p, in, &pl, out, r, err, errlen);
 }
 
 int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {

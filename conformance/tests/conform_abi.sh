@@ -2,7 +2,9 @@
 # conform_abi.sh: kda conform scores plugins of both ABI versions (SPEC.md §7.8), run by make
 # check: the plugin built against the frozen version-1 headers (abi_v1/plugin_v1.c) and the
 # version-2 test plugin (plugin_v2.c), both correct float64 KDAs, pass every golden/L1 case
-# in the fp64 class.
+# in the fp64 class.  The version-2 plugin is scored through its resident buffers
+# (buffers_create, forward_buffers, synchronize, buffers_read), and through forward too under
+# --repeat: a defect in either path (plugin_v2's bad=resident, bad=forward) is a Fail.
 # SPDX-License-Identifier: MIT
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_abi.sh
 set -u
@@ -19,3 +21,16 @@ for v in v1 v2; do
   [ "$last" = "$n passed, 0 failed" ] || fail "the ABI $v plugin: '$last', expected '$n passed, 0 failed'"
   echo "conform_abi: the ABI $v plugin passes all $n golden/L1 cases"
 done
+case=golden/L1/beta-values.npz
+expect_fail() { # what, then the arguments of kda conform
+  what=$1; shift
+  out=$("$kda" conform -q "$@" "$case" 2>&1)
+  rc=$?
+  [ $rc = 1 ] || fail "$what: exit status $rc, expected 1 (a Fail): $(echo "$out" | tail -2)"
+  echo "$out" | grep -q '^FAIL ' || fail "$what: no FAIL line: $(echo "$out" | tail -2)"
+}
+expect_fail "a wrong resident path" -p "$plugins/kda_plugin_v2.so:bad=resident"
+expect_fail "a wrong resident path, streamed" --stream --chunk 64 \
+  -p "$plugins/kda_plugin_v2.so:bad=resident"
+expect_fail "a wrong forward under --repeat" --repeat -p "$plugins/kda_plugin_v2.so:bad=forward"
+echo "conform_abi: a wrong resident path, or a wrong forward under --repeat, is a Fail"

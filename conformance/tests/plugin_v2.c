@@ -8,6 +8,10 @@
  * before it copies the outputs out.  describe reports a host "device".  Tests, bench and
  * backend authors use it as the reference of the version-2 contract.  It includes only
  * kda_backend.h, as any third-party plugin would.
+ *
+ * Parameters (for the runner's tests that both paths are scored, SPEC.md §7.8): "bad=resident"
+ * adds 1 to the last element of o as buffers_read returns it, "bad=forward" does so in
+ * forward; every other non-empty string is rejected (KDA_EINVAL).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,7 +20,10 @@
 #include "kda_backend.h"
 #include "plugin_f64.h"
 
+enum { BAD_NONE, BAD_RESIDENT, BAD_FORWARD };
+
 typedef struct v2handle {
+  int bad;        /* BAD_*: the deliberate defect of the parameters */
   int64_t queued; /* forward_buffers calls not yet run (over every buffer set) */
   struct v2buffers *pending; /* the buffer set they were issued on */
   char err[256];
@@ -32,10 +39,22 @@ typedef struct v2buffers {
 } v2buffers;
 
 static int32_t v2_open(const char *params, void **handle, char *err, uint32_t errlen) {
+  int bad = BAD_NONE;
+  if (strcmp(params, "bad=resident") == 0) bad = BAD_RESIDENT;
+  else if (strcmp(params, "bad=forward") == 0) bad = BAD_FORWARD;
+  else if (params[0])
+    return snprintf(err, errlen, "unknown parameters '%.64s' (bad=resident, bad=forward)",
+                    params), KDA_EINVAL;
   v2handle *h = calloc(1, sizeof *h);
   if (!h) return KDA_ENOMEM;
+  h->bad = bad;
   *handle = h;
   return KDA_OK;
+}
+
+/* The deliberate defect: the last element of o off by 1. */
+static void v2_spoil(const kda_problem *p, double *o) {
+  if (p->T > 0) o[p->T * p->HV * p->V - 1] += 1.0;
 }
 
 static void v2_close(void *h) { free(h); }
@@ -48,6 +67,7 @@ static int32_t v2_forward(void *handle, const kda_problem *p, const kda_backend_
     return snprintf(h->err, sizeof h->err, "float64 buffers only"), KDA_EINVAL;
   int32_t st = pf_forward(p, t);
   if (st) snprintf(h->err, sizeof h->err, "out of memory");
+  if (!st && h->bad == BAD_FORWARD) v2_spoil(p, t->o);
   return st;
 }
 
@@ -168,6 +188,7 @@ static int32_t v2_buffers_read(void *handle, void *buffers, const kda_backend_te
     if (!out[i]) return snprintf(h->err, sizeof h->err, "an output buffer is NULL"), KDA_EINVAL;
     memcpy(out[i], b->mem[i], n[i] * sizeof(double));
   }
+  if (h->bad == BAD_RESIDENT) v2_spoil(&b->p, t->o);
   return KDA_OK;
 }
 
