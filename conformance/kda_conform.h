@@ -149,9 +149,12 @@ double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int6
 double kda_envelope_near_o(const kda_envelope *env, int64_t t);
 double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
 /* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
- * (t->out and t->mag_* must be set).  KDA_OK, KDA_ENOMEM or the reference's status. */
+ * (t->out and t->mag_* must be set), and obs (kda_outputs_alloc'ed for the case) with
+ * ref-f32's outputs (whose own growth the truth then scores, SPEC.md §7.5).  KDA_OK,
+ * KDA_ENOMEM or the reference's status. */
 struct kda_truth;
-int kda_envelope_compute(const kda_case *c, struct kda_truth *t, char *err, size_t errlen);
+int kda_envelope_compute(const kda_case *c, struct kda_truth *t, kda_outputs *obs, char *err,
+                         size_t errlen);
 void kda_envelope_free(kda_envelope *env);
 
 /* ---- The truth and its magnitude scales (SPEC.md §7.3). */
@@ -199,6 +202,30 @@ int kda_stream_auto(const kda_problem *p);
  * status of the file or the reference (KDA_EINVAL for a chunk that is not a multiple of 64). */
 int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
                      char *err, size_t errlen);
+
+/* ---- A case file, opened once for a run: the archive stays open while the handle lives,
+ * and the inputs, the member hashes, the golden outputs and the sampled index are all read
+ * through it (one open of the file per case). */
+#define KDA_CASE_STREAM_NEVER (-1) /* whole arrays in memory */
+#define KDA_CASE_STREAM_AUTO 0     /* streamed when kda_stream_auto says so (SPEC.md §7.10) */
+#define KDA_CASE_STREAM_ALWAYS 1
+typedef struct kda_case_file {
+  kda_case c;            /* the inputs: whole, or the token-independent ones when streamed */
+  kda_problem_sizes sizes; /* the problem's geometry, computed once */
+  kda_truth t;           /* valid after kda_case_file_truth */
+  int32_t streamed;      /* 1: scored chunk by chunk (kda_truth_stream) */
+  int32_t has_truth;
+  int64_t chunk;         /* tokens per chained call when streamed (<= 0: the default) */
+  struct kda_npz *z;     /* the archive, open until kda_case_file_close */
+} kda_case_file;
+/* Opens path and reads its inputs (kda_case_read): whole, or as kda_case_load_static when
+ * streamed (stream KDA_CASE_STREAM_*).  On failure f is empty.  Returns as kda_case_load. */
+int kda_case_file_open(const char *path, int32_t stream, int64_t chunk, kda_case_file *f,
+                       char *err, size_t errlen);
+/* The truth of f, from the open archive (kda_truth_compute, or kda_truth_stream when
+ * streamed); computed once.  Returns as those. */
+int kda_case_file_truth(kda_case_file *f, char *err, size_t errlen);
+void kda_case_file_close(kda_case_file *f);
 
 /* ---- Isolated calls (SPEC.md §7.8). */
 #define KDA_CALL_OK 0
@@ -314,6 +341,17 @@ size_t kda_worker_take_log(kda_worker *w, char *buf, size_t cap, uint64_t *total
 void kda_worker_stop(kda_worker *w);
 /* 1 when the worker applies the memory limit (0 under AddressSanitizer). */
 int kda_worker_limits_memory(void);
+
+/* A backend's first call, as `kda conform --list-backends` makes it (SPEC.md §7.8): supports
+ * and forward on a tiny problem (T = 4, K = V = 16, inputs exact in the backend's input type),
+ * then describe, on worker w; its handle closed after. */
+typedef struct kda_probe {
+  int32_t runs;              /* 1: the call succeeded */
+  int32_t has_info;          /* 1: describe filled info */
+  kda_backend_info info;
+  char why[KDA_ERRLEN + 64]; /* why it does not run here ("" when it runs) */
+} kda_probe;
+void kda_conform_probe(kda_worker *w, kda_probe *out);
 
 /* ---- Metrics (SPEC.md §7.5). */
 typedef struct kda_where {

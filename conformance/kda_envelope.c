@@ -96,27 +96,15 @@ static void env_state(const kda_problem *p, const double *e_all, const float *o_
     }
 }
 
-/* ref-f32's own growth on the case (SPEC.md §7.5), for --strict: scored as any backend. */
-static int env_growth(const kda_case *c, const kda_truth *t, const f32_run *r,
-                      kda_envelope *env, char *err, size_t errlen) {
-  kda_outputs obs;
-  int st = kda_outputs_alloc(&c->p, &obs, err, errlen);
-  if (st != KDA_OK) return st;
-  for (uint64_t i = 0; i < obs.n_o; i++) obs.o[i] = r->ts.o[i];
-  for (uint64_t i = 0; obs.ht && i < obs.n_ht; i++) obs.ht[i] = r->ts.ht[i];
-  for (uint64_t i = 0; obs.hc && i < obs.n_hc; i++) obs.hc[i] = r->ts.hc[i];
-  kda_truth plain = *t;
-  memset(&plain.env, 0, sizeof plain.env);
-  kda_score s;
-  st = kda_score_outputs(c, &plain, &obs, KDA_PRECISION_FP32, &s, err, errlen);
-  if (st == KDA_OK)
-    env->growth_kind = s.growth_kind, env->alpha = s.alpha, env->win_last = s.win_last;
-  kda_score_free(&s);
-  kda_outputs_free(&obs);
-  return st;
+/* ref-f32's outputs, widened, into obs (allocated for the problem). */
+static void keep_outputs(const f32_run *r, kda_outputs *obs) {
+  for (uint64_t i = 0; i < obs->n_o; i++) obs->o[i] = r->ts.o[i];
+  for (uint64_t i = 0; obs->ht && i < obs->n_ht; i++) obs->ht[i] = r->ts.ht[i];
+  for (uint64_t i = 0; obs->hc && i < obs->n_hc; i++) obs->hc[i] = r->ts.hc[i];
 }
 
-int kda_envelope_compute(const kda_case *c, kda_truth *t, char *err, size_t errlen) {
+int kda_envelope_compute(const kda_case *c, kda_truth *t, kda_outputs *obs, char *err,
+                         size_t errlen) {
   const kda_problem *p = &c->p;
   kda_envelope *env = &t->env;
   memset(env, 0, sizeof *env);
@@ -134,7 +122,7 @@ int kda_envelope_compute(const kda_case *c, kda_truth *t, char *err, size_t errl
     env_o(c, t, r.ts.o, env);
     if (t->out.ht) env_state(p, t->out.ht, r.ts.ht, t->mag_ht, p->N, env->ht);
     if (t->out.hc) env_state(p, t->out.hc, r.ts.hc, t->mag_hc, p->n_checkpoints, env->hc);
-    st = env_growth(c, t, &r, env, err, errlen);
+    keep_outputs(&r, obs);
   }
   free(r.buf);
   if (st != KDA_OK) kda_envelope_free(env);
@@ -146,6 +134,11 @@ void kda_envelope_free(kda_envelope *env) {
   free(env->ht);
   free(env->hc);
   memset(env, 0, sizeof *env);
+}
+
+double kda_step_allowance(int64_t n) {
+  double L = (double)n / (double)KDA_STEP_ALLOWANCE_N0;
+  return L > 1.0 ? L : 1.0;
 }
 
 static double combine(double e, double cap, int64_t n) {

@@ -1,5 +1,5 @@
-/* kda_isolate.c: output buffers of a call, and one isolated call through a worker started
- * for it alone (SPEC.md §7.8; the worker is kda_worker.c).
+/* kda_isolate.c: output buffers of a call and the names of call outcomes (SPEC.md §7.8; the
+ * worker is kda_worker.c, its one caller kda_runner.c).
  * SPDX-License-Identifier: MIT
  */
 #include <stdint.h>
@@ -44,23 +44,4 @@ const char *kda_call_outcome_name(int32_t outcome) {
   static const char *const names[] = {"ok", "unsupported", "error", "crash",
                                       "timeout", "fpenv", "input-modified"};
   return (outcome >= 0 && outcome <= KDA_CALL_INPUT) ? names[outcome] : "?";
-}
-
-/* A worker for this one call: start, call, close the handle, stop. */
-int kda_call_forward(const kda_backend *b, const char *params, const kda_problem *p,
-                     const kda_tensors_f64 *in, kda_outputs *out, const kda_call_opts *opts,
-                     kda_call_result *r, char *err, size_t errlen) {
-  memset(r, 0, sizeof *r);
-  kda_backend_ref ref;
-  kda_backend_ref_of(b, params, &ref);
-  kda_worker *w;
-  int st = kda_worker_start(&ref, opts, &w, err, errlen);
-  if (st != KDA_OK) return st;
-  st = kda_worker_call(w, p, in, out, r, err, errlen);
-  kda_call_result cr;
-  if (st == KDA_OK && kda_worker_end_case(w, &cr, err, errlen) == KDA_OK &&
-      r->outcome == KDA_CALL_OK && cr.outcome != KDA_CALL_OK)
-    *r = cr;
-  kda_worker_stop(w);
-  return st;
 }

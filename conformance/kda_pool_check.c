@@ -88,11 +88,12 @@ static int64_t changed_slot(const pool_plan *q, const double *pool, int all_slot
 
 /* One pool call of plan q's batch (problem pp, inputs in) with indices idx on a fresh copy of
  * the plan's pool (returned in *pool). */
-static int pool_call(kda_worker *w, const kda_problem *pp, const kda_tensors_f64 *in,
-                     const pool_plan *q, const int64_t *idx, double *pool, kda_outputs *out,
-                     kda_call_result *cr, char *err, size_t errlen) {
+static int pool_call(const kda_pool_caller *w, const kda_problem *pp,
+                     const kda_tensors_f64 *in, const pool_plan *q, const int64_t *idx,
+                     double *pool, kda_outputs *out, kda_call_result *cr, char *err,
+                     size_t errlen) {
   memcpy(pool, q->pool0, (size_t)(q->S * q->slot) * sizeof *pool);
-  return kda_worker_call_pool(w, pp, in, idx, q->S, pool, out, cr, err, errlen);
+  return w->fn(w->ctx, pp, in, idx, q->S, pool, out, cr, err, errlen);
 }
 
 /* Judges the in-range call: free slots keep their bits; o and the named slots are scored as
@@ -145,7 +146,7 @@ static void judge_reject(const pool_plan *q, const double *pool, const kda_call_
                               "(an index out of range) changed slot %lld", (long long)s);
 }
 
-static int run_plan(kda_worker *w, const kda_case *d, const pool_plan *q, int32_t cls,
+static int run_plan(const kda_pool_caller *w, const kda_case *d, const pool_plan *q, int32_t cls,
                     kda_pool_result *res, char *err, size_t errlen) {
   kda_problem pp = d->p;
   pp.N = q->N + 1;
@@ -179,8 +180,8 @@ static int run_plan(kda_worker *w, const kda_case *d, const pool_plan *q, int32_
   return st;
 }
 
-int kda_serving_pool(kda_worker *w, const kda_case *c, int32_t cls, kda_pool_result *res,
-                     char *err, size_t errlen) {
+int kda_serving_pool(const kda_pool_caller *w, const kda_case *c, int32_t cls,
+                     kda_pool_result *res, char *err, size_t errlen) {
   memset(res, 0, sizeof *res);
   const int64_t N = c->p.N;
   int64_t *wk = calloc((size_t)(3 * N + 1), sizeof *wk);
@@ -191,7 +192,7 @@ int kda_serving_pool(kda_worker *w, const kda_case *c, int32_t cls, kda_pool_res
   double *h = NULL;
   kda_case d = {0};
   pool_plan q = {0};
-  int f32 = KDA_STATE_DTYPE(kda_worker_output_dtype(w)) == KDA_PRECISION_FP32; /* §7.8 */
+  int f32 = KDA_STATE_DTYPE(w->output_dtype) == KDA_PRECISION_FP32; /* §7.8 */
   int st = decode_states(c, zero, at, f32, &h, err, errlen);
   if (st == KDA_OK) st = kda_serving_part(c, at, end, h, NULL, "pool", &d, err, errlen);
   if (st == KDA_OK && !plan_make(&d, h, &q))

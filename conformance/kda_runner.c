@@ -461,11 +461,19 @@ static int judged(const kda_case_report *r) {
   return r->verdict == KDA_VERDICT_PASS || r->verdict == KDA_VERDICT_QUALITY_WARNING;
 }
 
+/* The state-pool check's calls (kda_serving_pool) on the worker. */
+static int pool_call(void *ctx, const kda_problem *p, const kda_tensors_f64 *in,
+                     const int64_t *state_indices, int64_t slots, double *pool,
+                     kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
+  return kda_worker_call_pool(ctx, p, in, state_indices, slots, pool, out, r, err, errlen);
+}
+
 /* State-pool decode (SPEC.md §7.7): only for a backend that declares KDA_CAP_STATE_POOL. */
 static int pool_decode(prefix_ctx *x, char *err, size_t errlen) {
   if (!(kda_worker_caps(x->w) & KDA_CAP_STATE_POOL)) return KDA_OK;
   kda_pool_result pr;
-  int st = kda_serving_pool(x->w, x->c, x->r->score.cls, &pr, err, errlen);
+  const kda_pool_caller call = {pool_call, x->w, kda_worker_output_dtype(x->w)};
+  int st = kda_serving_pool(&call, x->c, x->r->score.cls, &pr, err, errlen);
   if (st != KDA_OK) return st;
   if (pr.outcome == KDA_CALL_UNSUPPORTED) return KDA_OK; /* declined for this problem */
   x->r->pool_done = pr.outcome == KDA_CALL_OK;
@@ -521,18 +529,18 @@ static int case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
 static int stream_whole(kda_worker *w, const kda_case *c, const kda_truth *t,
                         const kda_conform_opts *o, kda_case_report *r, const char *why,
                         char *err, size_t errlen) {
-  const char *path = kda_stream_path(t->stream);
+  kda_npz *z = kda_stream_npz(t->stream); /* the case file, still open */
   kda_case full;
   kda_truth tf;
   char msg[KDA_ERRLEN];
-  if (kda_case_load(path, &full, msg, sizeof msg) != KDA_OK) {
+  if (kda_case_read(z, &full, 0, msg, sizeof msg) != KDA_OK) {
     char reason[KDA_ERRLEN];
     snprintf(reason, sizeof reason, "streaming: the backend declines the chained call (%.150s) "
              "and the case cannot be run whole: %.200s", why, msg);
     set_reason(r, KDA_VERDICT_NOT_SUPPORTED, reason);
     return finish_case(w, r, err, errlen);
   }
-  int st = kda_truth_compute(&full, path, &tf, err, errlen);
+  int st = kda_truth_read(&full, z, &tf, err, errlen);
   if (st == KDA_OK) {
     kda_case_report_free(r);
     st = case_worker(w, &full, &tf, o, r, err, errlen);
@@ -546,6 +554,32 @@ static int stream_whole(kda_worker *w, const kda_case *c, const kda_truth *t,
   return st;
 }
 
+/* The runner's call of a streamed case's chunk (kda_stream_score): through the resident
+ * buffers when the backend has them, and with --repeat once more through forward, the bits
+ * compared (SPEC.md §7.8, §7.10). */
+typedef struct chunk_ctx {
+  kda_worker *w;
+  int32_t repeat, repeat_done, repeat_identical;
+} chunk_ctx;
+
+static int chunk_call(void *ctx, const kda_problem *p, const kda_tensors_f64 *in,
+                      kda_outputs *out, kda_call_result *cr, char *err, size_t errlen) {
+  chunk_ctx *x = ctx;
+  int st = kda_worker_call_via(x->w, KDA_VIA_RESIDENT, p, in, out, cr, err, errlen);
+  if (st != KDA_OK || cr->outcome != KDA_CALL_OK || !x->repeat) return st;
+  const double seconds = cr->seconds; /* the scored call's */
+  kda_outputs o2;
+  st = kda_outputs_alloc(p, &o2, err, errlen);
+  if (st == KDA_OK) st = kda_worker_call_via(x->w, KDA_VIA_FORWARD, p, in, &o2, cr, err, errlen);
+  if (st == KDA_OK && cr->outcome == KDA_CALL_OK) {
+    x->repeat_done = 1;
+    if (!same_outputs(out, &o2)) x->repeat_identical = 0;
+    cr->seconds = seconds;
+  }
+  kda_outputs_free(&o2);
+  return st;
+}
+
 /* Chained chunk calls, scored as they come; the serving-path checks are not run on a streamed
  * case (every chunk boundary is a resume from the backend's own state), --repeat calls every
  * chunk twice. */
@@ -553,7 +587,9 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
                        const kda_conform_opts *o, int32_t cls, kda_case_report *r, char *err,
                        size_t errlen) {
   kda_stream_result res;
-  int st = kda_stream_score(w, c, t, cls, o->repeat, &r->score, &res, err, errlen);
+  chunk_ctx x = {w, o->repeat, 0, 1};
+  const kda_chunk_caller call = {chunk_call, &x};
+  int st = kda_stream_score(&call, c, t, cls, &r->score, &res, err, errlen);
   if (st != KDA_OK) return st;
   r->seconds = res.seconds;
   r->score.cls = cls;
@@ -567,9 +603,9 @@ static int stream_case(kda_worker *w, const kda_case *c, const kda_truth *t,
     set_reason(r, outcome_verdict(res.call.outcome), msg);
   } else {
     verdict_from_score(r);
-    r->repeat_done = res.repeat_done, r->repeat_identical = res.repeat_identical;
-    r->nondeterministic = !res.repeat_identical;
-    if (!res.repeat_identical && r->verdict == KDA_VERDICT_PASS)
+    r->repeat_done = x.repeat_done, r->repeat_identical = x.repeat_identical;
+    r->nondeterministic = !x.repeat_identical;
+    if (!x.repeat_identical && r->verdict == KDA_VERDICT_PASS)
       set_reason(r, KDA_VERDICT_QUALITY_WARNING,
                  kda_worker_has_resident(w) ? paths_reason : nondet_reason);
     quality_checks(r, o);
@@ -672,6 +708,25 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
   return st;
 }
 
+/* A worker for this one call: start, call, close the handle, stop. */
+int kda_call_forward(const kda_backend *b, const char *params, const kda_problem *p,
+                     const kda_tensors_f64 *in, kda_outputs *out, const kda_call_opts *opts,
+                     kda_call_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  kda_backend_ref ref;
+  kda_backend_ref_of(b, params, &ref);
+  kda_worker *w;
+  int st = kda_worker_start(&ref, opts, &w, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_worker_call(w, p, in, out, r, err, errlen);
+  kda_call_result cr;
+  if (st == KDA_OK && kda_worker_end_case(w, &cr, err, errlen) == KDA_OK &&
+      r->outcome == KDA_CALL_OK && cr.outcome != KDA_CALL_OK)
+    *r = cr;
+  kda_worker_stop(w);
+  return st;
+}
+
 /* ---- Candidate result files: read strictly by kda_result_load (kda_case.h). */
 static int candidate(const char *result_path, const kda_case *c, const kda_truth *t,
                      int32_t cls, const kda_conform_opts *o, kda_case_report *r, char *err,
@@ -759,4 +814,43 @@ int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prom
     st = candidate_causal(result_path, sp, c, main_path, r, err, errlen);
   report_clean(r);
   return st;
+}
+
+/* ---- A backend's first call (kda conform --list-backends). */
+/* The tiny problem's case: inputs exact in a 16-bit input type (the runner never rounds into
+ * one). */
+static int probe_case(int32_t dt, kda_case *c, char *err, size_t errlen) {
+  kda_gen_desc d;
+  char desc[96];
+  const int half = dt == KDA_PRECISION_BF16 || dt == KDA_PRECISION_FP16;
+  snprintf(desc, sizeof desc, "seed=1 T=4 H=1 K=16 V=16%s%s", half ? " prec=" : "",
+           half ? kda_precision_file_name(dt) : "");
+  int st = kda_gen_parse(desc, &d, err, errlen);
+  if (st == KDA_OK) st = kda_gen_case(&d, c, err, errlen), kda_gen_desc_free(&d);
+  return st;
+}
+
+void kda_conform_probe(kda_worker *w, kda_probe *out) {
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  kda_outputs o = {0};
+  kda_tensors_f64 in;
+  kda_call_result cr;
+  memset(out, 0, sizeof *out);
+  if (probe_case(kda_worker_input_dtype(w), &c, err, sizeof err) != KDA_OK)
+    return (void)snprintf(out->why, sizeof out->why, "runner: %s", err);
+  kda_case_tensors(&c, &in);
+  int st = kda_outputs_alloc(&c.p, &o, err, sizeof err);
+  if (st == KDA_OK) st = kda_worker_call(w, &c.p, &in, &o, &cr, err, sizeof err);
+  if (st != KDA_OK) snprintf(out->why, sizeof out->why, "runner: %s", err);
+  else if (cr.outcome == KDA_CALL_OK) out->runs = 1;
+  else if (cr.outcome == KDA_CALL_UNSUPPORTED) snprintf(out->why, sizeof out->why, "%s", cr.msg);
+  else snprintf(out->why, sizeof out->why, "%s: %s", kda_call_outcome_name(cr.outcome), cr.msg);
+  if (st == KDA_OK && (cr.outcome == KDA_CALL_OK || cr.outcome == KDA_CALL_UNSUPPORTED) &&
+      kda_worker_describe(w, &out->info, &cr, err, sizeof err) == KDA_OK &&
+      cr.outcome == KDA_CALL_OK)
+    out->has_info = 1;
+  kda_worker_end_case(w, &cr, err, sizeof err);
+  kda_outputs_free(&o);
+  kda_case_free(&c);
 }

@@ -1,4 +1,5 @@
-/* kda_score.c: the truth and its magnitude scales, and the per-case metrics (SPEC.md §7.3-§7.5).
+/* kda_score.c: the per-case metrics (SPEC.md §7.3-§7.5); the truth and its magnitude scales
+ * are kda_truth.c's.
  * SPDX-License-Identifier: MIT
  *
  * An output element o[t,hv,j] is scored as |o_obs - o_exp| / (max(u * M[t,hv], tiny) * L(n))
@@ -14,101 +15,13 @@
 #include <string.h>
 
 #include "kda_conform.h"
-#include "kda_golden_check.h"
 #include "kda_npz.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
 #include "kda_score_internal.h"
 
-/* ---- Magnitude trace: the float64 recurrence again, keeping M[t,hv]. */
-typedef struct mag_run {
-  const kda_problem *p;
-  const kda_tensors_f64 *ts;
-  double *S, *qq, *kk, *a, *pr, *o, *mag;
-  const int64_t *rows; /* sampled truth: the stored tokens (M is kept at those only), or NULL */
-  int64_t n_rows;
-  int64_t t0;          /* global position of the problem's token 0 (a streamed chunk) */
-  int64_t first;       /* with rows: the row of mag[0] */
-} mag_run;
-
-static void mag_load(void *ctx, int64_t n, int64_t hv) {
-  mag_run *r = ctx;
-  const kda_problem *p = r->p;
-  for (int64_t i = 0; i < p->K; i++)
-    for (int64_t j = 0; j < p->V; j++)
-      r->S[i * p->V + j] = p->has_initial_state
-                               ? r->ts->h0[kda_ref_off_state(p, n, hv) + kda_ref_state_at(p, i, j)]
-                               : 0.0;
-}
-
-static void mag_step(void *ctx, int64_t t, int64_t hv) {
-  mag_run *r = ctx;
-  const kda_problem *p = r->p;
-  const int64_t K = p->K, V = p->V;
-  double beta;
-  kda_ref_coefs_f64(p, r->ts, t, hv, r->qq, r->kk, r->a, &beta);
-  if (kda_ref_family_decays(p->family)) kda_ref_decay(K, V, r->S, r->a);
-  if (kda_ref_family_erases(p->family)) kda_ref_erase(K, V, r->S, r->kk, r->pr);
-  else
-    for (int64_t j = 0; j < V; j++) r->pr[j] = 0.0;
-  kda_ref_write(K, V, r->S, r->kk, r->ts->v + kda_ref_off_v(p, t, hv), r->pr, beta);
-  /* the same calls in the same order as ref-f64's step: its o, bit for bit */
-  if (r->ts->o) kda_ref_readout(K, V, r->S, r->qq, r->ts->o + kda_ref_off_v(p, t, hv));
-  int64_t row = t;
-  if (r->rows && (row = kda_sampled_row(r->rows, r->n_rows, r->t0 + t) - r->first) < 0) return;
-  double m = 0.0;
-  for (int64_t j = 0; j < V; j++) {
-    double s = 0.0;
-    for (int64_t i = 0; i < K; i++) s += fabs(r->S[i * V + j]) * fabs(r->qq[i]);
-    if (s > m) m = s;
-  }
-  r->mag[row * p->HV + hv] = m;
-}
-
-/* The state into slot sl of a stored state array (ht or hc), when one is asked for. */
-static void mag_store(const mag_run *r, double *dst, int64_t sl, int64_t hv) {
-  const kda_problem *p = r->p;
-  if (!dst) return;
-  for (int64_t i = 0; i < p->K; i++)
-    for (int64_t j = 0; j < p->V; j++)
-      dst[kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j)] = r->S[i * p->V + j];
-}
-
-static void mag_checkpoint(void *ctx, int64_t c, int64_t hv) {
-  mag_run *r = ctx;
-  mag_store(r, r->ts->hc, c, hv);
-}
-
-static void mag_final(void *ctx, int64_t n, int64_t hv) {
-  mag_run *r = ctx;
-  mag_store(r, r->ts->ht, n, hv);
-}
-
-int kda_mag_trace(const kda_problem *p, const kda_tensors_f64 *ts, const kda_mag_rows *rows,
-                  double *mag, char *err, size_t errlen) {
-  const size_t K = (size_t)p->K, V = (size_t)p->V;
-  double *work = malloc((K * V + 3 * K + V + 1) * sizeof *work);
-  if (!work) return snprintf(err, errlen, "out of memory for the magnitude trace"), KDA_ENOMEM;
-  mag_run r = {p, ts, work, work + K * V, work + K * V + K,
-               work + K * V + 2 * K, work + K * V + 3 * K, NULL, mag,
-               rows ? rows->index : NULL, rows ? rows->n : 0, rows ? rows->t0 : 0,
-               rows ? rows->first : 0};
-  const kda_ref_visitor vis = {&r, mag_load, mag_step, mag_checkpoint, mag_final};
-  kda_ref_drive(p, ts->cu_seqlens, ts->checkpoints, &vis);
-  free(work);
-  return KDA_OK;
-}
-
-static int mag_trace(const kda_case *c, const kda_truth *t, double *mag, char *err,
-                     size_t errlen) {
-  kda_tensors_f64 ts;
-  kda_case_tensors(c, &ts); /* no outputs: magnitudes only */
-  const kda_mag_rows rows = {t->o_index, t->n_rows, 0, 0};
-  return kda_mag_trace(&c->p, &ts, t->o_index ? &rows : NULL, mag, err, errlen);
-}
-
-/* Largest |S| of each head of a stored state array [slots, HV, K*V]. */
-static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, double *mag) {
+/* ---- Metrics. */
+void kda_score_head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, double *mag) {
   for (int64_t s = 0; s < slots * HV; s++) {
     double m = 0.0;
     for (int64_t e = 0; e < KV; e++)
@@ -117,100 +30,6 @@ static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, dou
   }
 }
 
-static int load_golden(const char *path, const kda_problem *p, kda_truth *t, int *found,
-                       char *err, size_t errlen) {
-  *found = 0;
-  if (!path) return KDA_OK;
-  kda_npz *z;
-  int st = kda_npz_open(path, &z, err, errlen);
-  if (st != KDA_OK) return st;
-  if (!kda_npz_has(z, "o")) return kda_npz_close(z), KDA_OK;
-  /* Golden outputs are the truth only once every member's bytes match the SHA-256 its
-   * manifest records (golden.members_sha256, SPEC.md §8.10): a damaged o must not be blamed
-   * on every backend. */
-  char msg[KDA_ERRLEN];
-  if (kda_golden_check_members(path, msg, sizeof msg) != KDA_OK) {
-    kda_npz_close(z);
-    return snprintf(err, errlen, "golden outputs not verified: %s", msg), KDA_EFORMAT;
-  }
-  if (t->o_index) {
-    st = kda_sampled_read_o(z, path, p, t->n_rows, t->out.o, err, errlen);
-    if (st == KDA_OK)
-      st = kda_output_members_read(z, path, p, NULL, t->out.ht, t->out.hc, err, errlen);
-  } else {
-    st = kda_output_members_read(z, path, p, t->out.o, t->out.ht, t->out.hc, err, errlen);
-  }
-  kda_npz_close(z);
-  if (st == KDA_OK) *found = 1;
-  return st;
-}
-
-/* Sampled truth (SPEC.md §10.2): the stored tokens, and o shrunk to their rows. */
-static int sampled_rows(const kda_case *c, const char *path, kda_truth *t, char *err,
-                        size_t errlen) {
-  t->n_rows = c->p.T;
-  if (!path || !kda_sampled_declared(c)) return KDA_OK;
-  kda_npz *z;
-  int st = kda_npz_open(path, &z, err, errlen);
-  if (st != KDA_OK) return st;
-  st = kda_sampled_read_index(z, path, &c->p, &t->o_index, &t->n_rows, err, errlen);
-  kda_npz_close(z);
-  if (st != KDA_OK) return st;
-  free(t->out.o);
-  t->out.n_o = (uint64_t)(t->n_rows * c->p.HV * c->p.V);
-  t->out.o = malloc((size_t)t->out.n_o * sizeof(double));
-  if (!t->out.o) return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
-  return KDA_OK;
-}
-
-int kda_truth_compute(const kda_case *c, const char *path, kda_truth *t, char *err,
-                      size_t errlen) {
-  memset(t, 0, sizeof *t);
-  const kda_problem *p = &c->p;
-  int st = kda_outputs_alloc(p, &t->out, err, errlen);
-  if (st != KDA_OK) return st;
-  st = sampled_rows(c, path, t, err, errlen);
-  if (st != KDA_OK) return kda_truth_free(t), st;
-  t->mag_o = calloc((size_t)(t->n_rows * p->HV) + 1, sizeof(double));
-  t->mag_ht = calloc((size_t)(p->N * p->HV) + 1, sizeof(double));
-  t->mag_hc = calloc((size_t)(p->n_checkpoints * p->HV) + 1, sizeof(double));
-  if (!t->mag_o || !t->mag_ht || !t->mag_hc) {
-    kda_truth_free(t);
-    return snprintf(err, errlen, "out of memory for the truth"), KDA_ENOMEM;
-  }
-  int golden = 0;
-  st = load_golden(path, p, t, &golden, err, errlen);
-  if (st == KDA_OK && !golden && t->o_index)
-    st = KDA_EFORMAT, snprintf(err, errlen, "%s: golden.o_sampled but no member 'o'", path);
-  if (st == KDA_OK && !golden) {
-    kda_tensors_f64 ts;
-    kda_case_tensors(c, &ts);
-    ts.o = t->out.o, ts.ht = t->out.ht, ts.hc = t->out.hc;
-    st = kda_ref_forward_f64(p, &ts, err, errlen);
-  }
-  if (st == KDA_OK) st = mag_trace(c, t, t->mag_o, err, errlen);
-  if (st != KDA_OK) return kda_truth_free(t), st;
-  t->from_golden = golden;
-  if (t->out.ht) head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
-  if (t->out.hc) head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
-  st = kda_envelope_compute(c, t, err, errlen);
-  if (st != KDA_OK) kda_truth_free(t);
-  return st;
-}
-
-void kda_truth_free(kda_truth *t) {
-  kda_outputs_free(&t->out);
-  free(t->mag_o);
-  free(t->mag_rows);
-  free(t->mag_ht);
-  free(t->mag_hc);
-  kda_envelope_free(&t->env);
-  free(t->o_index);
-  kda_stream_free(t->stream);
-  memset(t, 0, sizeof *t);
-}
-
-/* ---- Metrics. */
 const char *kda_growth_name(int32_t kind) {
   static const char *const names[] = {"n/a", "bounded", "random-walk", "systematic",
                                       "unstable"};
@@ -376,10 +195,6 @@ static int growth_beyond(const kda_score *s, const kda_envelope *env) {
   return s->growth_kind > env->growth_kind || s->win_last > KDA_ENVELOPE_C * env->win_last;
 }
 
-double kda_step_allowance(int64_t n) {
-  double L = (double)n / (double)KDA_STEP_ALLOWANCE_N0;
-  return L > 1.0 ? L : 1.0;
-}
 
 /* The error scale of SPEC.md §7.3: u * magnitude, floored at the output format's smallest
  * subnormal (below it no implementation of the class can be more exact). */

@@ -1,6 +1,6 @@
-/* kda_score_internal.h: what the scorer (kda_score.c) shares with sampled truth (SPEC.md
- * §10.2, golden.o_sampled; kda_sampled.c) and streaming scoring (§7.10; kda_stream.c).  Not
- * installed.
+/* kda_score_internal.h: what the scorer (kda_score.c) shares with the truth (kda_truth.c),
+ * sampled truth (SPEC.md §10.2, golden.o_sampled; kda_sampled.c), streaming scoring (§7.10;
+ * kda_score_stream.c) and the runner.  Not installed.
  * SPDX-License-Identifier: MIT
  */
 #ifndef KDA_SCORE_INTERNAL_H
@@ -31,6 +31,17 @@ int64_t kda_sampled_lower(const int64_t *idx, int64_t n, int64_t tt);
  * new array (*owned 1, free()) holding the stored rows and NaN elsewhere. */
 int kda_truth_full_o(const kda_problem *p, const kda_truth *t, double **o, int *owned, char *err,
                      size_t errlen);
+
+/* kda_truth_compute on the open case file z (NULL: no file, the float64 reference's truth),
+ * which stays open. */
+int kda_truth_read(const kda_case *c, kda_npz *z, kda_truth *t, char *err, size_t errlen);
+/* kda_truth_stream on the open case file z (closed with the truth when owns_z, also on
+ * failure). */
+int kda_truth_stream_read(const kda_case *c, kda_npz *z, int owns_z, int64_t chunk,
+                          kda_truth *t, char *err, size_t errlen);
+/* Largest |S| of each head of a stored state array [slots, HV, K*V] into mag [slots, HV]: the
+ * magnitude a state element's error is scaled by (SPEC.md §7.3). */
+void kda_score_head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, double *mag);
 
 /* M[t, hv] of SPEC.md §7.3 by the float64 recurrence of problem p on ts (cu_seqlens and
  * checkpoints included): into mag[t * HV + hv] for every token, or with rows, only at the
@@ -67,24 +78,41 @@ void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x);
 /* The states (whole arrays, ht / hc NULL when the truth has none), windows and growth. */
 void kda_score_end(kda_score_acc *a, const kda_case *c, const double *ht, const double *hc);
 
-/* ---- A streamed case's backend pass (kda_stream.c, SPEC.md §7.10). */
+/* ---- A streamed case's passes (kda_score_stream.c, SPEC.md §7.10). */
+/* The reference pass of kda_truth_stream over the open case file z (closed with the stream
+ * when owns_z, also on failure): fills t (t->stream first), which the caller frees on
+ * failure. */
+int kda_stream_truth_pass(const kda_case *c, kda_npz *z, int owns_z, int64_t chunk,
+                          kda_truth *t, char *err, size_t errlen);
+
+/* How the scoring pass calls the backend on one chained chunk (the runner's function, so that
+ * the runner is the one caller of the worker): outputs of problem p on inputs in into out
+ * (allocated for p), the outcome in r.  Returns KDA_OK or a runner failure. */
+typedef int (*kda_chunk_call_fn)(void *ctx, const kda_problem *p, const kda_tensors_f64 *in,
+                                 kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+typedef struct kda_chunk_caller {
+  kda_chunk_call_fn fn;
+  void *ctx;
+} kda_chunk_caller;
+
 typedef struct kda_stream_result {
   kda_call_result call;   /* KDA_CALL_OK, or the first chunk call's other outcome */
   int64_t chunks;         /* chained calls that ran */
   int64_t fail_t0, fail_t1; /* the tokens of the chunk whose call did not succeed */
   double seconds;         /* their wall time, summed */
-  int32_t repeat_done, repeat_identical; /* with repeat: each chunk called twice */
 } kda_stream_result;
-/* Scores the backend of w on streamed case c (t from kda_truth_stream) in class cls: every
- * chunk of every sequence is one call from the state the backend returned for the chunk
+/* Scores the backend called by call on streamed case c (t from kda_truth_stream) in class cls:
+ * every chunk of every sequence is one call from the state the backend returned for the chunk
  * before (the case's h0 for the first), scored as it comes.  res->call is the outcome
  * (KDA_CALL_UNSUPPORTED: the backend does not take a chunk's problem, typically a chained one
  * with h0).  Returns KDA_OK or a runner failure. */
-int kda_stream_score(kda_worker *w, const kda_case *c, const kda_truth *t, int32_t cls,
-                     int32_t repeat, kda_score *s, kda_stream_result *res, char *err,
+int kda_stream_score(const kda_chunk_caller *call, const kda_case *c, const kda_truth *t,
+                     int32_t cls, kda_score *s, kda_stream_result *res, char *err,
                      size_t errlen);
 int64_t kda_stream_chunk(const struct kda_stream *s);
 const char *kda_stream_path(const struct kda_stream *s);
+/* The case file the stream reads (open while the truth lives). */
+kda_npz *kda_stream_npz(const struct kda_stream *s);
 void kda_stream_free(struct kda_stream *s);
 
 #endif

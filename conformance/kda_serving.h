@@ -66,14 +66,26 @@ typedef struct kda_pool_result {
   int32_t failed;  /* 1: the check failed (msg says why) */
   char msg[KDA_ERRLEN];
 } kda_pool_result;
+/* How the check calls the backend (the runner's function, kda_worker_call_pool on its
+ * worker, so that the runner is the one caller of the worker), and the backend's output
+ * type. */
+typedef int (*kda_pool_call_fn)(void *ctx, const kda_problem *p, const kda_tensors_f64 *in,
+                                const int64_t *state_indices, int64_t slots, double *pool,
+                                kda_outputs *out, kda_call_result *r, char *err,
+                                size_t errlen);
+typedef struct kda_pool_caller {
+  kda_pool_call_fn fn;
+  void *ctx;
+  int32_t output_dtype;
+} kda_pool_caller;
 /* The decode cut of c (each sequence's last token from the float64 reference's state before
- * it, rounded to the backend's output type) as one pool call on w: the sequences at shuffled
+ * it, rounded to the backend's output type) as one pool call through w: the sequences at shuffled
  * slots of a pool of S = 2N + 3, a padding entry, junk in the free slots, which must keep
  * their bits; o and the final states in their slots scored in class cls as o and ht; then
  * the same call with one index set to S must be KDA_EINVAL and change no slot.  Returns
  * KDA_OK (the verdict in *res) or a runner error (KDA_ENOMEM, the reference's). */
-int kda_serving_pool(kda_worker *w, const kda_case *c, int32_t cls, kda_pool_result *res,
-                     char *err, size_t errlen);
+int kda_serving_pool(const kda_pool_caller *w, const kda_case *c, int32_t cls,
+                     kda_pool_result *res, char *err, size_t errlen);
 
 /* ---- Serving prompts of candidates (SPEC.md §7.7, §7.9). */
 typedef struct kda_serving_prompt {

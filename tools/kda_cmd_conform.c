@@ -458,70 +458,77 @@ static int score_prompts(const conform_args *a, const kda_case *c, const char *m
   return st;
 }
 
-/* The case, whole, or for a streamed one (SPEC.md §7.10: --stream, or long, and no candidate)
- * only its token-independent inputs. */
-static int load_case(const conform_args *a, const char *path, kda_case *c, int *streamed,
-                     char *err, size_t errlen) {
-  *streamed = 0;
-  if (a->stream < 0 || a->candidate) return kda_case_load(path, c, err, errlen);
-  int st = kda_case_load_static(path, c, err, errlen);
-  if (st != KDA_OK || a->stream > 0 || kda_stream_auto(&c->p))
-    return *streamed = st == KDA_OK, st;
-  kda_case_free(c);
-  return kda_case_load(path, c, err, errlen);
+/* The case file, opened once (SPEC.md §7.10: streamed with --stream, or when long, and never
+ * for a candidate). */
+static int open_case(const conform_args *a, const char *path, kda_case_file *f, char *err,
+                     size_t errlen) {
+  const int32_t mode = a->stream < 0 || a->candidate ? KDA_CASE_STREAM_NEVER
+                       : a->stream > 0              ? KDA_CASE_STREAM_ALWAYS
+                                                    : KDA_CASE_STREAM_AUTO;
+  return kda_case_file_open(path, mode, a->chunk, f, err, errlen);
+}
+
+/* The candidate's result file for case c and its report (SPEC.md §7.9), then its serving
+ * prompts' (§7.7). */
+static int score_candidate(const conform_args *a, const kda_case_file *f, run_state *s,
+                           char *err, size_t errlen) {
+  char rp[4096];
+  struct stat sb;
+  int is_dir = stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode);
+  if (is_dir) snprintf(rp, sizeof rp, "%s/%s.npz", a->candidate, f->c.id);
+  else snprintf(rp, sizeof rp, "%s", a->candidate);
+  kda_case_report *r = next_report(s);
+  double t0 = now_s();
+  int st = r ? KDA_OK : KDA_ENOMEM;
+  if (!r) snprintf(err, errlen, "out of memory");
+  else st = kda_conform_candidate(rp, &f->c, &f->t, a->cls >= 0 ? a->cls : KDA_PRECISION_FP32,
+                                  &a->opts, r, err, errlen);
+  s->score_s += now_s() - t0;
+  if (st == KDA_OK) s->bytes += r->bytes_scored;
+  if (st == KDA_OK) st = emit(s, a, r, err, errlen);
+  if (st == KDA_OK && a->opts.prefix && is_dir) st = score_prompts(a, &f->c, rp, s, err, errlen);
+  return st;
+}
+
+/* 0 when case f is to be scored here: its id checked, selected by -k, not a serving prompt
+ * given as a case (scored through its case, §7.7); -1 when skipped; else an exit status. */
+static int case_skipped(const conform_args *a, const char *path, kda_case_file *f, int nt,
+                        run_state *s) {
+  char err[KDA_ERRLEN], idbuf[256];
+  kda_case *c = &f->c;
+  if (!c->id || !c->id[0]) free(c->id), c->id = strdup(base_id(path, idbuf, sizeof idbuf));
+  /* the id names the candidate's file: one path component (kda_files.h) */
+  if (c->id && kda_id_check(c->id, "case id", err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s: %s", path, err);
+  int st;
+  if (c->id && (st = unique_id(&s->ids, &s->id_files, c->id, path)) != 0) return st;
+  if (!kda_case_filter_match(a->filters, a->n_filters, c->id, c->manifest_json))
+    return -1; /* -k: not selected */
+  if (a->candidate && !nt && kda_serving_is_prompt(c)) return s->serving_given++, -1;
+  s->selected++;
+  return 0;
 }
 
 static int score_case(const conform_args *a, const char *path, target *tg, int nt, run_state *s) {
-  char err[KDA_ERRLEN], idbuf[256];
-  kda_case c;
-  int streamed;
-  int st = load_case(a, path, &c, &streamed, err, sizeof err);
+  char err[KDA_ERRLEN];
+  kda_case_file f;
+  int st = open_case(a, path, &f, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(path, idbuf, sizeof idbuf));
-  /* the id names the candidate's file: one path component (kda_files.h) */
-  if (c.id && kda_id_check(c.id, "case id", err, sizeof err) != KDA_OK)
-    return kda_case_free(&c), kda_tool_fail(SUB, "%s: %s", path, err);
-  if (c.id && (st = unique_id(&s->ids, &s->id_files, c.id, path)) != 0)
-    return kda_case_free(&c), st;
-  if (!kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json))
-    return kda_case_free(&c), 0; /* -k: not selected */
-  if (a->candidate && !nt && kda_serving_is_prompt(&c))
-    return kda_case_free(&c), s->serving_given++, 0; /* scored through its case (§7.7) */
-  s->selected++;
-  kda_truth t;
+  int rc = case_skipped(a, path, &f, nt, s);
+  if (rc) return kda_case_file_close(&f), rc < 0 ? 0 : rc;
   double t0 = now_s();
-  st = streamed ? kda_truth_stream(&c, path, a->chunk, &t, err, sizeof err)
-                : kda_truth_compute(&c, path, &t, err, sizeof err);
+  st = kda_case_file_truth(&f, err, sizeof err);
   s->truth_s += now_s() - t0;
-  if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
   for (int i = 0; i < nt && st == KDA_OK; i++) {
     if (!kda_conform_shard_target(a->shard, i)) continue; /* another shard's */
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case_worker(tg[i].w, &c, &t, &a->opts, r, err, sizeof err);
+    else st = kda_conform_case_worker(tg[i].w, &f.c, &f.t, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
   }
-  if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt)) {
-    char rp[4096];
-    struct stat sb;
-    int is_dir = stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode);
-    if (is_dir)
-      snprintf(rp, sizeof rp, "%s/%s.npz", a->candidate, c.id);
-    else
-      snprintf(rp, sizeof rp, "%s", a->candidate);
-    kda_case_report *r = next_report(s);
-    t0 = now_s();
-    if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_candidate(rp, &c, &t, a->cls >= 0 ? a->cls : KDA_PRECISION_FP32, &a->opts,
-                                    r, err, sizeof err);
-    s->score_s += now_s() - t0;
-    if (st == KDA_OK) s->bytes += r->bytes_scored;
-    if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
-    if (st == KDA_OK && a->opts.prefix && is_dir)
-      st = score_prompts(a, &c, rp, s, err, sizeof err);
-  }
-  kda_truth_free(&t);
-  kda_case_free(&c);
+  if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt))
+    st = score_candidate(a, &f, s, err, sizeof err);
+  kda_case_file_close(&f);
   return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
 }
 

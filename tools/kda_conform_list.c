@@ -72,37 +72,13 @@ static void builtin_row(const kda_backend *b, const char *params, const char *de
   b->close(h);
 }
 
-/* The tiny problem (T = 4, K = V = 16) through the worker: supports and forward. */
+/* The tiny problem through the worker (kda_conform_probe). */
 static void worker_try(kda_worker *w, row *r) {
-  char err[KDA_ERRLEN] = "";
-  kda_gen_desc d;
-  kda_case c;
-  kda_outputs out;
-  kda_tensors_f64 in;
-  kda_call_result cr;
-  memset(&out, 0, sizeof out);
-  char desc[96]; /* inputs exact in a 16-bit input type (the runner never rounds into one) */
-  const int32_t dt = kda_worker_input_dtype(w);
-  snprintf(desc, sizeof desc, "seed=1 T=4 H=1 K=16 V=16%s%s",
-           dt == KDA_PRECISION_BF16 || dt == KDA_PRECISION_FP16 ? " prec=" : "",
-           dt == KDA_PRECISION_BF16 || dt == KDA_PRECISION_FP16 ? kda_precision_file_name(dt) : "");
-  int st = kda_gen_parse(desc, &d, err, sizeof err);
-  if (st == KDA_OK) st = kda_gen_case(&d, &c, err, sizeof err), kda_gen_desc_free(&d);
-  if (st != KDA_OK) return (void)snprintf(r->why, sizeof r->why, "runner: %s", err);
-  kda_case_tensors(&c, &in);
-  st = kda_outputs_alloc(&c.p, &out, err, sizeof err);
-  if (st == KDA_OK) st = kda_worker_call(w, &c.p, &in, &out, &cr, err, sizeof err);
-  if (st != KDA_OK) snprintf(r->why, sizeof r->why, "runner: %s", err);
-  else if (cr.outcome == KDA_CALL_OK) r->runs = 1;
-  else if (cr.outcome == KDA_CALL_UNSUPPORTED) snprintf(r->why, sizeof r->why, "%s", cr.msg);
-  else snprintf(r->why, sizeof r->why, "%s: %s", kda_call_outcome_name(cr.outcome), cr.msg);
-  kda_backend_info info;
-  if (st == KDA_OK && (cr.outcome == KDA_CALL_OK || cr.outcome == KDA_CALL_UNSUPPORTED) &&
-      kda_worker_describe(w, &info, &cr, err, sizeof err) == KDA_OK && cr.outcome == KDA_CALL_OK)
-    picked_text(&info, r->picked, sizeof r->picked);
-  kda_worker_end_case(w, &cr, err, sizeof err);
-  kda_outputs_free(&out);
-  kda_case_free(&c);
+  kda_probe pr;
+  kda_conform_probe(w, &pr);
+  r->runs = pr.runs;
+  snprintf(r->why, sizeof r->why, "%s", pr.why);
+  if (pr.has_info) picked_text(&pr.info, r->picked, sizeof r->picked);
 }
 
 /* A plugin, only ever loaded in its worker (SPEC.md §7.8): a constructor that aborts, a

@@ -71,6 +71,13 @@ static kda_call_result pool_call(kda_worker *w, const int64_t *idx, double *pool
 
 /* The ABI: the pool fields follow hc, the caps follow synchronize, the version-2 prefix is
  * unchanged (tables compiled before the caps stay valid). */
+/* The runner's way of making the check's pool calls (kda_runner.c), on worker ctx. */
+static int runner_pool_call(void *ctx, const kda_problem *p, const kda_tensors_f64 *in,
+                            const int64_t *state_indices, int64_t slots, double *pool,
+                            kda_outputs *out, kda_call_result *r, char *err, size_t errlen) {
+  return kda_worker_call_pool(ctx, p, in, state_indices, slots, pool, out, r, err, errlen);
+}
+
 START_TEST(test_abi_layout) {
   ck_assert_uint_gt(offsetof(kda_backend_tensors, state_indices), offsetof(kda_backend_tensors, hc));
   ck_assert_uint_eq(KDA_BACKEND_V2_SIZE, offsetof(kda_backend, caps));
@@ -164,7 +171,8 @@ START_TEST(test_pool_check) {
     else snprintf(spec, sizeof spec, "%s", rows[i][0]);
     kda_worker *w = start(spec);
     kda_pool_result pr;
-    ck_assert_msg(kda_serving_pool(w, &c, KDA_PRECISION_FP32, &pr, err, sizeof err) == KDA_OK,
+    const kda_pool_caller call = {runner_pool_call, w, kda_worker_output_dtype(w)};
+    ck_assert_msg(kda_serving_pool(&call, &c, KDA_PRECISION_FP32, &pr, err, sizeof err) == KDA_OK,
                   "%s", err);
     ck_assert_int_eq(pr.outcome, KDA_CALL_OK);
     if (!rows[i][1]) ck_assert_msg(!pr.failed, "%s: %s", rows[i][0], pr.msg);

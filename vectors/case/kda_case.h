@@ -90,6 +90,11 @@ int kda_case_save(const char *path, const kda_case *c, const char *extra_json, c
  * before it reads them window by window (kda_npz_read_range; SPEC.md §7.10).  Returns as
  * kda_case_load. */
 int kda_case_load_static(const char *path, kda_case *c, char *err, size_t errlen);
+/* kda_case_load (static_only 0) or kda_case_load_static (1) on an archive already open
+ * (kda_npz_open), which stays open: a reader that needs more of the file (golden outputs,
+ * ranges) opens it once.  Returns as kda_case_load. */
+struct kda_npz;
+int kda_case_read(struct kda_npz *z, kda_case *c, int static_only, char *err, size_t errlen);
 void kda_case_free(kda_case *c);
 /* Points t's inputs at the case's arrays (outputs are left NULL). */
 void kda_case_tensors(const kda_case *c, kda_tensors_f64 *t);

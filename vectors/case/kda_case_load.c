@@ -35,6 +35,14 @@ static int load(const char *path, kda_case *c, int static_only, char *err, size_
   return st;
 }
 
+int kda_case_read(struct kda_npz *z, kda_case *c, int static_only, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  if (!z) return kda_fail(KDA_EINVAL, err, errlen, "case archive is NULL");
+  int st = load_from(z, kda_npz_path(z), c, static_only != 0, err, errlen);
+  if (st) kda_case_free(c);
+  return st;
+}
+
 int kda_case_load(const char *path, kda_case *c, char *err, size_t errlen) {
   return load(path, c, 0, err, errlen);
 }

@@ -18,6 +18,11 @@ extern "C" {
  * the one its manifest's golden.members_sha256 records.  Returns KDA_OK, KDA_EFORMAT (msg
  * names the member), KDA_EIO. */
 int kda_golden_check_members(const char *path, char *msg, size_t msglen);
+/* The same on an archive already open (kda_npz_open; every member read once more through it,
+ * CRC-checked), so that a reader of the file opens it once.  Returns KDA_OK or KDA_EFORMAT
+ * (msg names the member; a read error's message as kda_npz_read_blob's). */
+struct kda_npz;
+int kda_golden_check_members_open(struct kda_npz *z, char *msg, size_t msglen);
 
 #ifdef __cplusplus
 }

@@ -323,6 +323,15 @@ int kda_npz_has(const kda_npz *z, const char *name) {
   return find_array(z, name) != NULL;
 }
 
+int64_t kda_npz_member_count(const kda_npz *z) {
+  return z != NULL ? z->nm : 0;
+}
+
+const char *kda_npz_member_name(const kda_npz *z, int64_t i) {
+  if (z == NULL || i < 0 || i >= z->nm) return NULL;
+  return z->m[i].name;
+}
+
 /* ---- Streaming a member. */
 
 static int open_member(kda_npz *z, const npz_member *m, zip_file_t **zf, char *err,

@@ -89,6 +89,10 @@ int64_t kda_npz_count(const kda_npz *z);
 const char *kda_npz_name(const kda_npz *z, int64_t i);
 /* 1 when the archive has the array member name, else 0. */
 int kda_npz_has(const kda_npz *z, const char *name);
+/* Every member (arrays as "NAME.npy", and the others, e.g. "manifest.json"), in archive
+ * order, by its full name: what kda_npz_read_blob reads. */
+int64_t kda_npz_member_count(const kda_npz *z);
+const char *kda_npz_member_name(const kda_npz *z, int64_t i);
 
 /* Shape and dtype of a member.  Returns KDA_OK, KDA_ENOTFOUND, KDA_EFORMAT, KDA_EDTYPE,
  * KDA_ESHAPE (the header disagrees with the member's size), KDA_EIO (a read error),

@@ -1,4 +1,4 @@
-/* kda_stream.c: streaming scoring in bounded memory (SPEC.md §7.10).
+/* kda_score_stream.c: streaming scoring in bounded memory (SPEC.md §7.10).
  * SPDX-License-Identifier: MIT
  *
  * A production-size case (2^20 tokens of a 128 x 128 head: 1 GiB of float64 outputs alone) is
@@ -9,7 +9,9 @@
  * neighbour window before the token can be scored: the reference pass (once per case, in
  * kda_truth_stream: the float64 recurrence for the magnitudes and, without golden outputs, the
  * truth; ref-f32 for the envelope) and one scoring pass per backend (kda_stream_score), which
- * runs the float64 recurrence again rather than keep M[t, hv] for every token.
+ * runs the float64 recurrence again rather than keep M[t, hv] for every token.  The backend
+ * is not called from here: the runner hands the scoring pass a function that makes a chunk's
+ * call (kda_chunk_caller), so that the runner is the one caller of the worker.
  */
 #include <jansson.h>
 #include <math.h>
@@ -28,6 +30,7 @@ typedef struct kda_stream kda_stream;
 struct kda_stream {
   char *path;
   kda_npz *z;         /* the case file: stored inputs, golden rows */
+  int owns_z;         /* 1: opened here (kda_truth_stream), closed with the stream */
   int generated;      /* inputs from the generator (golden.inputs "generated", §10.2) */
   kda_gen_desc desc;  /* their description */
   int golden;         /* the file's o is the truth (every row, or the sampled ones) */
@@ -341,16 +344,6 @@ static int ref_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
   return st;
 }
 
-/* Largest |S| of each head of a state array [slots, HV, K*V]. */
-static void head_max(const double *x, int64_t slots, int64_t HV, int64_t KV, double *mag) {
-  for (int64_t s = 0; s < slots * HV; s++) {
-    double m = 0.0;
-    for (int64_t e = 0; e < KV; e++)
-      if (fabs(x[s * KV + e]) > m) m = fabs(x[s * KV + e]);
-    mag[s] = m;
-  }
-}
-
 /* Worst ref-f32 error of each state slot (fp32 units, no allowance), as kda_envelope.c's. */
 static void env_states(const kda_problem *p, const double *truth, const double *f32,
                        const double *mag, int64_t slots, double *each) {
@@ -368,43 +361,51 @@ static void env_states(const kda_problem *p, const double *truth, const double *
     }
 }
 
-static int stream_open(const kda_case *c, const char *path, int64_t chunk, kda_stream **out,
+/* Generated inputs (golden.inputs "generated", SPEC.md §10.2): their description;
+ * kda_case_read proved its hashes. */
+static int stream_desc(kda_stream *s, const kda_case *c, char *err, size_t errlen) {
+  json_t *root = json_loads(c->manifest_json, 0, NULL);
+  const char *d = json_string_value(
+      json_object_get(json_object_get(root, "generator_info"), "description"));
+  int st = d ? kda_gen_parse(d, &s->desc, err, errlen) : KDA_EFORMAT;
+  if (!d) snprintf(err, errlen, "%s: generated inputs without a description", s->path);
+  else if (st == KDA_OK) s->generated = 1;
+  json_decref(root);
+  return st;
+}
+
+/* The stream of case c over the open case file z (closed with the stream when owns_z). */
+static int stream_open(const kda_case *c, kda_npz *z, int owns_z, int64_t chunk, kda_stream **out,
                        char *err, size_t errlen) {
+  const char *path = kda_npz_path(z);
   kda_stream *s = calloc(1, sizeof *s);
-  if (!s || !(s->path = strdup(path)))
+  if (!s || !(s->path = strdup(path))) {
+    if (owns_z) kda_npz_close(z);
     return free(s), snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+  }
   *out = s;
+  s->z = z, s->owns_z = owns_z;
   s->chunk = chunk > 0 ? chunk : KDA_STREAM_CHUNK;
   if (s->chunk % KDA_ENVELOPE_WINDOW)
     return snprintf(err, errlen, "streaming chunk %lld is not a multiple of %d tokens",
                     (long long)s->chunk, KDA_ENVELOPE_WINDOW), KDA_EINVAL;
-  int st = kda_npz_open(path, &s->z, err, errlen);
-  /* chunks are read by range, which checks no CRC: check every member's once, streaming */
-  if (st == KDA_OK) st = kda_npz_verify(s->z, err, errlen);
   int generated = 0, sampled = 0;
-  if (st == KDA_OK) st = kda_case_golden_form(c, &generated, &sampled);
+  int st = kda_case_golden_form(c, &generated, &sampled);
+  if (st == KDA_OK && generated) st = stream_desc(s, c, err, errlen);
   if (st != KDA_OK) return st;
-  s->generated = generated;
-  if (generated) { /* kda_case_load_static proved the description's hashes */
-    json_t *root = json_loads(c->manifest_json, 0, NULL);
-    const char *d = json_string_value(
-        json_object_get(json_object_get(root, "generator_info"), "description"));
-    st = d ? kda_gen_parse(d, &s->desc, err, errlen) : KDA_EFORMAT;
-    if (!d) snprintf(err, errlen, "%s: generated inputs without a description", path);
-    json_decref(root);
-    if (st != KDA_OK) return st;
-  }
   s->golden = kda_npz_has(s->z, "o");
-  if (!s->golden) return KDA_OK;
+  /* chunks are read by range, which checks no CRC: every member's is checked once here, by
+   * the hash check of a golden file (which reads every member whole) or by a verify pass */
+  if (!s->golden) return kda_npz_verify(s->z, err, errlen);
   char msg[KDA_ERRLEN];
-  if (kda_golden_check_members(path, msg, sizeof msg) != KDA_OK)
+  if (kda_golden_check_members_open(s->z, msg, sizeof msg) != KDA_OK)
     return snprintf(err, errlen, "golden outputs not verified: %s", msg), KDA_EFORMAT;
   return sampled ? KDA_OK : kda_output_member_check(s->z, path, &c->p, "o", err, errlen);
 }
 
 static void stream_close(kda_stream *s) {
   if (!s) return;
-  kda_npz_close(s->z);
+  if (s->owns_z) kda_npz_close(s->z);
   if (s->generated) kda_gen_desc_free(&s->desc);
   free(s->path);
   free(s);
@@ -449,8 +450,8 @@ static int truth_finish(const kda_case *c, kda_truth *t, ref_pass *x, char *err,
   if (!x->s->golden && t->out.ht) memcpy(t->out.ht, x->ht64, (size_t)(p->N * S) * sizeof(double));
   if (!x->s->golden && t->out.hc)
     memcpy(t->out.hc, x->hc64, (size_t)(p->n_checkpoints * S) * sizeof(double));
-  if (t->out.ht) head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
-  if (t->out.hc) head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
+  if (t->out.ht) kda_score_head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
+  if (t->out.hc) kda_score_head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
   kda_score_end(&x->acc, c, x->ht32, x->hc32); /* t->env.o still NULL: no envelope */
   kda_envelope *env = &t->env;
   env->growth_kind = x->plain.growth_kind, env->alpha = x->plain.alpha;
@@ -472,13 +473,13 @@ static void ref_pass_free(ref_pass *x) {
   kda_score_free(&x->plain);
 }
 
-int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
-                     char *err, size_t errlen) {
-  memset(t, 0, sizeof *t);
+int kda_stream_truth_pass(const kda_case *c, kda_npz *z, int owns_z, int64_t chunk,
+                          kda_truth *t, char *err, size_t errlen) {
   t->n_rows = c->p.T;
-  int st = stream_open(c, path, chunk, &t->stream, err, errlen);
+  int st = stream_open(c, z, owns_z, chunk, &t->stream, err, errlen);
   if (st == KDA_OK && kda_sampled_declared(c))
-    st = kda_sampled_read_index(t->stream->z, path, &c->p, &t->o_index, &t->n_rows, err, errlen);
+    st = kda_sampled_read_index(z, kda_npz_path(z), &c->p, &t->o_index, &t->n_rows, err,
+                                errlen);
   ref_pass x;
   memset(&x, 0, sizeof x);
   x.s = t->stream, x.t = t, x.r.c = c, x.r.t = t;
@@ -487,32 +488,27 @@ int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_tru
   if (st == KDA_OK) st = each_chunk(t->stream, c, ref_pass_chunk, &x, err, errlen);
   if (st == KDA_OK) st = truth_finish(c, t, &x, err, errlen);
   ref_pass_free(&x);
-  if (st != KDA_OK) kda_truth_free(t);
-  return st;
+  return st; /* on failure the caller frees t (kda_truth_free) */
 }
 
 void kda_stream_free(kda_stream *s) { stream_close(s); }
 int64_t kda_stream_chunk(const kda_stream *s) { return s ? s->chunk : 0; }
 const char *kda_stream_path(const kda_stream *s) { return s ? s->path : NULL; }
+kda_npz *kda_stream_npz(const kda_stream *s) { return s ? s->z : NULL; }
 
 /* ---- A backend's pass (kda_stream_score). */
 typedef struct score_pass {
   const kda_stream *s;
   const kda_truth *t;
-  kda_worker *w;
+  const kda_chunk_caller *call;
   ref64 r;
   double *Sb;            /* [HV, K, V] the backend's state after the chunks so far */
   double *ht, *hc;       /* the backend's states, every slot */
   kda_score_acc acc;
   kda_stream_result *res;
-  int32_t repeat;
 } score_pass;
 
-static int same_bits(const double *a, const double *b, uint64_t n) {
-  return n == 0 || !a || !b || memcmp(a, b, (size_t)n * sizeof *a) == 0;
-}
-
-/* One chained call of the backend on the chunk (and its repeat). */
+/* One chained call of the backend on the chunk, through the runner's caller. */
 static int backend_chunk(score_pass *x, const chunk_t *ch, kda_outputs *out, char *err,
                          size_t errlen) {
   const kda_case *c = x->r.c;
@@ -523,21 +519,10 @@ static int backend_chunk(score_pass *x, const chunk_t *ch, kda_outputs *out, cha
   chunk_tensors(c, ch, ch->first ? (c->h0 ? c->h0 + ch->n * S : NULL) : x->Sb, &in);
   int st = kda_outputs_alloc(&p, out, err, errlen);
   kda_call_result *cr = &x->res->call;
-  if (st == KDA_OK) st = kda_worker_call_via(x->w, KDA_VIA_RESIDENT, &p, &in, out, cr, err, errlen);
+  if (st == KDA_OK) st = x->call->fn(x->call->ctx, &p, &in, out, cr, err, errlen);
   if (st != KDA_OK || cr->outcome != KDA_CALL_OK) return st;
   x->res->seconds += cr->seconds, x->res->chunks++;
-  if (!x->repeat) return KDA_OK;
-  kda_outputs o2;
-  st = kda_outputs_alloc(&p, &o2, err, errlen);
-  if (st == KDA_OK) st = kda_worker_call_via(x->w, KDA_VIA_FORWARD, &p, &in, &o2, cr, err, errlen);
-  if (st == KDA_OK && cr->outcome == KDA_CALL_OK) {
-    x->res->repeat_done = 1;
-    if (!same_bits(out->o, o2.o, out->n_o) || !same_bits(out->ht, o2.ht, out->n_ht) ||
-        !same_bits(out->hc, o2.hc, out->n_hc))
-      x->res->repeat_identical = 0;
-  }
-  kda_outputs_free(&o2);
-  return st;
+  return KDA_OK;
 }
 
 static int score_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
@@ -571,17 +556,16 @@ static int score_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
   return st;
 }
 
-int kda_stream_score(kda_worker *w, const kda_case *c, const kda_truth *t, int32_t cls,
-                     int32_t repeat, kda_score *sc, kda_stream_result *res, char *err,
+int kda_stream_score(const kda_chunk_caller *call, const kda_case *c, const kda_truth *t,
+                     int32_t cls, kda_score *sc, kda_stream_result *res, char *err,
                      size_t errlen) {
   memset(res, 0, sizeof *res);
-  res->repeat_identical = 1;
   res->call.outcome = KDA_CALL_OK;
   const kda_problem *p = &c->p;
   const size_t S = (size_t)state_size(p);
   score_pass x;
   memset(&x, 0, sizeof x);
-  x.s = t->stream, x.t = t, x.w = w, x.r.c = c, x.r.t = t, x.res = res, x.repeat = repeat;
+  x.s = t->stream, x.t = t, x.call = call, x.r.c = c, x.r.t = t, x.res = res;
   x.r.S = malloc((S + 1) * sizeof(double));
   x.Sb = malloc((S + 1) * sizeof(double));
   x.ht = malloc(((size_t)p->N * S + 1) * sizeof(double));
