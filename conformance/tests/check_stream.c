@@ -12,7 +12,9 @@
  * 4. a backend that declines the chained call (plugin_long's no_h0) is scored whole and the
  *    report says so; the defect cumsum_f32 restarts its prefix sum at each chained call, which
  *    is why streaming is a choice (--no-stream, --chunk);
- * 5. crashes, input writes and nondeterminism of chained calls get their verdicts.
+ * 5. crashes, input writes and nondeterminism of chained calls get their verdicts;
+ * 6. a case file is opened once (kda_case_file): removed from disk right after the open, it is
+ *    still scored whole, streamed, and whole after a declined chained call.
  */
 #include <check.h>
 #include <libgen.h>
@@ -280,6 +282,44 @@ START_TEST(test_faults) {
 }
 END_TEST
 
+/* Everything of a case is read through the one open of its file: the file removed from
+ * disk right after kda_case_file_open, its truth (golden, member hashes verified) and a
+ * backend's score still come, for a whole case, a streamed one, and a streamed one scored
+ * whole because the backend declines the chained call. */
+START_TEST(test_one_open) {
+  static const struct { int32_t mode; const char *spec, *reason; } rows[] = {
+      {KDA_CASE_STREAM_NEVER, "ref-f32", ""},
+      {KDA_CASE_STREAM_ALWAYS, "ref-f32", ""},
+      {KDA_CASE_STREAM_ALWAYS, "long:no_h0", "scored whole"}};
+  size_t len;
+  unsigned char *bytes = kda_test_read_all("golden/L1/t5000-long.npz", &len);
+  char *copy = strdup(kda_test_path("once.npz"));
+  for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+    char err[KDA_ERRLEN];
+    kda_test_write_all(copy, bytes, len);
+    kda_case_file f;
+    ck_assert_msg(kda_case_file_open(copy, rows[i].mode, 1024, &f, err, sizeof err) == KDA_OK,
+                  "%s", err);
+    ck_assert_int_eq(unlink(copy), 0);
+    ck_assert_msg(kda_case_file_truth(&f, err, sizeof err) == KDA_OK, "row %zu: %s", i, err);
+    ck_assert(f.t.from_golden || f.streamed);
+    kda_conform_opts o;
+    kda_conform_opts_init(&o);
+    o.prefix = 0;
+    kda_worker *w = start(rows[i].spec);
+    kda_case_report r;
+    ck_assert_msg(kda_conform_case_worker(w, &f.c, &f.t, &o, &r, err, sizeof err) == KDA_OK,
+                  "row %zu: %s", i, err);
+    ck_assert_msg(r.verdict == KDA_VERDICT_PASS && strstr(r.reason, rows[i].reason),
+                  "row %zu: %s: %s", i, kda_verdict_name(r.verdict), r.reason);
+    kda_case_report_free(&r);
+    kda_worker_stop(w);
+    kda_case_file_close(&f);
+  }
+  free(copy), free(bytes);
+}
+END_TEST
+
 static Suite *stream_suite(void) {
   Suite *s = suite_create("stream");
   TCase *tc = tcase_create("stream");
@@ -288,6 +328,7 @@ static Suite *stream_suite(void) {
   tcase_add_test(tc, test_bad_window);
   tcase_add_test(tc, test_fallback_and_cumsum);
   tcase_add_test(tc, test_faults);
+  tcase_add_test(tc, test_one_open);
   tcase_add_test(tc, test_varlen);
   tcase_add_test(tc, test_sampled_and_generated);
   tcase_add_test(tc, test_l1_cases);
