@@ -115,7 +115,6 @@ double kda_class_tiny(int32_t cls); /* smallest subnormal of the output format, 
  * sequence (SPEC.md §7.3): caps were calibrated up to N0 steps; the a-priori error bound of a
  * non-expansive recurrence grows linearly with the number of steps. */
 #define KDA_STEP_ALLOWANCE_N0 256
-double kda_step_allowance(int64_t n);
 int kda_class_caps(int32_t cls, kda_caps *caps);     /* KDA_OK or KDA_EINVAL */
 
 /* ---- Outputs of one call, float64 whatever the backend computed in. */
@@ -140,23 +139,6 @@ typedef struct kda_envelope {
   int32_t reserved0;
   double alpha, win_last;
 } kda_envelope;
-/* The allowance of an fp32-class element n steps into its sequence: min(L(n), max(1, C e /
- * cap)) with e the emulation's error (o: the worst of token t's window and its neighbours;
- * states: slot sl of each, env->ht or env->hc); L(n) when the envelope is absent. */
-double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n);
-/* The emulation's error e near token t (its window and the stored neighbours), NaN when the
- * envelope is absent or does not hold t's window. */
-double kda_envelope_near_o(const kda_envelope *env, int64_t t);
-double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
-/* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
- * (t->out and t->mag_* must be set), and obs (kda_outputs_alloc'ed for the case) with
- * ref-f32's outputs (whose own growth the truth then scores, SPEC.md §7.5).  KDA_OK,
- * KDA_ENOMEM or the reference's status. */
-struct kda_truth;
-int kda_envelope_compute(const kda_case *c, struct kda_truth *t, kda_outputs *obs, char *err,
-                         size_t errlen);
-void kda_envelope_free(kda_envelope *env);
-
 /* ---- The truth and its magnitude scales (SPEC.md §7.3). */
 typedef struct kda_truth {
   kda_outputs out;   /* exact result (golden, correctly rounded) or the float64 reference */
@@ -193,16 +175,6 @@ void kda_truth_free(kda_truth *t);
  * of `chunk` tokens chained through h0 -> ht, only per-window summaries and states kept. */
 #define KDA_STREAM_AUTO (INT64_C(1) << 24)
 #define KDA_STREAM_CHUNK 16384 /* default tokens per chained call, a multiple of 64 */
-/* 1 when the problem is long enough to be streamed by default. */
-int kda_stream_auto(const kda_problem *p);
-/* The truth of case c (only its token-independent inputs loaded: kda_case_load_static) from
- * the file at path, in one chunked pass of ref-f64 (magnitudes, and the truth without golden
- * outputs) and ref-f32 (the envelope of §7.3).  chunk <= 0: KDA_STREAM_CHUNK.  c must outlive
- * t.  kda_conform_case_worker then scores a backend the same way.  Returns KDA_OK or the
- * status of the file or the reference (KDA_EINVAL for a chunk that is not a multiple of 64). */
-int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
-                     char *err, size_t errlen);
-
 /* ---- A case file, opened once for a run: the archive stays open while the handle lives,
  * and the inputs, the member hashes, the golden outputs and the sampled index are all read
  * through it (one open of the file per case). */
@@ -261,97 +233,44 @@ int kda_call_forward(const kda_backend *b, const char *params, const kda_problem
                      const kda_tensors_f64 *in, kda_outputs *out, const kda_call_opts *opts,
                      kda_call_result *r, char *err, size_t errlen);
 
-/* ---- Persistent isolated workers (SPEC.md §7.8).
- * One child process per (backend, parameters), started once and serving every call of a run
- * over a socket and a shared memory region; the plugin is loaded only inside it.  A crash or
- * time-out kills its process group and is that call's outcome; the next call starts a fresh
- * worker.  A load failure (dlopen, the entry, the table, a constructor that crashes or
- * changes the floating-point environment) is recorded once and is the outcome of every call.
- * A handle is opened by the first call after kda_worker_end_case and closed by it: one handle
- * per case. */
-typedef struct kda_worker kda_worker;
-typedef kda_call_opts kda_worker_opts; /* timeout_s, isolate, memory_limit */
-#define KDA_WORKER_LOG_MAX 4096 /* bytes of the backend's stdout/stderr kept per case */
-/* Starts the worker of ref (a built-in table, or a plugin path, and params) and waits (bounded
- * by o->timeout_s) until it has loaded the backend.  Returns KDA_OK and sets *w, also when the
- * backend failed to load (kda_worker_load_result), or KDA_ENOMEM / KDA_EIO (fork, socket,
- * memfd).  o NULL: isolated, 60 s, automatic memory limit. */
-int kda_worker_start(const kda_backend_ref *ref, const kda_worker_opts *o, kda_worker **w,
-                     char *err, size_t errlen);
-/* The outcome of loading the backend (KDA_CALL_ERROR, _CRASH, _TIMEOUT, _FPENV and why), or
- * NULL when it loaded. */
-const kda_call_result *kda_worker_load_result(const kda_worker *w);
-/* The backend's table as read inside the worker (sent to the runner after loading), with the
- * class and element types of its parameters (the variant slot's, else the table's).  Before a
- * successful load the name is the spec's file name and the class is -1. */
-const char *kda_worker_name(const kda_worker *w);
-/* The name the reports give the backend: its name, or NAME:PARAMS when it was opened with
- * parameters (SPEC.md §7.6), at most 63 bytes; valid until the next call on w. */
-const char *kda_worker_label(kda_worker *w);
-const char *kda_worker_description(const kda_worker *w);
-int32_t kda_worker_class(const kda_worker *w);
-int32_t kda_worker_input_dtype(const kda_worker *w);
-int32_t kda_worker_output_dtype(const kda_worker *w);
-/* 1 when the backend's variant slot rejected the worker's parameters (KDA_EINVAL, SPEC.md
- * §7.8): a usage error of the run; kda_worker_load_result says why. */
-int kda_worker_params_rejected(const kda_worker *w);
-/* 1 when every value of in's q k v g beta is exact in w's input type (always for fp64 and
- * fp32); else 0 with the first value that is not in why.  A 16-bit input type is never
- * rounded into (SPEC.md §10.3): kda_worker_call declines such a call (NotSupported). */
-int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                            char *why, size_t cap);
-uint32_t kda_worker_abi_version(const kda_worker *w);
-/* The table's capability bits (KDA_CAP_*, kda_backend.h); 0 when it has none or failed to load. */
-uint32_t kda_worker_caps(const kda_worker *w);
-int64_t kda_worker_pid(const kda_worker *w);    /* the worker's pid (its process group), 0 */
-int64_t kda_worker_starts(const kda_worker *w); /* processes started so far */
-/* supports and forward on p (opening a handle first when none is open), with the same
- * outcomes and return values as kda_call_forward. */
-int kda_worker_call(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                    kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
-/* 1 when the backend's table has the resident-buffer slots (buffers_create, forward_buffers,
- * synchronize, buffers_read, buffers_destroy; kda_backend.h). */
-int kda_worker_has_resident(const kda_worker *w);
-/* The same call through either path (SPEC.md §7.8): KDA_VIA_FORWARD, or KDA_VIA_RESIDENT
- * (buffers_create from the inputs, forward_buffers and synchronize, timed, buffers_read into
- * the outputs, buffers_destroy), which is forward for a table without those slots. */
-#define KDA_VIA_FORWARD 0
-#define KDA_VIA_RESIDENT 1
-int kda_worker_call_via(kda_worker *w, int32_t via, const kda_problem *p,
-                        const kda_tensors_f64 *in, kda_outputs *out, kda_call_result *r,
-                        char *err, size_t errlen);
-/* A pool call (SPEC.md §7.8; only for a worker whose caps have KDA_CAP_STATE_POOL): as
- * kda_worker_call with in->h0 NULL, out->ht unused, and the state pool [slots, HV, K, V]
- * (float64, converted to the backend's output type and back, exact for values of that type)
- * passed in place with state_indices [N].  pool holds on return what the backend left there
- * whenever the call returned (also on an error); unchanged after a crash or timeout. */
-int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                         const int64_t *state_indices, int64_t slots, double *pool,
-                         kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
-/* The backend's describe (ABI version 2) on the open handle (opening one when none is):
- * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
-int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,
-                        size_t errlen);
-/* Closes the open handle (r: close's outcome; KDA_CALL_OK when none was open). */
-int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen);
-/* Moves what the backend printed since the last take into buf (cap bytes, NUL-terminated,
- * the first KDA_WORKER_LOG_MAX - 1 bytes kept); *total: bytes printed.  Returns the length. */
-size_t kda_worker_take_log(kda_worker *w, char *buf, size_t cap, uint64_t *total);
-/* Kills the worker's process group and reaps it (bounded); w may be NULL. */
-void kda_worker_stop(kda_worker *w);
-/* 1 when the worker applies the memory limit (0 under AddressSanitizer). */
-int kda_worker_limits_memory(void);
+/* ---- Targets: a backend to score, in a worker process of its own (SPEC.md §7.8).  Started
+ * once per run (the plugin is loaded only inside it) and serving every call of every case; a
+ * crash or time-out is that call's outcome and the next call starts a fresh process; a load
+ * failure is recorded once and is the outcome of every case. */
+typedef struct kda_target kda_target;
+#define KDA_TARGET_LOG_MAX 4096 /* bytes of the backend's stdout/stderr kept per case */
+#define KDA_WORKER_LOG_MAX KDA_TARGET_LOG_MAX
+typedef struct kda_target_info {
+  char name[64];           /* the table's name (before it loaded: the spec's file name) */
+  char label[64];          /* what reports call it: NAME, or NAME:PARAMS (SPEC.md §7.6) */
+  char description[256];
+  int32_t cls;             /* precision class of its parameters (§7.8), -1 when not loaded */
+  int32_t input_dtype, output_dtype; /* element types of its buffers */
+  uint32_t abi_version, caps;
+  int32_t loaded;          /* 0: loading failed, load_result says how */
+  int32_t params_rejected; /* 1: its variant slot rejected the parameters (a usage error) */
+  kda_call_result load_result;
+} kda_target_info;
+/* Starts the worker of ref with the time and memory limits of o (NULL: isolated, 60 s,
+ * automatic memory limit) and waits (bounded) until it has loaded the backend.  Returns
+ * KDA_OK and sets *out, also when the backend failed to load (info->loaded 0), or KDA_ENOMEM
+ * / KDA_EIO (fork, socket, memfd). */
+int kda_target_open(const kda_backend_ref *ref, const kda_call_opts *o, kda_target **out,
+                    char *err, size_t errlen);
+const kda_target_info *kda_target_info_get(const kda_target *t);
+/* Kills the worker's process group and reaps it (bounded); t may be NULL. */
+void kda_target_close(kda_target *t);
 
 /* A backend's first call, as `kda conform --list-backends` makes it (SPEC.md §7.8): supports
  * and forward on a tiny problem (T = 4, K = V = 16, inputs exact in the backend's input type),
- * then describe, on worker w; its handle closed after. */
+ * then describe, on target t; its handle closed after. */
 typedef struct kda_probe {
   int32_t runs;              /* 1: the call succeeded */
   int32_t has_info;          /* 1: describe filled info */
   kda_backend_info info;
   char why[KDA_ERRLEN + 64]; /* why it does not run here ("" when it runs) */
 } kda_probe;
-void kda_conform_probe(kda_worker *w, kda_probe *out);
+void kda_conform_probe(kda_target *t, kda_probe *out);
 
 /* ---- Metrics (SPEC.md §7.5). */
 typedef struct kda_where {
@@ -416,13 +335,6 @@ typedef struct kda_score {
                                (classes other than fp32) */
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
 } kda_score;
-
-/* Scores obs against the truth in class cls.  Returns KDA_OK, KDA_EINVAL, KDA_ENOMEM. */
-int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
-                      int32_t cls, kda_score *s, char *err, size_t errlen);
-void kda_score_free(kda_score *s);
-/* 1 when every quantity is within its cap and nothing is NaN or Inf. */
-int kda_score_within_caps(const kda_score *s);
 
 /* ---- Verdicts (SPEC.md §7.6). */
 #define KDA_VERDICT_PASS 0
@@ -509,18 +421,18 @@ typedef struct kda_case_report {
   int64_t stream_chunk;     /* tokens per chained call of a streamed case (§7.10); 0: one
                                call on the whole case */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
-  char log[KDA_WORKER_LOG_MAX]; /* their beginning, NUL-terminated */
+  char log[KDA_TARGET_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;
 #define KDA_BASELINE_NONE 0     /* no --baseline, or the case did not pass the caps */
 #define KDA_BASELINE_COMPARED 1 /* compared with the recorded errors */
 #define KDA_BASELINE_ABSENT 2   /* the baseline has no entry for this case and backend */
 
-/* Scores the backend of worker w on case c with truth t: every call of the case (repeat,
- * prefix, causality) goes to w, then its handle is closed.  Always fills r; returns KDA_OK or a
- * runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict meaningless. */
-int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
-                            const kda_conform_opts *o, kda_case_report *r, char *err,
-                            size_t errlen);
+/* Scores target t on case file f (its truth computed, kda_case_file_truth): every call of the
+ * case (repeat, prefix, causality, chunks) goes to t's worker, then its handle is closed.
+ * Always fills r; returns KDA_OK or a runner failure (KDA_ENOMEM, KDA_EIO) with r->verdict
+ * meaningless. */
+int kda_conform_target(kda_target *t, const kda_case_file *f, const kda_conform_opts *o,
+                       kda_case_report *r, char *err, size_t errlen);
 /* The same with a worker started for this case from table b (params may be NULL). */
 int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,

@@ -17,6 +17,7 @@
 #include "kda_conform.h"
 #include "kda_ref.h"
 #include "kda_ref_internal.h"
+#include "kda_score_internal.h"
 
 /* Float32 copies of the case's inputs and room for ref-f32's outputs: one allocation. */
 typedef struct f32_run {

@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "kda_serving.h"
+#include "kda_score_internal.h"
 
 /* A fixed LCG: the slot shuffle and the junk are the same on every run and machine. */
 static uint64_t lcg(uint64_t *s) {

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_worker_internal.h"
 #include "kda_files.h"
 #include "kda_npz.h"
 #include "kda_score_internal.h"
@@ -695,6 +696,11 @@ int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t
   return st;
 }
 
+int kda_conform_target(kda_target *t, const kda_case_file *f, const kda_conform_opts *o,
+                       kda_case_report *r, char *err, size_t errlen) {
+  return kda_conform_case_worker(kda_target_worker(t), &f->c, &f->t, o, r, err, errlen);
+}
+
 int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c,
                      const kda_truth *t, const kda_conform_opts *o, kda_case_report *r,
                      char *err, size_t errlen) {
@@ -830,7 +836,8 @@ static int probe_case(int32_t dt, kda_case *c, char *err, size_t errlen) {
   return st;
 }
 
-void kda_conform_probe(kda_worker *w, kda_probe *out) {
+void kda_conform_probe(kda_target *t, kda_probe *out) {
+  kda_worker *w = kda_target_worker(t);
   char err[KDA_ERRLEN] = "";
   kda_case c;
   kda_outputs o = {0};

@@ -11,6 +11,42 @@
 #include "kda_conform.h"
 #include "kda_npz.h"
 
+/* ---- Scoring and the fp32 envelope (SPEC.md §7.3-§7.5), behind kda_conform_target. */
+double kda_step_allowance(int64_t n);
+/* Scores obs against the truth in class cls.  Returns KDA_OK, KDA_EINVAL, KDA_ENOMEM. */
+int kda_score_outputs(const kda_case *c, const kda_truth *t, const kda_outputs *obs,
+                      int32_t cls, kda_score *s, char *err, size_t errlen);
+void kda_score_free(kda_score *s);
+/* 1 when every quantity is within its cap and nothing is NaN or Inf. */
+int kda_score_within_caps(const kda_score *s);
+
+/* The allowance of an fp32-class element n steps into its sequence: min(L(n), max(1, C e /
+ * cap)) with e the emulation's error (o: the worst of token t's window and its neighbours;
+ * states: slot sl of each, env->ht or env->hc); L(n) when the envelope is absent. */
+double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n);
+/* The emulation's error e near token t (its window and the stored neighbours), NaN when the
+ * envelope is absent or does not hold t's window. */
+double kda_envelope_near_o(const kda_envelope *env, int64_t t);
+double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
+/* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
+ * (t->out and t->mag_* must be set), and obs (kda_outputs_alloc'ed for the case) with
+ * ref-f32's outputs (whose own growth the truth then scores, SPEC.md §7.5).  KDA_OK,
+ * KDA_ENOMEM or the reference's status. */
+struct kda_truth;
+int kda_envelope_compute(const kda_case *c, struct kda_truth *t, kda_outputs *obs, char *err,
+                         size_t errlen);
+void kda_envelope_free(kda_envelope *env);
+
+/* 1 when the problem is long enough to be streamed by default (SPEC.md §7.10). */
+int kda_stream_auto(const kda_problem *p);
+/* The truth of case c (only its token-independent inputs loaded: kda_case_load_static) from
+ * the file at path, in one chunked pass of ref-f64 (magnitudes, and the truth without golden
+ * outputs) and ref-f32 (the envelope of §7.3).  chunk <= 0: KDA_STREAM_CHUNK.  c must outlive
+ * t.  kda_conform_case_worker then scores a backend the same way.  Returns KDA_OK or the
+ * status of the file or the reference (KDA_EINVAL for a chunk that is not a multiple of 64). */
+int kda_truth_stream(const kda_case *c, const char *path, int64_t chunk, kda_truth *t,
+                     char *err, size_t errlen);
+
 /* 1 when the case's manifest says golden.o_sampled (kda_case_golden_form), else 0. */
 int kda_sampled_declared(const kda_case *c);
 /* Reads member o_index of an open archive for problem p (kda_output_sampled_read: <i8 or <i4

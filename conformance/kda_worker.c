@@ -1,5 +1,6 @@
-/* kda_worker.c: a persistent, isolated backend worker: one child process per (backend,
- * parameters) serving many calls over a socket and a shared memory region (SPEC.md §7.8).
+/* kda_worker.c: a persistent, isolated backend worker, the runner's side: one child process
+ * per (backend, parameters) serving many calls over a socket and a shared memory region
+ * (SPEC.md §7.8).
  * SPDX-License-Identifier: MIT
  *
  * The runner (parent) forks the worker once; the worker puts itself in its own process group,
@@ -16,555 +17,22 @@
  * (floats and index arrays) bit for bit.
  */
 #define _GNU_SOURCE /* memfd_create */
-#include <dirent.h>
-#include <errno.h>
 #include <fcntl.h>
-#include <fenv.h>
-#include <math.h>
-#include <poll.h>
 #include <signal.h>
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/resource.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
 
-#include "kda_conform.h"
-#include "kda_dtype.h"
+#include "kda_worker_impl.h"
 
-/* RLIMIT_AS cannot coexist with AddressSanitizer, which reserves terabytes of shadow address
- * space at start-up: under ASan the limit is skipped (kda_worker_limits_memory says 0). */
-#if defined(__SANITIZE_ADDRESS__)
-#define KDA_WORKER_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define KDA_WORKER_ASAN 1
-#endif
-#endif
-#ifndef KDA_WORKER_ASAN
-#define KDA_WORKER_ASAN 0
-#endif
+#define REAP_S 5.0       /* bounded wait for a killed process */
+#define EXIT_GRACE_S 1.0 /* after EOF, time for the worker to finish dying */
 
-#define CANARY 0xA5
-#define AUTO_ALLOWANCE ((uint64_t)4 << 30) /* fixed part of the automatic memory limit */
-#define AUTO_FACTOR 16                     /* times the case's buffers */
-/* The PROT_NONE guard after each output is at least the output's own size and at least this
- * (SPEC.md §7.8): a write far past the end faults too, not only one into the next page. */
-#define GUARD_MIN ((size_t)2 << 20)
-#define REAP_S 5.0                         /* bounded wait for a killed process */
-#define EXIT_GRACE_S 1.0                   /* after EOF, time for the worker to finish dying */
-
-/* ---- The floating-point control state that a backend must leave unchanged (SPEC.md §7.8). */
-typedef struct fpctl {
-  int round;
-  unsigned mxcsr; /* control bits only: DAZ, masks, rounding, FTZ */
-  unsigned x87;   /* x87 control word */
-} fpctl;
-
-static void fpctl_get(fpctl *f) {
-  memset(f, 0, sizeof *f);
-  f->round = fegetround();
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned m = 0;
-  unsigned short cw = 0;
-  __asm__ volatile("stmxcsr %0" : "=m"(m));
-  __asm__ volatile("fnstcw %0" : "=m"(cw));
-  f->mxcsr = m & 0xFFC0u;
-  f->x87 = cw;
-#endif
-}
-
-static void fpctl_set(const fpctl *f) {
-  fesetround(f->round);
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned m = 0;
-  __asm__ volatile("stmxcsr %0" : "=m"(m));
-  m = (m & 0x3Fu) | f->mxcsr;
-  unsigned short cw = (unsigned short)f->x87;
-  __asm__ volatile("ldmxcsr %0" : : "m"(m));
-  __asm__ volatile("fldcw %0" : : "m"(cw));
-#endif
-}
-
-/* What changed, for the message: "MXCSR 0x1f80 -> 0x9fc0 (FTZ DAZ)". */
-static void fpctl_diff(const fpctl *a, const fpctl *b, char *buf, size_t cap) {
-  if (a->mxcsr != b->mxcsr)
-    snprintf(buf, cap, "MXCSR 0x%x -> 0x%x%s%s%s", a->mxcsr, b->mxcsr,
-             ((a->mxcsr ^ b->mxcsr) & 0x8000u) ? " FTZ" : "",
-             ((a->mxcsr ^ b->mxcsr) & 0x0040u) ? " DAZ" : "",
-             ((a->mxcsr ^ b->mxcsr) & 0x6000u) ? " rounding" : "");
-  else if (a->round != b->round)
-    snprintf(buf, cap, "rounding mode %d -> %d", a->round, b->round);
-  else
-    snprintf(buf, cap, "x87 control word 0x%x -> 0x%x", a->x87, b->x87);
-}
-
-/* ---- Protocol: fixed-size messages on a stream socket. */
-#define MAGIC 0x4B444157u /* "KDAW" */
-enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE };
-enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE, ST_VARIANT,
-       ST_BUF_CREATE, ST_BUF_FORWARD, ST_BUF_SYNC, ST_BUF_READ, ST_BUF_DESTROY, ST_LAST };
 static const char *const stage_names[ST_LAST] = {
     "the worker", "load", "open", "supports", "forward", "close", "variant",
     "buffers_create", "forward_buffers", "synchronize", "buffers_read", "buffers_destroy"};
-
-/* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints,
- * state_indices (inputs), o ht hc (outputs) and the pool (both); -1 when absent. */
-#define N_FIN 8
-#define B_CU 8
-#define B_CK 9
-#define B_IDX 10
-#define B_O 11
-#define B_POOL 14
-#define N_BUF 15
-#define N_GUARD 4 /* o ht hc pool: each ends before a guard page */
-static const char *const buf_names[N_BUF] = {
-    "q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0", "cu_seqlens", "checkpoints",
-    "state_indices", "o", "ht", "hc", "pool"};
-
-typedef struct wreq {
-  uint32_t magic;
-  int32_t type;
-  uint64_t map_size;
-  int64_t mem_limit;     /* bytes; 0 automatic; -1 none */
-  int64_t off[N_BUF];
-  uint64_t len[N_BUF];   /* bytes */
-  int64_t guard[N_GUARD]; /* offset of the PROT_NONE guard after o, ht, hc, pool (-1: none) */
-  uint64_t guard_len[N_GUARD]; /* its length in bytes: guard_size() of the output's length */
-  int64_t pool_slots;     /* S of a pool call (SPEC.md §7.8), 0 otherwise */
-  int32_t resident;       /* 1: through the resident-buffer slots, not forward (§7.8) */
-  int32_t reserved0;
-  kda_problem p;
-  char params[1024];
-} wreq;
-
-typedef struct wrep {
-  uint32_t magic;
-  int32_t type, outcome, status, stage, cls, in_dtype, out_dtype;
-  uint32_t abi_version, struct_size;
-  uint32_t caps;    /* RP_INFO: the table's caps (0 when it has none) */
-  int32_t rejected; /* RP_INFO: 1 when the variant slot rejected the parameters (EINVAL) */
-  int32_t resident; /* RP_INFO: 1 when the table has the resident-buffer slots */
-  int32_t reserved0;
-  double seconds;
-  char name[64], desc[256];
-  char msg[KDA_ERRLEN];
-  kda_backend_info info; /* RQ_DESCRIBE */
-} wrep;
-
-/* The first page of the region: written by the worker, read by the parent after a death. */
-typedef struct shm_hdr {
-  volatile int32_t stage;
-  volatile int32_t fault_sig;
-  volatile uint64_t fault_addr;
-  volatile uint64_t child_base; /* where the worker mapped the region */
-  volatile uint64_t mem_limit;  /* the address-space limit in force (0: none) */
-} shm_hdr;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-/* Sends n bytes; with limit_s > 0 the wait for room in the socket is bounded too. */
-static int send_all(int fd, const void *buf, size_t n, double limit_s) {
-  const char *p = buf;
-  double deadline = now_s() + limit_s;
-  while (n > 0) {
-    ssize_t k = send(fd, p, n, MSG_NOSIGNAL | (limit_s > 0 ? MSG_DONTWAIT : 0));
-    if (k < 0 && errno == EINTR) continue;
-    if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      double left = deadline - now_s();
-      struct pollfd pf = {fd, POLLOUT, 0};
-      if (left <= 0 || poll(&pf, 1, (int)(left * 1000.0) + 1) < 0) return -1;
-      continue;
-    }
-    if (k <= 0) return -1;
-    p += k, n -= (size_t)k;
-  }
-  return 0;
-}
-
-/* ---- The worker's side. */
-static shm_hdr *volatile g_hdr; /* the region's first page, for the fault handler */
-
-typedef struct wchild {
-  const kda_backend *b;
-  int32_t in_dtype, out_dtype; /* the variant's (SPEC.md §7.8), else the table's */
-  void *handle;
-  int ctl, memfd;
-  unsigned char *map;
-  size_t map_size;
-  int isolated; /* 0: served in the runner's process (--no-isolate) */
-} wchild;
-
-
-static void on_fault(int sig, siginfo_t *si, void *uc) {
-  shm_hdr *h = g_hdr;
-  if (h) h->fault_sig = sig, h->fault_addr = (uint64_t)(uintptr_t)si->si_addr;
-  /* SA_RESETHAND restored the default action: returning re-executes the faulting access. */
-  if (si->si_code <= 0) raise(sig);
-}
-
-static void rep_set(wrep *a, int32_t outcome, int32_t status, const char *fmt, const char *x,
-                    const char *y) {
-  a->outcome = outcome;
-  a->status = status;
-  snprintf(a->msg, sizeof a->msg, fmt, x ? x : "", y ? y : "");
-}
-
-/* 1 (and the reply set to FPENV) when entry changed the environment; restores it. */
-static int fp_check(const fpctl *before, const char *entry, wrep *a) {
-  fpctl after;
-  fpctl_get(&after);
-  if (memcmp(before, &after, sizeof after) == 0) return 0;
-  char d[128];
-  fpctl_diff(before, &after, d, sizeof d);
-  fpctl_set(before);
-  rep_set(a, KDA_CALL_FPENV, KDA_OK, "%s changed the floating-point environment (%s)", entry, d);
-  return 1;
-}
-
-static void set_stage(wchild *c, int32_t st) {
-  if (c->map) ((shm_hdr *)c->map)->stage = st;
-}
-
-/* The automatic limit: the address space now, plus a generous multiple of this call's
- * buffers, plus a fixed allowance (threads' stacks and malloc arenas reserve address space
- * they never touch).  Applied from supports on, so that a device runtime's reservations in
- * open are not counted against the case. */
-static void apply_limit(const wreq *q) {
-  if (KDA_WORKER_ASAN || q->mem_limit < 0 || !(q->type == RQ_CALL || q->mem_limit > 0)) return;
-  struct rlimit rl;
-  if (getrlimit(RLIMIT_AS, &rl) != 0) return;
-  uint64_t want = (uint64_t)q->mem_limit;
-  if (q->mem_limit == 0) {
-    unsigned long long pages = 0;
-    FILE *f = fopen("/proc/self/statm", "r");
-    if (f && fscanf(f, "%llu", &pages) != 1) pages = 0;
-    if (f) fclose(f);
-    uint64_t guards = 0; /* reserved address space, counted once, not AUTO_FACTOR times */
-    for (int b = 0; b < N_GUARD; b++) guards += q->guard_len[b];
-    uint64_t bufs = q->map_size > guards ? q->map_size - guards : 0;
-    want = (uint64_t)pages * (uint64_t)sysconf(_SC_PAGESIZE) + AUTO_FACTOR * bufs + guards +
-           AUTO_ALLOWANCE;
-  }
-  rl.rlim_cur = (rl.rlim_max != RLIM_INFINITY && want > rl.rlim_max) ? rl.rlim_max : want;
-  if (setrlimit(RLIMIT_AS, &rl) == 0 && g_hdr) g_hdr->mem_limit = rl.rlim_cur;
-}
-
-/* Just before backend code runs: its memory limit, the FP environment it must leave as it
- * found it (fp_check), and the stage a crash or timeout is reported in. */
-static void enter_backend(wchild *c, const wreq *q, fpctl *before, int32_t stage) {
-  if (c->isolated) apply_limit(q);
-  fpctl_get(before);
-  set_stage(c, stage);
-}
-
-static void serve_open(wchild *c, const wreq *q, wrep *a) {
-  char msg[KDA_ERRLEN] = "";
-  fpctl before;
-  enter_backend(c, q, &before, ST_OPEN);
-  int32_t st = c->b->open(q->params, &c->handle, msg, sizeof msg);
-  msg[sizeof msg - 1] = 0;
-  if (fp_check(&before, "open", a)) return;
-  if (st != KDA_OK) {
-    c->handle = NULL;
-    rep_set(a, st == KDA_EUNSUPPORTED ? KDA_CALL_UNSUPPORTED : KDA_CALL_ERROR, st,
-            "open failed: %.480s%s", msg, NULL);
-    return;
-  }
-  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
-}
-
-/* (Re)maps the region when its size changed and puts the guard pages in place. */
-static int child_map(wchild *c, const wreq *q) {
-  if (c->map_size != q->map_size) {
-    if (c->map) munmap(c->map, c->map_size);
-    c->map = mmap(NULL, q->map_size, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
-    if (c->map == MAP_FAILED) return c->map = NULL, c->map_size = 0, -1;
-    c->map_size = q->map_size;
-    g_hdr = (shm_hdr *)c->map;
-  }
-  if (mprotect(c->map, c->map_size, PROT_READ | PROT_WRITE) != 0) return -1;
-  for (int b = 0; b < N_GUARD; b++)
-    if (q->guard[b] >= 0 && mprotect(c->map + q->guard[b], (size_t)q->guard_len[b], PROT_NONE))
-      return -1;
-  ((shm_hdr *)c->map)->child_base = (uint64_t)(uintptr_t)c->map;
-  return 0;
-}
-
-/* A slot's failure as the reply: NotSupported for KDA_EUNSUPPORTED, else an error, with the
- * backend's last_error. */
-static void slot_failed(wchild *c, wrep *a, const char *slot, int32_t st) {
-  const char *le = c->b->last_error(c->handle);
-  char why[400];
-  snprintf(why, sizeof why, "%s returned %s: %s", slot, kda_strstatus(st), le ? le : "");
-  rep_set(a, st == KDA_EUNSUPPORTED ? KDA_CALL_UNSUPPORTED : KDA_CALL_ERROR, st, "%s%s", why,
-          NULL);
-}
-
-/* forward on the region's buffers, timed. */
-static int32_t call_forward(wchild *c, const wreq *q, kda_backend_tensors *t, wrep *a) {
-  set_stage(c, ST_FORWARD);
-  double t0 = now_s();
-  int32_t st = c->b->forward(c->handle, &q->p, t);
-  a->seconds = now_s() - t0;
-  if (st != KDA_OK) slot_failed(c, a, "forward", st);
-  return st;
-}
-
-/* The resident path (SPEC.md §7.8): buffers_create from the region's inputs, forward_buffers
- * and synchronize (timed, as `kda bench` times them), buffers_read into the region's outputs,
- * buffers_destroy; each in a stage of its own. */
-static int32_t call_resident(wchild *c, const wreq *q, kda_backend_tensors *t, wrep *a) {
-  void *bufs = NULL;
-  set_stage(c, ST_BUF_CREATE);
-  int32_t st = c->b->buffers_create(c->handle, &q->p, t, &bufs);
-  if (st != KDA_OK) return slot_failed(c, a, "buffers_create", st), st;
-  set_stage(c, ST_BUF_FORWARD);
-  double t0 = now_s();
-  const char *slot = "forward_buffers";
-  st = c->b->forward_buffers(c->handle, &q->p, bufs);
-  set_stage(c, ST_BUF_SYNC);
-  if (st == KDA_OK) slot = "synchronize", st = c->b->synchronize(c->handle);
-  a->seconds = now_s() - t0;
-  set_stage(c, ST_BUF_READ);
-  if (st == KDA_OK) slot = "buffers_read", st = c->b->buffers_read(c->handle, bufs, t);
-  if (st != KDA_OK) slot_failed(c, a, slot, st);
-  set_stage(c, ST_BUF_DESTROY);
-  c->b->buffers_destroy(c->handle, bufs);
-  return st;
-}
-
-/* 1 when the table has the resident-buffer slots (validated: all or none, with synchronize). */
-static int has_resident(const kda_backend *b) {
-  return KDA_BACKEND_HAS(b, synchronize) && b->buffers_create && b->forward_buffers &&
-         b->buffers_read && b->buffers_destroy && b->synchronize;
-}
-
-static void serve_call(wchild *c, const wreq *q, wrep *a) {
-  if (c->isolated && child_map(c, q) != 0)
-    return rep_set(a, KDA_CALL_ERROR, KDA_ENOMEM, "worker: cannot map the buffers%s%s", 0, 0);
-  void *x[N_BUF];
-  for (int b = 0; b < N_BUF; b++) x[b] = q->off[b] >= 0 ? c->map + q->off[b] : NULL;
-  kda_backend_tensors t = {sizeof t, c->in_dtype, c->out_dtype, 0,
-                           x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
-                           x[B_CU], x[B_CK], x[B_O], x[B_O + 1], x[B_O + 2],
-                           x[B_IDX], q->pool_slots, x[B_POOL]};
-  if (x[B_IDX] && !(KDA_BACKEND_HAS(c->b, caps) && (c->b->caps & KDA_CAP_STATE_POOL)))
-    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED, "no state pools (caps)%s%s", 0, 0);
-  char msg[KDA_ERRLEN] = "";
-  fpctl before;
-  enter_backend(c, q, &before, ST_SUPPORTS);
-  int32_t st = c->b->supports(c->handle, &q->p, msg, sizeof msg);
-  msg[sizeof msg - 1] = 0;
-  if (fp_check(&before, "supports", a)) return;
-  if (st != KDA_OK)
-    return rep_set(a, KDA_CALL_UNSUPPORTED, st, "%s%s", msg[0] ? msg : "not supported", NULL);
-  const int resident = q->resident && !x[B_IDX] && has_resident(c->b);
-  st = resident ? call_resident(c, q, &t, a) : call_forward(c, q, &t, a);
-  set_stage(c, ST_NONE);
-  if (fp_check(&before, resident ? "the resident path" : "forward", a) || st != KDA_OK) return;
-  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
-}
-
-/* describe (ABI version 2, optional): KDA_CALL_UNSUPPORTED when the table has none. */
-static void serve_describe(wchild *c, wrep *a) {
-  memset(&a->info, 0, sizeof a->info);
-  a->info.struct_size = sizeof a->info;
-  if (!KDA_BACKEND_HAS(c->b, describe) || !c->b->describe)
-    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED, "no describe%s%s", 0, 0);
-  fpctl before;
-  fpctl_get(&before);
-  int32_t st = c->b->describe(c->handle, &a->info);
-  if (fp_check(&before, "describe", a)) return;
-  if (st != KDA_OK) return rep_set(a, KDA_CALL_ERROR, st, "describe failed%s%s", 0, 0);
-  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
-}
-
-static void serve_close(wchild *c, wrep *a) {
-  fpctl before;
-  fpctl_get(&before);
-  set_stage(c, ST_CLOSE);
-  c->b->close(c->handle);
-  c->handle = NULL;
-  set_stage(c, ST_NONE);
-  if (!fp_check(&before, "close", a)) rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
-}
-
-/* Closes every descriptor but those in keep (the runner's, other workers' sockets: a worker
- * holding them would keep them open after the runner closes its end). */
-static void close_others(const int *keep, int n) {
-  int fds[4096], nf = 0;
-  DIR *d = opendir("/proc/self/fd");
-  if (d) {
-    struct dirent *e;
-    while ((e = readdir(d)) && nf < 4096)
-      if (e->d_name[0] >= '0' && e->d_name[0] <= '9') fds[nf++] = atoi(e->d_name);
-    closedir(d);
-  } else {
-    for (int f = 3; f < 1024; f++) fds[nf++] = f;
-  }
-  for (int i = 0; i < nf; i++) {
-    int k = fds[i] <= 2;
-    for (int j = 0; j < n; j++) k |= fds[i] == keep[j];
-    if (!k) close(fds[i]);
-  }
-}
-
-/* The guard: kills the worker's whole process group when the runner dies (its end of the
- * alive pipe closes) or stops the worker.  It never loads the plugin. */
-static void spawn_guard(int alive) {
-  pid_t group = getpid(), g = fork();
-  if (g != 0) return;
-  close_others(&alive, 1);
-  close(0), close(1), close(2);
-  for (;;) {
-    char ch;
-    ssize_t k = read(alive, &ch, 1);
-    if (k < 0 && errno == EINTR) continue;
-    if (k == 0 || k < 0) break;
-  }
-  if (getpgrp() == group) kill(-group, SIGKILL); /* never the runner's own group */
-  _exit(0);
-}
-
-static void child_reply(wchild *c, wrep *a) {
-  fflush(NULL); /* the backend's buffered prints go to the log before the reply */
-  a->magic = MAGIC;
-  if (send_all(c->ctl, a, sizeof *a, 0) != 0) _exit(0);
-}
-
-/* The class and types of the worker's parameters (the variant slot, SPEC.md §7.8), before any
- * open; a crash or hang in it is reported in stage "variant" (the region's first page is
- * mapped for that). */
-static void child_variant(wchild *c, const kda_backend_ref *ref, wrep *a) {
-  if (c->isolated && !c->map) {
-    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
-    void *m = mmap(NULL, pg, PROT_READ | PROT_WRITE, MAP_SHARED, c->memfd, 0);
-    if (m != MAP_FAILED) c->map = m, c->map_size = pg, g_hdr = (shm_hdr *)m;
-  }
-  kda_backend_variant v;
-  char err[KDA_ERRLEN] = "";
-  fpctl before;
-  fpctl_get(&before);
-  set_stage(c, ST_VARIANT);
-  int rejected = 0;
-  int st = kda_backend_variant_get(c->b, ref->params, &v, &rejected, err, sizeof err);
-  set_stage(c, ST_NONE);
-  if (fp_check(&before, "variant", a)) return;
-  if (st != KDA_OK) { /* a plugin named by its path, as kda_plugin_load names a bad table */
-    char pre[256] = "";
-    if (!ref->builtin) snprintf(pre, sizeof pre, "%.200s: ", ref->path);
-    a->rejected = rejected;
-    return rep_set(a, KDA_CALL_ERROR, st, "%s%s", pre, err);
-  }
-  a->cls = v.precision_class, a->in_dtype = v.input_dtype, a->out_dtype = v.output_dtype;
-  c->in_dtype = v.input_dtype, c->out_dtype = v.output_dtype;
-  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
-}
-
-static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
-  memset(a, 0, sizeof *a);
-  a->type = RP_INFO;
-  a->stage = ST_LOAD;
-  const kda_backend *b = ref->builtin;
-  if (!b) {
-    fpctl before;
-    fpctl_get(&before);
-    kda_plugin *pl;
-    char err[KDA_ERRLEN];
-    int st = kda_plugin_load(ref->path, &pl, &b, err, sizeof err);
-    if (fp_check(&before, "loading the plugin", a)) return;
-    if (st != KDA_OK) return rep_set(a, KDA_CALL_ERROR, st, "%s%s", err, NULL);
-  }
-  c->b = b;
-  snprintf(a->name, sizeof a->name, "%s", b->name);
-  snprintf(a->desc, sizeof a->desc, "%s", b->description ? b->description : "");
-  a->abi_version = b->abi_version, a->struct_size = b->struct_size;
-  a->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
-  a->resident = has_resident(b);
-  child_variant(c, ref, a);
-}
-
-static void child_main(const kda_backend_ref *ref, pid_t parent, int ctl, int memfd, int logw,
-                       int alive) {
-  if (setpgid(0, 0) != 0 && getpgrp() != getpid()) _exit(1); /* no group: no safe kill */
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != parent) _exit(1); /* the runner died before the request took effect */
-  int keep[4] = {ctl, memfd, logw, alive};
-  close_others(keep, 4);
-  spawn_guard(alive);
-  close(alive);
-  int nul = open("/dev/null", O_RDONLY);
-  if (nul >= 0) dup2(nul, 0), close(nul);
-  dup2(logw, 1), dup2(logw, 2);
-  if (logw > 2) close(logw);
-  wchild c = {NULL, 0, 0, NULL, ctl, memfd, NULL, 0, 1};
-  struct sigaction sa;
-  memset(&sa, 0, sizeof sa);
-  sa.sa_sigaction = on_fault;
-  sa.sa_flags = SA_SIGINFO | SA_RESETHAND;
-  sigaction(SIGSEGV, &sa, NULL);
-  sigaction(SIGBUS, &sa, NULL);
-  wrep a;
-  child_load(&c, ref, &a);
-  child_reply(&c, &a);
-  if (a.outcome != KDA_CALL_OK) _exit(0);
-  for (;;) {
-    wreq q;
-    size_t got = 0;
-    while (got < sizeof q) {
-      ssize_t k = recv(ctl, (char *)&q + got, sizeof q - got, 0);
-      if (k < 0 && errno == EINTR) continue;
-      if (k <= 0) _exit(0); /* the runner closed the socket: stop */
-      got += (size_t)k;
-    }
-    if (q.magic != MAGIC) _exit(1);
-    q.params[sizeof q.params - 1] = 0;
-    memset(&a, 0, sizeof a);
-    a.type = RP_DONE;
-    a.stage = q.type == RQ_OPEN ? ST_OPEN : q.type == RQ_CLOSE ? ST_CLOSE : ST_FORWARD;
-    if (q.type == RQ_OPEN) serve_open(&c, &q, &a);
-    else if (q.type == RQ_CALL) serve_call(&c, &q, &a);
-    else if (q.type == RQ_CLOSE) serve_close(&c, &a);
-    else if (q.type == RQ_DESCRIBE) serve_describe(&c, &a);
-    child_reply(&c, &a);
-  }
-}
-
-/* ---- The runner's side. */
-struct kda_worker {
-  kda_backend_ref ref;
-  kda_call_opts opts;
-  char name[64], desc[256];
-  char label[64]; /* kda_worker_label's buffer */
-  int32_t cls, in_dtype, out_dtype; /* of the parameters: the variant's, else the table's */
-  uint32_t abi_version, caps;
-  int resident; /* the table has the resident-buffer slots */
-  int load_failed;
-  int params_rejected; /* the variant slot rejected the parameters (KDA_EINVAL) */
-  kda_call_result load_res;
-  pid_t pid;
-  int ctl, logr, alivew;
-  int handle_open;
-  int memfd;
-  unsigned char *map;
-  size_t map_size;
-  char log[KDA_WORKER_LOG_MAX];
-  size_t log_len;
-  uint64_t log_total;
-  int64_t starts;
-  wchild local; /* --no-isolate: the backend served in this process */
-  kda_plugin *plugin;
-};
 
 int kda_worker_limits_memory(void) { return !KDA_WORKER_ASAN; }
 
@@ -661,7 +129,7 @@ static const char *fault_buffer(const kda_worker *w, const wreq *q) {
   for (int b = 0; b < N_GUARD; b++)
     if (q->guard[b] >= 0 && off >= (uint64_t)q->guard[b] &&
         off - (uint64_t)q->guard[b] < q->guard_len[b])
-      return buf_names[B_O + b];
+      return kda_worker_buf_names[B_O + b];
   return NULL;
 }
 
@@ -753,7 +221,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
   }
   if (pid == 0) {
     close(sv[0]), close(lp[0]), close(ap[1]);
-    child_main(&w->ref, parent, sv[1], w->memfd, lp[1], ap[0]);
+    kda_wchild_main(&w->ref, parent, sv[1], w->memfd, lp[1], ap[0]);
     _exit(0);
   }
   setpgid(pid, pid); /* also here, so that no kill(-pid) can precede the child's own call */
@@ -827,7 +295,7 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
   snprintf(w->desc, sizeof w->desc, "%s", b->description ? b->description : "");
   wrep a;
   memset(&a, 0, sizeof a);
-  child_variant(&w->local, &w->ref, &a);
+  kda_wchild_variant(&w->local, &w->ref, &a);
   if (a.outcome != KDA_CALL_OK) {
     result_from(&w->load_res, &a);
     w->load_failed = 1, w->params_rejected = a.rejected == 1;
@@ -836,7 +304,7 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
   w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
   w->abi_version = b->abi_version;
   w->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
-  w->resident = has_resident(b);
+  w->resident = kda_wchild_has_resident(b);
   return KDA_OK;
 }
 
@@ -918,207 +386,13 @@ static int ready(kda_worker *w, kda_call_result *r, char *err, size_t errlen, in
   request_init(&q, &a, RQ_OPEN);
   q.mem_limit = w->opts.memory_limit;
   snprintf(q.params, sizeof q.params, "%s", w->ref.params);
-  if (!w->opts.isolate) sync_local(w), serve_open(&w->local, &q, &a);
+  if (!w->opts.isolate) sync_local(w), kda_wchild_open(&w->local, &q, &a);
   else if (transact(w, &q, &a, ST_OPEN, r)) return 0;
   if (a.outcome != KDA_CALL_OK) {
     result_from(r, &a);
     return 0;
   }
   w->handle_open = 1;
-  return 1;
-}
-
-/* ---- The layout of one call in the region. */
-static size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
-
-/* A pool call's state_indices [N], its S and the pool [S, HV, K, V] as float64 (SPEC.md
- * §7.8); NULL for an ordinary call. */
-typedef struct pool_io {
-  const int64_t *idx;
-  int64_t S;
-  double *pool;
-} pool_io;
-
-/* The element type of float buffer b (kda_backend.h, "Element types"): q k v g beta take the
- * input type and o the output type; A_log dt_bias h0, and ht hc pool, the wide type of theirs
- * (float for a 16-bit type, SPEC.md §10.3). */
-static int32_t buf_dtype(const kda_worker *w, int b) {
-  if (b < N_FIN) return b < 5 ? w->in_dtype : KDA_STATE_DTYPE(w->in_dtype);
-  return b == B_O ? w->out_dtype : KDA_STATE_DTYPE(w->out_dtype);
-}
-
-static size_t buf_es(const kda_worker *w, int b) {
-  return (size_t)KDA_DTYPE_SIZE(buf_dtype(w, b));
-}
-
-/* Element i of a buffer of type dt: the wide types inline (the long cases' inner loops), the
- * 16-bit ones through kda_dtype.c. */
-static inline void put_elem(int32_t dt, unsigned char *d, size_t i, double x) {
-  if (dt == KDA_PRECISION_FP64) {
-    memcpy(d + 8 * i, &x, 8);
-  } else if (dt == KDA_PRECISION_FP32) {
-    float f = (float)x;
-    memcpy(d + 4 * i, &f, 4);
-  } else {
-    kda_dtype_put(dt, d, i, x);
-  }
-}
-
-static inline double get_elem(int32_t dt, const unsigned char *s, size_t i) {
-  if (dt == KDA_PRECISION_FP64) {
-    double x;
-    memcpy(&x, s + 8 * i, 8);
-    return x;
-  }
-  if (dt == KDA_PRECISION_FP32) {
-    float f;
-    memcpy(&f, s + 4 * i, 4);
-    return (double)f;
-  }
-  return kda_dtype_get(dt, s, i);
-}
-
-/* The guard after an output of len bytes: whole pages, at least len and at least GUARD_MIN. */
-static size_t guard_size(size_t len, size_t pg) {
-  size_t g = up(len ? len : 1, pg);
-  return g < GUARD_MIN ? up(GUARD_MIN, pg) : g;
-}
-
-/* Places the inputs, then each output so that its end is followed by a guard (the start is
- * 64-byte aligned; the < 64 bytes of slack before the guard hold canaries).  The guards are
- * address space only: the memfd's pages there are never touched.  Returns the region's size,
- * or 0 for a problem whose sizes do not fit. */
-static size_t layout(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                     const pool_io *pl, wreq *q) {
-  kda_problem_sizes s;
-  if (kda_problem_sizes_get(p, &s, NULL, 0) != KDA_OK) return 0;
-  const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
-  const uint64_t ns[N_FIN] = {s.q, s.k, s.v, s.g, s.beta, s.A_log, s.dt_bias, s.h0};
-  size_t pg = (size_t)sysconf(_SC_PAGESIZE), off = pg;
-  for (int b = 0; b < N_BUF; b++) q->off[b] = -1, q->len[b] = 0;
-  for (int b = 0; b < N_FIN; b++)
-    if (xs[b])
-      q->off[b] = (int64_t)off, q->len[b] = ns[b] * buf_es(w, b), off = up(off + q->len[b] + 1, 64);
-  q->off[B_CU] = (int64_t)off, q->len[B_CU] = (uint64_t)(p->N + 1) * 8;
-  off = up(off + q->len[B_CU], 64);
-  if (p->n_checkpoints > 0) {
-    q->off[B_CK] = (int64_t)off, q->len[B_CK] = (uint64_t)p->n_checkpoints * 8;
-    off = up(off + q->len[B_CK], 64);
-  }
-  if (pl) {
-    q->off[B_IDX] = (int64_t)off, q->len[B_IDX] = (uint64_t)p->N * 8;
-    off = up(off + q->len[B_IDX] + 1, 64);
-    q->pool_slots = pl->S;
-  }
-  off = up(off, pg);
-  /* a pool call has no ht: the final states go into the pool, in place */
-  const int want[N_GUARD] = {1, p->want_final_state != 0 && !pl, p->n_checkpoints > 0, !!pl};
-  const uint64_t on[N_GUARD] = {s.o, s.ht, s.hc, pl ? (uint64_t)(pl->S * p->HV * p->K * p->V) : 0};
-  for (int b = 0; b < N_GUARD; b++) {
-    q->guard[b] = -1, q->guard_len[b] = 0;
-    if (!want[b]) continue;
-    size_t len = (size_t)on[b] * buf_es(w, B_O + b), block = up(len ? len : 1, pg);
-    q->off[B_O + b] = (int64_t)(off + block - up(len, 64));
-    q->len[B_O + b] = len;
-    q->guard[b] = (int64_t)(off + block);
-    q->guard_len[b] = guard_size(len, pg);
-    off += block + q->guard_len[b];
-  }
-  return off;
-}
-
-static void put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *pl,
-                       const wreq *q) {
-  const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
-  for (int b = 0; b < N_FIN; b++) {
-    if (q->off[b] < 0) continue;
-    const int32_t dt = buf_dtype(w, b);
-    const uint64_t n = q->len[b] / buf_es(w, b);
-    for (uint64_t i = 0; i < n; i++) put_elem(dt, w->map + q->off[b], (size_t)i, xs[b][i]);
-  }
-  memcpy(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]);
-  if (q->off[B_CK] >= 0) memcpy(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]);
-  if (pl) memcpy(w->map + q->off[B_IDX], pl->idx, (size_t)q->len[B_IDX]);
-  for (int b = B_O; b < N_BUF; b++) {
-    if (q->off[b] < 0) continue;
-    unsigned char *d = w->map + q->off[b];
-    const int32_t dt = buf_dtype(w, b);
-    const uint64_t n = q->len[b] / buf_es(w, b);
-    for (uint64_t i = 0; i < n; i++) /* NaN: an unwritten element cannot pass */
-      put_elem(dt, d, (size_t)i, b == B_POOL ? pl->pool[i] : NAN);
-    memset(d + q->len[b], CANARY, up((size_t)q->len[b], 64) - (size_t)q->len[b]);
-  }
-}
-
-/* Name of the first input (floats or index arrays) that no longer equals what was handed
- * over, bit for bit, or NULL. */
-static const char *changed_input(const kda_worker *w, const kda_tensors_f64 *in,
-                                 const pool_io *pl, const wreq *q) {
-  const double *xs[N_FIN] = {in->q, in->k, in->v, in->g, in->beta, in->A_log, in->dt_bias, in->h0};
-  for (int b = 0; b < N_FIN; b++) {
-    if (q->off[b] < 0) continue;
-    const unsigned char *d = w->map + q->off[b];
-    const int32_t dt = buf_dtype(w, b);
-    const size_t es = buf_es(w, b);
-    for (uint64_t i = 0; i < q->len[b] / es; i++) {
-      unsigned char want[8]; /* what put_inputs wrote */
-      put_elem(dt, want, 0, xs[b][i]);
-      if (memcmp(d + es * i, want, es) != 0) return buf_names[b];
-    }
-  }
-  if (memcmp(w->map + q->off[B_CU], in->cu_seqlens, (size_t)q->len[B_CU]) != 0)
-    return buf_names[B_CU];
-  if (q->off[B_CK] >= 0 && memcmp(w->map + q->off[B_CK], in->checkpoints, (size_t)q->len[B_CK]))
-    return buf_names[B_CK];
-  if (pl && memcmp(w->map + q->off[B_IDX], pl->idx, (size_t)q->len[B_IDX]) != 0)
-    return buf_names[B_IDX];
-  return NULL;
-}
-
-/* Name of the first output whose canary bytes before its guard page changed, or NULL. */
-static const char *overrun(const kda_worker *w, const wreq *q) {
-  for (int b = B_O; b < N_BUF; b++) {
-    if (q->off[b] < 0) continue;
-    const unsigned char *g = w->map + q->off[b] + q->len[b];
-    for (size_t i = q->len[b]; i < up((size_t)q->len[b], 64); i++, g++)
-      if (*g != CANARY) return buf_names[b];
-  }
-  return NULL;
-}
-
-static void widen(const kda_worker *w, const wreq *q, kda_outputs *out) {
-  double *dst[3] = {out->o, out->ht, out->hc};
-  for (int b = 0; b < 3; b++) {
-    if (q->off[B_O + b] < 0 || !dst[b]) continue;
-    const int32_t dt = buf_dtype(w, B_O + b);
-    const uint64_t n = q->len[B_O + b] / buf_es(w, B_O + b);
-    for (uint64_t i = 0; i < n; i++) dst[b][i] = get_elem(dt, w->map + q->off[B_O + b], (size_t)i);
-  }
-}
-
-/* The pool as the backend left it, widened exactly into pl->pool. */
-static void widen_pool(const kda_worker *w, const wreq *q, const pool_io *pl) {
-  const int32_t dt = buf_dtype(w, B_POOL);
-  const uint64_t n = q->len[B_POOL] / buf_es(w, B_POOL);
-  for (uint64_t i = 0; i < n; i++) pl->pool[i] = get_elem(dt, w->map + q->off[B_POOL], (size_t)i);
-}
-
-/* 16-bit input types are never rounded into (SPEC.md §10.3): 1 when every value of q k v g
- * beta is exact in the backend's input type (always for fp64 / fp32, which round as before);
- * otherwise 0 and why names the first value that is not. */
-int kda_worker_inputs_exact(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
-                            char *why, size_t cap) {
-  if (!kda_dtype_is_half(w->in_dtype)) return 1;
-  kda_problem_sizes s;
-  if (kda_problem_sizes_get(p, &s, NULL, 0) != KDA_OK) return 1; /* the call reports the sizes */
-  const double *xs[5] = {in->q, in->k, in->v, in->g, in->beta};
-  const uint64_t ns[5] = {s.q, s.k, s.v, s.g, s.beta};
-  for (int b = 0; b < 5; b++)
-    for (uint64_t i = 0; xs[b] && i < ns[b]; i++)
-      if (!kda_dtype_holds(w->in_dtype, xs[b][i]))
-        return snprintf(why, cap, "%s[%llu] = %.9g is not exact in %s", buf_names[b],
-                        (unsigned long long)i, xs[b][i], kda_precision_name(w->in_dtype)),
-               0;
   return 1;
 }
 
@@ -1141,19 +415,19 @@ static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
   q.p = *p;
   q.mem_limit = w->opts.memory_limit;
   q.resident = via == KDA_VIA_RESIDENT;
-  size_t size = layout(w, p, in, pl, &q);
+  size_t size = kda_region_layout(w, p, in, pl, &q);
   if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
   if (region_reserve(w, size) != KDA_OK)
     return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;
   q.map_size = w->map_size;
-  put_inputs(w, in, pl, &q);
+  kda_region_put_inputs(w, in, pl, &q);
   if (!w->opts.isolate) {
     sync_local(w);
-    serve_call(&w->local, &q, &a);
+    kda_wchild_call(&w->local, &q, &a);
   } else if (transact(w, &q, &a, ST_FORWARD, r)) {
     return KDA_OK;
   }
-  const char *over = overrun(w, &q), *changed = changed_input(w, in, pl, &q);
+  const char *over = kda_region_overrun(w, &q), *changed = kda_region_changed_input(w, in, pl, &q);
   r->status = a.status;
   r->seconds = a.seconds;
   if (a.outcome == KDA_CALL_FPENV) {
@@ -1169,8 +443,8 @@ static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
     r->outcome = a.outcome;
     snprintf(r->msg, sizeof r->msg, "%s", a.msg);
   }
-  if (r->outcome == KDA_CALL_OK) widen(w, &q, out);
-  if (pl) widen_pool(w, &q, pl); /* also after an error: a rejected call must leave it as is */
+  if (r->outcome == KDA_CALL_OK) kda_region_widen(w, &q, out);
+  if (pl) kda_region_widen_pool(w, &q, pl); /* also after an error: a rejected call must leave it as is */
   return KDA_OK;
 }
 
@@ -1203,7 +477,7 @@ int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t err
   wrep a;
   request_init(&q, &a, RQ_CLOSE);
   w->handle_open = 0;
-  if (!w->opts.isolate) sync_local(w), serve_close(&w->local, &a);
+  if (!w->opts.isolate) sync_local(w), kda_wchild_close(&w->local, &a);
   else if (transact(w, &q, &a, ST_CLOSE, r)) return KDA_OK;
   result_from(r, &a);
   return KDA_OK;
@@ -1219,7 +493,7 @@ int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *
   wreq q;
   wrep a;
   request_init(&q, &a, RQ_DESCRIBE);
-  if (!w->opts.isolate) sync_local(w), serve_describe(&w->local, &a);
+  if (!w->opts.isolate) sync_local(w), kda_wchild_describe(&w->local, &a);
   else if (transact(w, &q, &a, ST_OPEN, r)) return KDA_OK;
   result_from(r, &a);
   if (a.outcome != KDA_CALL_OK) return KDA_OK;

@@ -374,7 +374,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
 
 /* One scoring target: the worker process of a built-in or plugin backend (SPEC.md §7.8). */
 typedef struct target {
-  kda_worker *w;
+  kda_target *t;
   const kda_backend *builtin; /* the built-in table (for the up-front parameter check), or NULL */
   const char *params; /* for open: the spec's own PARAMS, else --params, else "" */
   char *path;         /* the plugin's path (owned), NULL for a built-in */
@@ -523,7 +523,7 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     if (!kda_conform_shard_target(a->shard, i)) continue; /* another shard's */
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
-    else st = kda_conform_case_worker(tg[i].w, &f.c, &f.t, &a->opts, r, err, sizeof err);
+    else st = kda_conform_target(tg[i].t, &f, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
   }
   if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt))
@@ -700,8 +700,8 @@ static int check_baseline(const conform_args *a, const kda_baseline *bl, const t
   int n_notes = 0;
   for (int i = 0; i <= nt; i++) {
     if (i == nt && !a->candidate) break;
-    const char *name = i < nt ? kda_worker_label(tg[i].w) : "candidate";
-    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? kda_worker_class(tg[i].w) : KDA_CLASS_FP32);
+    const char *name = i < nt ? kda_target_info_get(tg[i].t)->label : "candidate";
+    int32_t cls = a->cls >= 0 ? a->cls : (i < nt ? kda_target_info_get(tg[i].t)->cls : KDA_CLASS_FP32);
     int st = kda_baseline_check(bl, name, cls, err, sizeof err);
     if (st == KDA_ENOTFOUND && n_notes < 8) snprintf(notes[n_notes++], sizeof notes[0], "%s", err);
     else if (st != KDA_OK && st != KDA_ENOTFOUND) return kda_tool_fail(SUB, "%s", err);
@@ -770,12 +770,12 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   kda_run_info *in = &u->info;
   memset(in, 0, sizeof *in);
   for (int i = 0; i < nt; i++) {
-    int32_t cls = a->cls >= 0 ? a->cls : kda_worker_class(tg[i].w);
-    const int loaded = !kda_worker_load_result(tg[i].w); /* the variant's types (§7.8) */
+    int32_t cls = a->cls >= 0 ? a->cls : kda_target_info_get(tg[i].t)->cls;
+    const int loaded = kda_target_info_get(tg[i].t)->loaded; /* the variant's types (§7.8) */
     u->targets[i] = (kda_run_target_info){
-        kda_worker_label(tg[i].w), kda_class_name(cls), tg[i].params ? tg[i].params : "",
-        tg[i].path, loaded ? kda_precision_file_name(kda_worker_input_dtype(tg[i].w)) : NULL,
-        loaded ? kda_precision_file_name(kda_worker_output_dtype(tg[i].w)) : NULL};
+        kda_target_info_get(tg[i].t)->label, kda_class_name(cls), tg[i].params ? tg[i].params : "",
+        tg[i].path, loaded ? kda_precision_file_name(kda_target_info_get(tg[i].t)->input_dtype) : NULL,
+        loaded ? kda_precision_file_name(kda_target_info_get(tg[i].t)->output_dtype) : NULL};
   }
   if (a->candidate)
     u->targets[nt] = (kda_run_target_info){"candidate", kda_class_name(a->cls >= 0 ? a->cls
@@ -831,7 +831,7 @@ static int start_target(conform_args *a, const char *spec, target *tg, int *nt) 
   snprintf(ref.params, sizeof ref.params, "%s", t->params);
   t->builtin = ref.builtin;
   if (!ref.builtin && !(t->path = strdup(ref.path))) return kda_tool_fail(SUB, "out of memory");
-  if (kda_worker_start(&ref, &a->opts.call, &t->w, err, sizeof err) != KDA_OK)
+  if (kda_target_open(&ref, &a->opts.call, &t->t, err, sizeof err) != KDA_OK)
     return kda_tool_fail(SUB, "%s", err);
   (*nt)++;
   return 0;
@@ -843,8 +843,8 @@ static int unique_labels(target *tg, int nt) {
   for (int i = 0; i < nt; i++)
     for (int j = 0; j < i; j++) {
       char li[64];
-      snprintf(li, sizeof li, "%s", kda_worker_label(tg[i].w));
-      if (strcmp(li, kda_worker_label(tg[j].w)) == 0)
+      snprintf(li, sizeof li, "%s", kda_target_info_get(tg[i].t)->label);
+      if (strcmp(li, kda_target_info_get(tg[j].t)->label) == 0)
         return kda_tool_usage(SUB, "backend '%s' given twice (the reports could not tell the "
                               "two apart; give them different parameters)", li);
     }
@@ -874,8 +874,9 @@ static int load_targets(conform_args *a, target *tg, int *nt) {
 static int probe_targets(const target *tg, int nt) {
   for (int i = 0; i < nt; i++) {
     /* a variant slot that rejected the parameters (SPEC.md §7.8), in the worker: the same */
-    if (kda_worker_params_rejected(tg[i].w)) /* the message names the plugin's path */
-      return kda_tool_fail(SUB, "%s", kda_worker_load_result(tg[i].w)->msg);
+    const kda_target_info *ti = kda_target_info_get(tg[i].t);
+    if (ti->params_rejected) /* the message names the plugin's path */
+      return kda_tool_fail(SUB, "%s", ti->load_result.msg);
     const kda_backend *b = tg[i].builtin;
     if (!b) continue;
     void *h = NULL;
@@ -896,7 +897,7 @@ static int plan_shard(conform_args *a, const path_list *cases, const target *tg,
   if (a->jsonl || a->summary || a->junit)
     return kda_tool_usage(SUB, "--shard writes its reports into --out DIR (not --jsonl, "
                           "--summary, --junit)");
-  for (int i = 0; i < nt; i++) names[i] = kda_worker_label(tg[i].w);
+  for (int i = 0; i < nt; i++) names[i] = kda_target_info_get(tg[i].t)->label;
   if (a->candidate) names[nt] = "candidate";
   return kda_conform_shard_plan(a->shard, cases->v, cases->n, names, nt + !!a->candidate, argc,
                                 argv);
@@ -993,7 +994,7 @@ int kda_cmd_conform(int argc, char **argv) {
   for (int64_t i = 0; i < s.n; i++) kda_case_report_free(&s.reports[i]);
   free(s.reports);
   free_paths(&s.ids), free_paths(&s.id_files);
-  for (int i = 0; i < nt; i++) kda_worker_stop(tg[i].w), free(tg[i].path);
+  for (int i = 0; i < nt; i++) kda_target_close(tg[i].t), free(tg[i].path);
   kda_waivers_free(w);
   kda_baseline_free(bl);
   kda_dir_unlock(lock);

@@ -72,10 +72,10 @@ static void builtin_row(const kda_backend *b, const char *params, const char *de
   b->close(h);
 }
 
-/* The tiny problem through the worker (kda_conform_probe). */
-static void worker_try(kda_worker *w, row *r) {
+/* The tiny problem through the target's worker (kda_conform_probe). */
+static void target_try(kda_target *t, row *r) {
   kda_probe pr;
-  kda_conform_probe(w, &pr);
+  kda_conform_probe(t, &pr);
   r->runs = pr.runs;
   snprintf(r->why, sizeof r->why, "%s", pr.why);
   if (pr.has_info) picked_text(&pr.info, r->picked, sizeof r->picked);
@@ -89,24 +89,24 @@ static void plugin_row(const kda_backend_ref *ref, const kda_call_opts *o, row *
   snprintf(r->params, sizeof r->params, "%s", ref->params);
   r->cls = r->in_dt = r->out_dt = -1;
   char err[KDA_ERRLEN] = "";
-  kda_worker *w;
-  if (kda_worker_start(ref, o, &w, err, sizeof err) != KDA_OK) {
+  kda_target *t;
+  if (kda_target_open(ref, o, &t, err, sizeof err) != KDA_OK) {
     snprintf(r->name, sizeof r->name, "%s", ref->spec);
     snprintf(r->why, sizeof r->why, "runner: %s", err);
     return;
   }
-  snprintf(r->name, sizeof r->name, "%s", kda_worker_name(w));
-  const char *d = kda_worker_description(w);
-  snprintf(r->desc, sizeof r->desc, "%s", d ? d : "");
-  const kda_call_result *lr = kda_worker_load_result(w);
-  if (lr) {
-    snprintf(r->why, sizeof r->why, "load: %s: %s", kda_call_outcome_name(lr->outcome), lr->msg);
+  const kda_target_info *ti = kda_target_info_get(t);
+  snprintf(r->name, sizeof r->name, "%s", ti->name);
+  snprintf(r->desc, sizeof r->desc, "%s", ti->description);
+  if (!ti->loaded) {
+    snprintf(r->why, sizeof r->why, "load: %s: %s", kda_call_outcome_name(ti->load_result.outcome),
+             ti->load_result.msg);
   } else {
-    r->cls = kda_worker_class(w), r->abi = kda_worker_abi_version(w);
-    r->in_dt = kda_worker_input_dtype(w), r->out_dt = kda_worker_output_dtype(w);
-    worker_try(w, r);
+    r->cls = ti->cls, r->abi = ti->abi_version;
+    r->in_dt = ti->input_dtype, r->out_dt = ti->output_dtype;
+    target_try(t, r);
   }
-  kda_worker_stop(w);
+  kda_target_close(t);
 }
 
 static const char *dtype_text(int32_t dt) {

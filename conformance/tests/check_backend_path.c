@@ -14,6 +14,8 @@
 #include "backends/mpfr/kda_backend_mpfr.h"
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_test.h"
 
 static char plugin_dir[4096]; /* build/conformance/tests: this program's directory */

@@ -12,6 +12,8 @@
 #include <unistd.h>
 
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_test.h"
 
 /* Writes text into a fresh temporary file; the path goes into path[32]. */

@@ -25,6 +25,8 @@
 #include "backends/cuda/kda_cuda_math.h"
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_test.h"
 
 #define DEFAULT_PLUGIN "build/conformance/backends/cuda/libkda_cuda.so"

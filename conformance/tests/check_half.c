@@ -16,6 +16,8 @@
 #include "kda_backend_half.h"
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_dtype.h"
 #include "kda_test.h"
 

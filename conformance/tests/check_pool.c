@@ -12,6 +12,8 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_serving.h"
 
 /* Three sequences (one of zero length), h0, the vk layout: a decode-like batch. */

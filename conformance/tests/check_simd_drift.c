@@ -24,6 +24,8 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "backends/simd/kda_simd.h"
 #include "kda_test.h"
 

@@ -26,6 +26,8 @@
 
 #include "kda_case.h"
 #include "kda_conform.h"
+#include "kda_score_internal.h"
+#include "kda_worker_internal.h"
 #include "kda_test.h"
 #include "sampled_fixture.h"
 
