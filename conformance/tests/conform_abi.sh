@@ -4,7 +4,8 @@
 # version-2 test plugin (plugin_v2.c), both correct float64 KDAs, pass every golden/L1 case
 # in the fp64 class.  The version-2 plugin is scored through its resident buffers
 # (buffers_create, forward_buffers, synchronize, buffers_read), and through forward too under
-# --repeat: a defect in either path (plugin_v2's bad=resident, bad=forward) is a Fail.
+# --repeat: a defect in either path (plugin_v2's bad=resident, bad=forward) is a Fail, and a
+# crash in a resident slot is a Crash naming that slot's stage.
 # SPDX-License-Identifier: MIT
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_abi.sh
 set -u
@@ -34,3 +35,7 @@ expect_fail "a wrong resident path, streamed" --stream --chunk 64 \
   -p "$plugins/kda_plugin_v2.so:bad=resident"
 expect_fail "a wrong forward under --repeat" --repeat -p "$plugins/kda_plugin_v2.so:bad=forward"
 echo "conform_abi: a wrong resident path, or a wrong forward under --repeat, is a Fail"
+out=$("$kda" conform -q --no-prefix -p "$plugins/kda_plugin_v2.so:bad=crash" "$case" 2>&1)
+echo "$out" | grep -q '^CRASH .*in forward_buffers' ||
+  fail "a crash in forward_buffers is not a Crash in that stage: $(echo "$out" | head -2)"
+echo "conform_abi: a crash in forward_buffers is a Crash reported in that stage"

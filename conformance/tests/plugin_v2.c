@@ -11,8 +11,10 @@
  *
  * Parameters (for the runner's tests that both paths are scored, SPEC.md §7.8): "bad=resident"
  * adds 1 to the last element of o as buffers_read returns it, "bad=forward" does so in
- * forward; every other non-empty string is rejected (KDA_EINVAL).
+ * forward, "bad=crash" dies of SIGSEGV in forward_buffers; every other non-empty string is
+ * rejected (KDA_EINVAL).
  */
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +22,7 @@
 #include "kda_backend.h"
 #include "plugin_f64.h"
 
-enum { BAD_NONE, BAD_RESIDENT, BAD_FORWARD };
+enum { BAD_NONE, BAD_RESIDENT, BAD_FORWARD, BAD_CRASH };
 
 typedef struct v2handle {
   int bad;        /* BAD_*: the deliberate defect of the parameters */
@@ -42,8 +44,9 @@ static int32_t v2_open(const char *params, void **handle, char *err, uint32_t er
   int bad = BAD_NONE;
   if (strcmp(params, "bad=resident") == 0) bad = BAD_RESIDENT;
   else if (strcmp(params, "bad=forward") == 0) bad = BAD_FORWARD;
+  else if (strcmp(params, "bad=crash") == 0) bad = BAD_CRASH;
   else if (params[0])
-    return snprintf(err, errlen, "unknown parameters '%.64s' (bad=resident, bad=forward)",
+    return snprintf(err, errlen, "unknown parameters '%.64s' (bad=resident, bad=forward, bad=crash)",
                     params), KDA_EINVAL;
   v2handle *h = calloc(1, sizeof *h);
   if (!h) return KDA_ENOMEM;
@@ -162,6 +165,7 @@ static int32_t v2_forward_buffers(void *handle, const kda_problem *p, void *buff
   if (!b || p->N != b->p.N || p->T != b->p.T || p->HV != b->p.HV || p->K != b->p.K ||
       p->V != b->p.V || p->n_checkpoints != b->p.n_checkpoints)
     return snprintf(h->err, sizeof h->err, "problem differs from buffers_create's"), KDA_EINVAL;
+  if (h->bad == BAD_CRASH) raise(SIGSEGV);
   if (h->pending && h->pending != b) { /* one queue per handle: run the other set's first */
     int32_t st = v2_drain(h);
     if (st) return st;
