@@ -2,12 +2,14 @@
  * tolerance model and metrics, verdicts and reports (SPEC.md §7).
  * SPDX-License-Identifier: MIT
  *
- * Flow of one case: the truth (golden float64 outputs when the case file carries them, else
- * the float64 reference) and its magnitude scales are computed once (kda_truth_compute); each
- * backend runs in a worker process (kda_worker_call); its outputs are scored in units of its
- * precision class (kda_score_outputs); a verdict is formed (kda_conform_case) and reported
- * (kda_report_*).  Library functions never print except into the FILE* they are given, never
- * exit, and return KDA_* statuses with one-line messages.
+ * A run: each backend to score is a target (kda_target_open: a worker process of its own,
+ * started once); each case file is opened once (kda_case_file_open) and its truth computed
+ * once (kda_case_file_truth: golden float64 outputs when the file carries them, verified
+ * against their recorded hashes, else the float64 reference, with the magnitude scales and
+ * the fp32 envelope); kda_conform_target scores a target on it in units of its precision
+ * class and forms the verdict (kda_case_report); the reports are written by kda_report_*
+ * and the run's exit status is kda_run_status.  Library functions never print except into
+ * the FILE* they are given, never exit, and return KDA_* statuses with one-line messages.
  *
  * Installed (include/kda), so that programs and bindings can drive the runner; libkda.so
  * exports exactly what is declared here and in the other installed headers (make
