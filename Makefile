@@ -1,18 +1,24 @@
 # Makefile: the one build of the KDA reference and conformance suite.
 # SPDX-License-Identifier: MIT
 #
-#   make                 library (static and shared), the kda command
+#   make                 the libraries (libkda, libkda-oracle: static and shared), the kda command
+#   make conform         the main job: kda conform on every built-in backend
 #   make golden          regenerate golden/ (the certified golden sets; docs/golden.md)
-#   make check           every unit test, the CLI tests, numpy interop, golden/ verified
-#                        (kda golden --verify), and the same unit tests again under
-#                        AddressSanitizer + UndefinedBehaviorSanitizer
+#   make check           every suite of the list below (`check:`), the unit tests again under
+#                        AddressSanitizer + UndefinedBehaviorSanitizer included
 #   make check-certifier the fast certifier against MPFR on every L0 and L1 case (slow)
-#   make example         kda ref on the bundled example case, then kda inspect of the result
-#   make check-symbols   libkda.so exports exactly the functions of the installed headers,
-#                        and each installed header compiles on its own
+#   make check-l2, check-zoo, check-scale   the slow suites, not in make check
+#   make example         kda ref on the bundled example, then kda inspect of its result
+#   make check-symbols   libkda.so and libkda-oracle.so export exactly the functions of their
+#                        installed headers, each compiles on its own; libkda needs no MPFR
 #   make check-headers   each installed header (and kda_backend_pool.h) compiles alone as C11
 #                        and as C++17, with C linkage
+#   make check-layers    the rooms of docs/layout.md: no upward reference, no cycle between
+#                        files, no private header of another module (nm and #include lines)
 #   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
+#
+# Every object and program records the headers it read (-MMD -MP, BUILD/.../*.d): a header
+# edit rebuilds exactly what includes it.
 #
 # Nothing here uses -march=native or -ffast-math; the references are compiled with
 # -ffp-contract=off (SPEC.md §9) and so is everything else whose results are compared.
@@ -110,8 +116,6 @@ TEST_SRC  := $(wildcard ref/tests/check_*.c) $(wildcard ref/oracle/tests/check_*
              $(wildcard vectors/tests/check_*.c) \
              $(wildcard conformance/tests/check_*.c) $(wildcard tools/tests/check_*.c)
 TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
-HEADERS   := $(foreach d,$(SRC_DIRS),$(wildcard $(d)/*.h)) $(wildcard tools/*.h tools/scale/*.h) \
-             $(wildcard conformance/backends/*/*.h)
 # The installed headers: the whole public surface of libkda.so and of libkda-oracle.so (make
 # check-symbols).
 LIB_PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
@@ -131,19 +135,32 @@ GOLDEN_A  := $(BUILD)/libkda-golden.a
 ALL_A     := $(GOLDEN_A) $(ORACLE_A) $(LIBA)
 KDA       := $(BUILD)/kda
 
-.PHONY: check-certifier
-.PHONY: FORCE check-install all check check-conform check-unit check-cli check-numpy check-asan example install clean deps fuzz conform check-golden golden check-symbols
+.PHONY: FORCE all check check-certifier check-install check-conform check-unit check-numpy \
+        check-asan check-golden check-symbols check-layers example install clean deps fuzz \
+        conform golden
 .DEFAULT_GOAL := all
 
 all: $(LIBA) $(LIBSO) $(ORACLE_A) $(ORACLE_SO) $(KDA)
 
+# make check: the one list of its suites (each defined below; the slow ones have their own
+# targets).  It must stay under 15 minutes on CI's 2 cores (DEVELOPERS.md).
+check: check-headers check-layers check-symbols check-unit check-numpy check-golden \
+       check-conform check-zoo-correct check-install check-browser check-python check-asan
+	@echo "make check: all suites passed"
+
+# Dependency files: what each object and program included, as the compiler saw it.
+DEPFLAGS   := -MMD -MP
+DEP_FILES   = $(wildcard $(foreach o,$(LIB_OBJ) $(ORACLE_OBJ) $(GOLDEN_OBJ) $(TOOL_OBJ) \
+                $(TEST_HELPER),$(o:.o=.d)) $(TEST_BIN:=.d) $(PLUGINS:=.d) $(ZOO_PLUGINS:=.d) \
+                $(ZOO_PLUGINS:=.entry.d) \
+                $(KDA_MPI).d)
 deps: $(DEPS_STAMP)
 $(DEPS_STAMP):
 	@sh scripts/build/deps.sh $@
 
-$(BUILD)/%.o: %.c $(HEADERS) | $(DEPS_STAMP)
+$(BUILD)/%.o: %.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -c $< -o $@
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -c $< -o $@
 
 $(LIBA): $(LIB_OBJ)
 $(ORACLE_A): $(ORACLE_OBJ)
@@ -191,7 +208,11 @@ PLUGIN_HEADERS := conformance/kda_backend_pool.h conformance/kda_backend_half.h
 check-headers: | $(DEPS_STAMP)
 	@CC="$(CC)" CXX="$(CXX)" CPPFLAGS="-D_POSIX_C_SOURCE=200809L -D_DEFAULT_SOURCE $(PKG_CFLAGS)" \
 	  sh tools/tests/headers.sh $(PUB_HEADERS) $(PLUGIN_HEADERS)
-check: check-headers
+
+# The rooms of docs/layout.md, from the objects' symbols and the sources' includes
+# (scripts/build/check_layers.py; its known offences: scripts/build/layers-known.txt).
+check-layers: $(LIB_OBJ) $(ORACLE_OBJ) $(GOLDEN_OBJ) $(TOOL_OBJ)
+	@$(PYTHON) scripts/build/check_layers.py $(BUILD)
 
 $(KDA): $(TOOL_OBJ) $(ALL_A)
 	$(CC) -o $@ $(TOOL_OBJ) $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
@@ -200,12 +221,11 @@ $(KDA): $(TOOL_OBJ) $(ALL_A)
 # neither libkda.a nor libkda.so.
 TEST_HELPER := $(BUILD)/tests/kda_test.o
 $(TEST_HELPER): ALL_CFLAGS += $(CHECK_CFLAGS)
-$(TEST_HELPER): tests/kda_test.h $(HEADERS)
 
-$(BUILD)/%: %.c $(ALL_A) $(TEST_HELPER) $(HEADERS) tests/kda_test.h | $(DEPS_STAMP)
+$(BUILD)/%: %.c $(ALL_A) $(TEST_HELPER) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $< $(TEST_HELPER) $(ALL_A) $(ALL_LDFLAGS) \
-	  $(PKG_LIBS) $(CHECK_LIBS) -lm
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) $(DEPFLAGS) -MF $@.d -Itests -o $@ $< $(TEST_HELPER) \
+	  $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) $(CHECK_LIBS) -lm
 
 # Unit tests: each Check program runs from the repository root (fixtures are found there);
 # KDA_BIN tells the CLI tests which kda to run.
@@ -260,46 +280,40 @@ check-l2: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_l2.sh
 
-check: check-unit check-numpy check-golden check-conform check-install check-symbols check-asan
-	@echo "make check: all suites passed"
-
 # The study pages (kda explore, kda conform --html) in headless Chromium: no script errors,
 # stepping changes the state shown; screenshots kept in $(BUILD)/browser.  Skipped, saying
 # so, where Chromium is not installed (.ci/run installs it).
 .PHONY: check-browser
-check: check-browser
 check-browser: $(KDA)
 	@KDA_BIN=$(abspath $(KDA)) sh tools/tests/browser_check.sh $(BUILD)/browser
 
 # A plugin needs only conformance/kda_backend.h and kda_problem.h: it links nothing of ours.
-$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c $(HEADERS) \
-    conformance/tests/plugin_f64.h | $(DEPS_STAMP)
+$(BUILD)/conformance/tests/kda_plugin_%.so: conformance/tests/plugin_%.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -shared -o $@ $< $(ALL_LDFLAGS) -lm
 
 # Its quoted includes resolve next to it first: the frozen kda_backend.h and kda_problem.h.
-$(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.c \
-    $(wildcard conformance/tests/abi_v1/*.h) conformance/tests/plugin_f64.h | $(DEPS_STAMP)
+$(BUILD)/conformance/tests/kda_plugin_v1.so: conformance/tests/abi_v1/plugin_v1.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $< $(ALL_LDFLAGS) -lm
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -shared -o $@ $< $(ALL_LDFLAGS) -lm
 
-# The fault plugin runs plugin_mutants.c's correct implementation (it includes that file).
-$(BUILD)/conformance/tests/kda_plugin_faults.so: conformance/tests/plugin_mutants.c
 
 # The honest zoo (SPEC.md §7.3, conformance/tests/zoo/): one source built twice, without and
 # with fused multiply-adds; the FMA build's table lives in a file compiled without -mfma, so a
 # CPU without FMA gets a refusal rather than an illegal instruction.
 ZOO_DIR     := conformance/tests/zoo
 ZOO_PLUGINS := $(BUILD)/$(ZOO_DIR)/kda_plugin_zoo.so $(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so
-ZOO_DEPS    := $(ZOO_DIR)/plugin_zoo.c $(ZOO_DIR)/zoo.h $(HEADERS) conformance/kda_backend_half.h
-$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo.so: $(ZOO_DEPS) | $(DEPS_STAMP)
+$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo.so: $(ZOO_DIR)/plugin_zoo.c | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -shared -o $@ $(ZOO_DIR)/plugin_zoo.c $(ALL_LDFLAGS) -lm
-$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so: $(ZOO_DEPS) $(ZOO_DIR)/zoo_fma_entry.c | $(DEPS_STAMP)
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -shared -o $@ $(ZOO_DIR)/plugin_zoo.c \
+	  $(ALL_LDFLAGS) -lm
+$(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so: $(ZOO_DIR)/plugin_zoo.c $(ZOO_DIR)/zoo_fma_entry.c \
+    | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
-	$(CC) $(ALL_CFLAGS) -DZOO_FMA -mfma -ffp-contract=fast -c -o $(@:.so=_core.o) \
-	  $(ZOO_DIR)/plugin_zoo.c
-	$(CC) $(ALL_CFLAGS) -c -o $(@:.so=_entry.o) $(ZOO_DIR)/zoo_fma_entry.c
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -MT $@ -DZOO_FMA -mfma -ffp-contract=fast -c \
+	  -o $(@:.so=_core.o) $(ZOO_DIR)/plugin_zoo.c
+	$(CC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.entry.d -MT $@ -c -o $(@:.so=_entry.o) \
+	  $(ZOO_DIR)/zoo_fma_entry.c
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $(@:.so=_core.o) $(@:.so=_entry.o) $(ALL_LDFLAGS) -lm
 .PHONY: zoo check-zoo check-zoo-correct zoo-fpr
 zoo: $(ZOO_PLUGINS)
@@ -307,7 +321,6 @@ zoo: $(ZOO_PLUGINS)
 # fails: part of make check.
 check-zoo-correct: $(KDA) $(ZOO_PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) sh $(ZOO_DIR)/zoo_correct.sh
-check: check-zoo-correct
 # The zoo on every case and serving prompt of golden/L1, default and --strict, with the
 # member x case table (slow, not in make check while honest members still fail there).
 check-zoo: $(KDA) $(ZOO_PLUGINS)
@@ -320,7 +333,7 @@ zoo-fpr: $(KDA) $(ZOO_PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) \
 	  sh $(ZOO_DIR)/zoo_fpr.sh -n $(ZOO_FPR_N)
 
-# The main job: score every built-in backend on golden/L1 (or the bundled cases) and report.
+# The main job: score every default built-in backend on the golden sets and report.
 conform: $(KDA)
 	$(KDA) conform --out $(BUILD)/conform
 
@@ -452,8 +465,6 @@ fuzz-py:
 check-python: $(KDA)
 	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh
 
-check: check-python
-
 # ---- The CUDA backend plugin (conformance/backends/cuda, docs/cuda.md): built with nvcc
 # when it is on the PATH, skipped with a message otherwise.  Never linked into kda or libkda.
 # Static cudart, hidden visibility and a version script: kda_backend_entry is its one symbol.
@@ -496,8 +507,10 @@ mpi:
 	else echo "make mpi: $(MPICC) not found; kda-mpi is not built (skipped)"; fi
 # kda-mpi conform runs kda conform in-process: it links the command's objects (not kda.o).
 KDA_MPI_OBJ := $(filter-out $(BUILD)/tools/kda.o,$(TOOL_OBJ))
-$(KDA_MPI): tools/scale/kda_mpi.c $(KDA_MPI_OBJ) $(ALL_A) $(HEADERS) | $(DEPS_STAMP)
-	$(MPICC) $(ALL_CFLAGS) -Itools -Itools/scale -o $@ $< $(KDA_MPI_OBJ) $(ALL_A) $(ALL_LDFLAGS) \
-	  $(PKG_LIBS) -lpthread -lm
+$(KDA_MPI): tools/scale/kda_mpi.c $(KDA_MPI_OBJ) $(ALL_A) | $(DEPS_STAMP)
+	$(MPICC) $(ALL_CFLAGS) $(DEPFLAGS) -MF $@.d -Itools -Itools/scale -o $@ $< $(KDA_MPI_OBJ) \
+	  $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) -lpthread -lm
 check-scale: $(KDA) mpi
 	@KDA_BIN=$(abspath $(KDA)) KDA_MPI=$(abspath $(KDA_MPI)) sh tools/tests/scale.sh $(BUILD)/scale
+
+-include $(DEP_FILES)
