@@ -2,8 +2,8 @@
  * SPDX-License-Identifier: MIT
  *
  * Build and run without the Makefile (from the repository root):
- *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -Ivectors -Iref \
- *     vectors/tests/fuzz_npy.c vectors/format/kda_npy.c -o /tmp/fuzz_npy
+ *   clang -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all \
+ *     -Ivectors/format -Iref vectors/tests/fuzz_npy.c vectors/format/kda_npy.c -o /tmp/fuzz_npy
  *   mkdir -p /tmp/fuzz_npy_corpus
  *   /tmp/fuzz_npy -max_total_time=300 -dict=vectors/tests/fixtures/fuzz_npy.dict \
  *     /tmp/fuzz_npy_corpus vectors/tests/fixtures/fuzz_npy
