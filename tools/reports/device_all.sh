@@ -1,5 +1,5 @@
 #!/bin/sh
-# device_all.sh: the three kernel reports in one GPU session (fla, FlashKDA, SGLang), side by side.
+# device_all.sh: the three kernel reports in one run on a GPU machine (fla, FlashKDA, SGLang), side by side.
 # SPDX-License-Identifier: MIT
 #
 # Usage (from the repository root, on a machine with a Hopper GPU, torch and triton):
@@ -9,7 +9,7 @@
 # fetched or built here.  Each report gets its own work folder under /tmp and its tables under
 # OUT (default /tmp/kda-reports); every row is appended to docs/reports/history.md.
 # Environment: JOBS_FLA (9), JOBS_FLASHKDA (3), JOBS_SGLANG (3), SETS (L1,prod,prod64k),
-# TRITON_CACHE_DIR (/tmp/triton-cache; keep it between sessions to skip compiles), ARGS (more
+# TRITON_CACHE_DIR (/tmp/triton-cache; keep it between runs to skip compiles), ARGS (more
 # options for every script, e.g. "-k 't1*'" or "--stand-in" for a CPU rehearsal), HISTORY
 # (docs/reports/history.md).
 set -eu
