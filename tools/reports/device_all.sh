@@ -1,5 +1,5 @@
 #!/bin/sh
-# device_all.sh: the three kernel reports in one run on a GPU machine (fla, FlashKDA, SGLang), side by side.
+# device_all.sh: the three kernel reports side by side in one run on a GPU (fla, FlashKDA, SGLang).
 # SPDX-License-Identifier: MIT
 #
 # Usage (from the repository root, on a machine with a Hopper GPU, torch and triton):
