@@ -91,6 +91,11 @@ void kda_backend_ref_of(const kda_backend *b, const char *params, kda_backend_re
  * negative pattern matches.  manifest_json may be NULL (no flags).  Returns 1 or 0. */
 int kda_case_filter_match(const char *const *patterns, int32_t n, const char *case_id,
                           const char *manifest_json);
+/* The same rule for a serving prompt prompt_id of case case_id (SPEC.md §7.7): a pattern
+ * matches the prompt when it matches the prompt's id or its case's id, so that -k ID selects
+ * a case with its prompts and -k ID.decode that prompt alone.  Returns 1 or 0. */
+int kda_prompt_filter_match(const char *const *patterns, int32_t n, const char *case_id,
+                            const char *prompt_id, const char *manifest_json);
 /* The manifest's golden.flags joined with ',' into buf ("" when none).  Returns buf. */
 char *kda_case_flags(const char *manifest_json, char *buf, size_t cap);
 
@@ -288,6 +293,11 @@ typedef struct kda_qmetric {
   double max_abs;      /* max |observed - expected| */
   double rms_ratio;    /* fla's RMS(diff) / RMS(expected) */
   uint64_t n_nan, n_inf, n_fail; /* NaN, Inf (where expected is finite), elements over cap */
+  /* The worst element (SPEC.md §7.3, §7.9): its values; the error scale max(u M, tiny) of
+   * that element (one class unit there); the allowance A it was divided by (worst and the
+   * cap are in units of A: A x cap allowed); ref-f32's error near it in class units (the
+   * fp32 envelope; NaN when the class has none). */
+  double worst_expected, worst_observed, worst_scale, worst_allow, worst_env;
 } kda_qmetric;
 
 #define KDA_MAX_FAIL_LINES 16
@@ -422,6 +432,8 @@ typedef struct kda_case_report {
   int32_t pool_done;        /* 1: the state-pool decode ran to its verdict (§7.7) */
   int64_t stream_chunk;     /* tokens per chained call of a streamed case (§7.10); 0: one
                                call on the whole case */
+  char about[2048];         /* the case in words for a failure's detail (kda_case_about):
+                               its comment, flags and the defects it is designed to catch */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_TARGET_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;
@@ -445,9 +457,27 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
                           int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                           char *err, size_t errlen);
 void kda_case_report_free(kda_case_report *r);
+/* One case built in memory, for bindings (the Python package's assert_kda): problem p with the
+ * float64 inputs of in (cu_seqlens NULL: one sequence), and the candidate's float64 outputs in
+ * in->o, in->ht, in->hc, scored as a candidate's result file is (kda_conform_candidate) against
+ * the float64 reference of SPEC.md §3 in class cls.  *verdict gets KDA_VERDICT_*; *text the
+ * human report (kda_report_human with max_lines; free with kda_conform_text_free).  Returns
+ * KDA_OK, or KDA_EINVAL (a bad problem, index array or missing output) and the reference's or
+ * the allocator's status with a message. */
+int kda_conform_outputs(const kda_problem *p, const kda_tensors_f64 *in, int32_t cls,
+                        const char *id, int32_t max_lines, int32_t *verdict, char **text,
+                        char *err, size_t errlen);
+void kda_conform_text_free(char *text);
+/* The case `kda gen DESC` makes (kda_gen_parse, kda_gen_case; docs/generator.md), in memory:
+ * free with kda_case_free.  Returns as kda_gen_parse and kda_gen_case. */
+int kda_conform_gen(const char *desc, kda_case *c, char *err, size_t errlen);
 
 /* ---- Reports (SPEC.md §7.9). */
-/* One line per case, then up to max_lines TestFloat-style failure lines. */
+/* One line per case, then up to max_lines TestFloat-style failure lines and, for a failure
+ * (max_lines > 0), its detail: the worst element with both values, its error, the cap and
+ * allowance that applied there, what one class unit is there, ref-f32's error near it
+ * (fp32), and the case (comment, flags, the defects it is designed to catch).  The one
+ * formatter of a failure's words (the Python package shows this text). */
 void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines);
 /* One JSON object and a newline. */
 int kda_report_jsonl(FILE *f, const kda_case_report *r);

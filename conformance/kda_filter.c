@@ -33,23 +33,38 @@ static int pattern_matches(const char *pat, const char *id, json_t *flags) {
   return fnmatch(pat, id ? id : "", 0) == 0;
 }
 
-int kda_case_filter_match(const char *const *patterns, int32_t n, const char *case_id,
-                          const char *manifest_json) {
+/* The rule for one case or prompt: a pattern matches when it matches any of ids. */
+static int filter_match(const char *const *patterns, int32_t n, const char *const *ids, int n_ids,
+                        const char *manifest_json) {
   json_t *m = manifest_json ? json_loads(manifest_json, 0, NULL) : NULL;
   json_t *flags = m ? flags_of(m) : NULL;
   int have_positive = 0, positive = 0, negative = 0;
   for (int32_t i = 0; i < n; i++) {
     const char *p = patterns[i];
     if (!p) continue;
+    int hit = 0;
+    for (int k = 0; k < n_ids; k++) hit |= pattern_matches(p[0] == '!' ? p + 1 : p, ids[k], flags);
     if (p[0] == '!') {
-      negative |= pattern_matches(p + 1, case_id, flags);
+      negative |= hit;
     } else {
       have_positive = 1;
-      positive |= pattern_matches(p, case_id, flags);
+      positive |= hit;
     }
   }
   json_decref(m);
   return !negative && (!have_positive || positive);
+}
+
+int kda_case_filter_match(const char *const *patterns, int32_t n, const char *case_id,
+                          const char *manifest_json) {
+  const char *ids[1] = {case_id};
+  return filter_match(patterns, n, ids, 1, manifest_json);
+}
+
+int kda_prompt_filter_match(const char *const *patterns, int32_t n, const char *case_id,
+                            const char *prompt_id, const char *manifest_json) {
+  const char *ids[2] = {case_id, prompt_id};
+  return filter_match(patterns, n, ids, 2, manifest_json);
 }
 
 char *kda_case_flags(const char *manifest_json, char *buf, size_t cap) {

@@ -31,6 +31,53 @@ static void qtext(char *buf, size_t cap, const char *name, const kda_qmetric *m,
   else snprintf(buf, cap, "%s %.3g/%g", name, m->worst, allowed);
 }
 
+/* The quantity whose worst error is the largest against its cap, or NULL. */
+static const kda_qmetric *worst_metric(const kda_score *s, const char **name, double *cap) {
+  const kda_qmetric *ms[3] = {&s->o, &s->ht, &s->hc}, *best = NULL;
+  const double caps[3] = {s->caps.o, s->caps.ht, s->caps.hc};
+  static const char *const names[3] = {"o", "ht", "hc"};
+  for (int i = 0; i < 3; i++)
+    if (ms[i]->count && (!best || !(ms[i]->worst / caps[i] <= best->worst / *cap)))
+      best = ms[i], *name = names[i], *cap = caps[i];
+  return best;
+}
+
+/* The failure detail of a scored report (SPEC.md §7.9): the worst element with both values,
+ * its error and what was allowed there and why, what one unit is there, and ref-f32's error
+ * near it.  The one formatter of a failure's words: the kda command prints it and the Python
+ * package shows the same text. */
+static void worst_detail(FILE *f, const kda_score *s) {
+  const char *q = "o";
+  double cap = 0;
+  const kda_qmetric *m = worst_metric(s, &q, &cap);
+  if (!m) return;
+  kda_fail_line l = {{0}, m->at, m->worst_index, m->worst_expected, m->worst_observed, 0, 0};
+  snprintf(l.quantity, sizeof l.quantity, "%s", q);
+  char w[128];
+  where_text(&l, w, sizeof w);
+  const char *cls = kda_precision_name(s->cls);
+  const double A = m->worst_allow > 0 ? m->worst_allow : 1.0;
+  fprintf(f, "    worst %s  expected %a (%.17g)  observed %a (%.17g)  error %.4g %s units, "
+          "allowed %.4g = cap %g x allowance %.4g\n", w, l.expected, l.expected, l.observed,
+          l.observed, m->worst * A, cls, cap * A, cap, A);
+  if (s->unit > 0 && m->worst_scale > 0) {
+    if (m->worst_scale > s->tiny)
+      fprintf(f, "    a %s unit there is u M = %.4g: u = %a the class's unit roundoff, M = %.4g "
+              "%s (SPEC.md 7.3)\n", cls, m->worst_scale, s->unit, m->worst_scale / s->unit,
+              q[0] == 'o' ? "the magnitude of the terms summed into the element"
+                          : "the largest |S| of the head's state");
+    else
+      fprintf(f, "    a %s unit there is %.4g, the smallest subnormal of the output format "
+              "(u M is below it; SPEC.md 7.3)\n", cls, m->worst_scale);
+  }
+  if (!isnan(m->worst_env))
+    fprintf(f, "    ref-f32 on the same prompt: %.4g %s units near that element (the float32 "
+            "envelope the allowance follows, SPEC.md 7.3)\n", m->worst_env, cls);
+  else
+    fprintf(f, "    allowance: the step allowance of the element's position (SPEC.md 7.3); no "
+            "float32 envelope in class %s\n", cls);
+}
+
 void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
   const kda_score *s = &r->score;
   fprintf(f, "%-7s %-12s %-28s", short_verdict(r->verdict), r->backend, r->case_id);
@@ -65,6 +112,10 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
     fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
             (int)(s->n_lines - n),
             (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail));
+  if (kda_verdict_is_failure(r->verdict) && max_lines > 0) { /* the words of a failure */
+    if (r->has_score && s->n_lines > 0) worst_detail(f, s);
+    if (r->about[0]) fprintf(f, "    case: %s\n", r->about);
+  }
   if (r->verdict != KDA_VERDICT_PASS && r->log_bytes) { /* what the backend printed (§7.8) */
     fprintf(f, "    backend output (%llu bytes%s):\n", (unsigned long long)r->log_bytes,
             r->log_bytes > strlen(r->log) ? ", beginning" : "");

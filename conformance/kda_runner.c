@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "kda_conform.h"
+#include "kda_explain.h"
 #include "kda_worker_internal.h"
 #include "kda_files.h"
 #include "kda_npz.h"
@@ -44,6 +45,7 @@ static void report_init(kda_case_report *r, const kda_case *c, const char *backe
   snprintf(r->backend, sizeof r->backend, "%s", backend);
   r->causal_ok = 1;
   r->repeat_identical = 1;
+  kda_case_about(c->manifest_json, r->about, sizeof r->about);
 }
 
 static void set_reason(kda_case_report *r, int32_t verdict, const char *msg) {
@@ -686,6 +688,7 @@ static void report_clean(kda_case_report *r) {
   kda_text_clean(r->waiver, sizeof r->waiver, r->waiver, 0);
   kda_text_clean(r->waiver_link, sizeof r->waiver_link, r->waiver_link, 0);
   kda_text_clean(r->log, sizeof r->log, r->log, 1);
+  kda_text_clean(r->about, sizeof r->about, r->about, 0);
 }
 
 int kda_conform_case_worker(kda_worker *w, const kda_case *c, const kda_truth *t,
@@ -816,6 +819,7 @@ int kda_conform_candidate_prompt(const char *result_path, const kda_serving_prom
   if (st != KDA_OK) return st;
   st = candidate(result_path, &sp->c, &tp, cls, o, r, err, errlen);
   kda_truth_free(&tp);
+  kda_case_about(c->manifest_json, r->about, sizeof r->about); /* the prompt's case */
   if (st == KDA_OK && sp->kind == KDA_PROMPT_CAUSAL && judged(r))
     st = candidate_causal(result_path, sp, c, main_path, r, err, errlen);
   report_clean(r);
@@ -860,4 +864,70 @@ void kda_conform_probe(kda_target *t, kda_probe *out) {
   kda_worker_end_case(w, &cr, err, sizeof err);
   kda_outputs_free(&o);
   kda_case_free(&c);
+}
+
+/* ---- One case in memory, for bindings (SPEC.md §7.9): the candidate path without files. */
+
+/* c borrows p and the inputs of in (never freed here); cu_seqlens {0, T} when absent. */
+static int case_in_memory(const kda_problem *p, const kda_tensors_f64 *in, const char *id,
+                          kda_case *c, int64_t *cu1, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  c->p = *p;
+  c->input_precision = KDA_PRECISION_FP64;
+  c->q = (double *)in->q, c->k = (double *)in->k, c->v = (double *)in->v;
+  c->g = (double *)in->g, c->beta = (double *)in->beta, c->A_log = (double *)in->A_log;
+  c->dt_bias = (double *)in->dt_bias, c->h0 = (double *)in->h0;
+  cu1[0] = 0, cu1[1] = p->T;
+  c->cu_seqlens = (int64_t *)(in->cu_seqlens ? in->cu_seqlens : cu1);
+  c->checkpoints = (int64_t *)in->checkpoints;
+  c->id = (char *)(id && id[0] ? id : "in-memory");
+  if (!in->cu_seqlens && p->N != 1)
+    return snprintf(err, errlen, "N = %lld but no cu_seqlens", (long long)p->N), KDA_EINVAL;
+  int st = kda_problem_check(p, err, errlen);
+  if (st == KDA_OK) st = kda_problem_check_index(p, c->cu_seqlens, c->checkpoints, err, errlen);
+  return st;
+}
+
+int kda_runner_score_memory(const kda_problem *p, const kda_tensors_f64 *in, int32_t cls,
+                            const char *id, kda_case_report *r, char *err, size_t errlen) {
+  if (!in->o || (p->want_final_state && !in->ht) || (p->n_checkpoints > 0 && !in->hc))
+    return snprintf(err, errlen, "outputs o, ht (want_final_state), hc (checkpoints) are "
+                    "required"), KDA_EINVAL;
+  kda_case c;
+  int64_t cu1[2];
+  int st = case_in_memory(p, in, id, &c, cu1, err, errlen);
+  kda_truth t;
+  if (st == KDA_OK) st = kda_truth_compute(&c, NULL, &t, err, errlen);
+  if (st != KDA_OK) return st;
+  kda_outputs out;
+  st = kda_outputs_alloc(p, &out, err, errlen);
+  if (st == KDA_OK) {
+    memcpy(out.o, in->o, out.n_o * sizeof *out.o);
+    if (out.ht) memcpy(out.ht, in->ht, out.n_ht * sizeof *out.ht);
+    if (out.hc) memcpy(out.hc, in->hc, out.n_hc * sizeof *out.hc);
+    report_init(r, &c, "candidate", "in-memory");
+    r->score.cls = cls;
+    st = kda_score_outputs(&c, &t, &out, cls, &r->score, err, errlen);
+    kda_outputs_free(&out);
+  }
+  if (st == KDA_OK) {
+    kda_conform_opts o;
+    kda_conform_opts_init(&o);
+    verdict_from_score(r);
+    quality_checks(r, &o);
+    report_clean(r);
+  }
+  kda_truth_free(&t);
+  return st;
+}
+
+
+int kda_conform_gen(const char *desc, kda_case *c, char *err, size_t errlen) {
+  memset(c, 0, sizeof *c);
+  kda_gen_desc d;
+  int st = kda_gen_parse(desc, &d, err, errlen);
+  if (st != KDA_OK) return st;
+  st = kda_gen_case(&d, c, err, errlen);
+  kda_gen_desc_free(&d);
+  return st;
 }

@@ -60,11 +60,21 @@ typedef struct rms_acc {
   double sd, se;
 } rms_acc;
 
+/* Where an element was scored: its error scale, allowance and ref-f32's error near it. */
+typedef struct elem_ctx {
+  double scale, allow, env;
+} elem_ctx;
+
 static void record(kda_score *s, kda_qmetric *m, const char *q, kda_where at, uint64_t idx,
-                   double e, double o, double err, double cap, rms_acc *acc) {
+                   double e, double o, double err, double cap, const elem_ctx *x,
+                   rms_acc *acc) {
   m->count++;
   if (isfinite(e) && isfinite(o)) acc->sd += (o - e) * (o - e), acc->se += e * e;
-  if (err > m->worst || m->count == 1) m->worst = err, m->at = at, m->worst_index = idx;
+  if (err > m->worst || m->count == 1) {
+    m->worst = err, m->at = at, m->worst_index = idx;
+    m->worst_expected = e, m->worst_observed = o;
+    m->worst_scale = x->scale, m->worst_allow = x->allow, m->worst_env = x->env;
+  }
   if (err > cap) {
     m->n_fail++;
     keep_line(s, q, at, idx, e, o, err, cap);
@@ -242,7 +252,9 @@ void kda_score_o_rows(kda_score_acc *a, const kda_case *c, const kda_o_rows *x) 
         double o = x->obs[((tt - x->t0) * p->HV + hv) * p->V + j];
         double raw = elem_err(e, o, sc, &s->o), err = raw / L;
         kda_where at = {tt, x->n, hv, j};
-        record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &acc);
+        const kda_envelope *env = class_env(s, t);
+        elem_ctx ex = {sc, L, env ? kda_envelope_near_o(env, tt) : NAN};
+        record(s, &s->o, "o", at, idx, e, o, err, s->caps.o, &ex, &acc);
         if (raw > a->tok[tt]) a->tok[tt] = raw;
         if (!(raw_max >= raw)) raw_max = raw;
         if (err > s->caps.o && s->first_fail_token < 0) s->first_fail_token = tt;
@@ -277,7 +289,8 @@ static void score_state(const kda_case *c, int is_hc, const double *e_all, const
           uint64_t idx = (uint64_t)(kda_ref_off_state(p, sl, hv) + kda_ref_state_at(p, i, j));
           double err = elem_err(e_all[idx], o_all[idx], sc, m) / L;
           kda_where at = {sl, hv, i, j};
-          record(s, m, q, at, idx, e_all[idx], o_all[idx], err, cap, &acc);
+          elem_ctx ex = {sc, L, env ? env[sl] : NAN};
+          record(s, m, q, at, idx, e_all[idx], o_all[idx], err, cap, &ex, &acc);
           if (each && err > each[sl]) each[sl] = err;
         }
     }

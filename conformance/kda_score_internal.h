@@ -151,4 +151,10 @@ const char *kda_stream_path(const struct kda_stream *s);
 kda_npz *kda_stream_npz(const struct kda_stream *s);
 void kda_stream_free(struct kda_stream *s);
 
+/* kda_runner.c: scores one case held in memory as a candidate's result file (the truth its
+ * float64 reference), filling r (zeroed by the caller; kda_case_report_free after); the
+ * engine of kda_conform_outputs (kda_bind.c).  Returns KDA_OK or the error with a message. */
+int kda_runner_score_memory(const kda_problem *p, const kda_tensors_f64 *in, int32_t cls,
+                            const char *id, kda_case_report *r, char *err, size_t errlen);
+
 #endif

@@ -268,36 +268,56 @@ static int prompts_push(kda_serving_prompt **v, int64_t *n, int64_t *cap, int ki
   return 1;
 }
 
+int kda_serving_prompt_ids(const kda_case *c, int32_t mode, kda_serving_prompt_id *ids) {
+  int64_t P[KDA_SERVING_MAX_OFFSETS];
+  int np = kda_serving_offsets(c, mode, P);
+  if (!np) return 0;
+  /* resume at every offset, the speculative verify and both causality perturbations at the
+   * main offset */
+  for (int i = 0; i < np + 3; i++) {
+    kda_serving_prompt_id *d = &ids[i];
+    d->kind = i < np ? KDA_PROMPT_RESUME : i == np ? KDA_PROMPT_SPEC : KDA_PROMPT_CAUSAL;
+    d->P = i < np ? P[i] : kda_serving_main_offset(c);
+    d->perturb = i == np + 1 ? KDA_PERTURB_QV : KDA_PERTURB_GKB;
+    if (d->kind == KDA_PROMPT_RESUME && d->P == KDA_SERVING_DECODE)
+      snprintf(d->suffix, sizeof d->suffix, "decode");
+    else if (d->kind == KDA_PROMPT_RESUME)
+      snprintf(d->suffix, sizeof d->suffix, "resume-%lld", (long long)d->P);
+    else if (d->kind == KDA_PROMPT_SPEC)
+      snprintf(d->suffix, sizeof d->suffix, "spec-%lld", (long long)d->P);
+    else snprintf(d->suffix, sizeof d->suffix, "causal-%s", i == np + 1 ? "qv" : "gkb");
+  }
+  return np + 3;
+}
+
 int kda_serving_prompts(const kda_case *c, int32_t mode, kda_serving_prompt **out, int64_t *n,
                         char *err, size_t errlen) {
+  return kda_serving_prompts_some(c, mode, NULL, out, n, err, errlen);
+}
+
+int kda_serving_prompts_some(const kda_case *c, int32_t mode, const uint8_t *want,
+                             kda_serving_prompt **out, int64_t *n, char *err, size_t errlen) {
   *out = NULL, *n = 0;
-  int64_t P[KDA_SERVING_MAX_OFFSETS], cap = 0;
-  int np = kda_serving_offsets(c, mode, P);
+  kda_serving_prompt_id ids[KDA_SERVING_MAX_PROMPTS];
+  int64_t cap = 0;
+  int np = kda_serving_prompt_ids(c, mode, ids);
   if (!np) return KDA_OK;
   int64_t *at = malloc(((size_t)c->p.N + 1) * sizeof *at);
   if (!at) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
   int st = KDA_OK;
-  char suffix[64];
-  /* resume at every offset, the speculative verify and both causality perturbations at the
-   * main offset */
-  for (int i = 0; i < np + 3 && st == KDA_OK; i++) {
-    int kind = i < np ? KDA_PROMPT_RESUME : i == np ? KDA_PROMPT_SPEC : KDA_PROMPT_CAUSAL;
-    int64_t off = i < np ? P[i] : kda_serving_main_offset(c);
-    kda_serving_cut(c, off, at);
-    if (!prompts_push(out, n, &cap, kind, off)) {
+  for (int i = 0; i < np && st == KDA_OK; i++) {
+    const kda_serving_prompt_id *id = &ids[i];
+    if (want && !want[i]) continue;
+    kda_serving_cut(c, id->P, at);
+    if (!prompts_push(out, n, &cap, id->kind, id->P)) {
       st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
       break;
     }
     kda_case *d = &(*out)[*n].c;
-    if (kind == KDA_PROMPT_RESUME && off == KDA_SERVING_DECODE) snprintf(suffix, sizeof suffix, "decode");
-    else if (kind == KDA_PROMPT_RESUME) snprintf(suffix, sizeof suffix, "resume-%lld", (long long)off);
-    else if (kind == KDA_PROMPT_SPEC) snprintf(suffix, sizeof suffix, "spec-%lld", (long long)off);
-    else snprintf(suffix, sizeof suffix, "causal-%s", i == np + 1 ? "qv" : "gkb");
-    if (kind == KDA_PROMPT_CAUSAL)
-      st = kda_serving_perturbed(c, at, i == np + 1 ? KDA_PERTURB_QV : KDA_PERTURB_GKB, suffix,
-                                 d, err, errlen);
+    if (id->kind == KDA_PROMPT_CAUSAL)
+      st = kda_serving_perturbed(c, at, id->perturb, id->suffix, d, err, errlen);
     else
-      st = part2_prompt(c, at, kind == KDA_PROMPT_SPEC, suffix, d, err, errlen);
+      st = part2_prompt(c, at, id->kind == KDA_PROMPT_SPEC, id->suffix, d, err, errlen);
     if (st == KDA_OK) (*n)++;
   }
   free(at);

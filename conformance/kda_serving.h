@@ -97,11 +97,26 @@ typedef struct kda_serving_prompt {
 #define KDA_PROMPT_RESUME 0 /* ID.resume-P: tokens after the cut from the reference state */
 #define KDA_PROMPT_SPEC 1   /* ID.spec-P: k drafts from the reference state, checkpoint each */
 #define KDA_PROMPT_CAUSAL 2 /* ID.causal-qv / ID.causal-gkb: perturbed after the main offset */
+/* The id of a serving prompt: "<case id>.<suffix>" (resume-P, decode, spec-P, causal-qv,
+ * causal-gkb), its kind, offset and (causal prompts) perturbation. */
+#define KDA_SERVING_MAX_PROMPTS (KDA_SERVING_MAX_OFFSETS + 3)
+typedef struct kda_serving_prompt_id {
+  char suffix[32];
+  int32_t kind, perturb;
+  int64_t P;
+} kda_serving_prompt_id;
+/* The prompts kda_serving_prompts makes for mode, in its order, without making them (only
+ * c's problem and cu_seqlens are read): fills ids (KDA_SERVING_MAX_PROMPTS entries) and
+ * returns their number. */
+int kda_serving_prompt_ids(const kda_case *c, int32_t mode, kda_serving_prompt_id *ids);
 /* The serving prompts of c for mode; *out (owned, free with kda_serving_prompts_free) holds *n.
  * Part-2 prompts start from the float64 reference's state at the cut, rounded to the case's
  * input precision.  Returns KDA_OK or a KDA_* error (the reference's, KDA_ENOMEM). */
 int kda_serving_prompts(const kda_case *c, int32_t mode, kda_serving_prompt **out, int64_t *n,
                         char *err, size_t errlen);
+/* The same for the prompts i of kda_serving_prompt_ids with want[i] != 0 (want NULL: all). */
+int kda_serving_prompts_some(const kda_case *c, int32_t mode, const uint8_t *want,
+                             kda_serving_prompt **out, int64_t *n, char *err, size_t errlen);
 void kda_serving_prompts_free(kda_serving_prompt *p, int64_t n);
 /* 1 when c is an exported serving prompt (its manifest's generator_info has "serving"). */
 int kda_serving_is_prompt(const kda_case *c);

@@ -22,12 +22,14 @@
 
 #define SUB "conform"
 #define MAX_ITEMS 64
+#define MAX_FILTERS 4096 /* -k patterns: a front end may name every prompt it ran */
 
 static const char help_text[] =
     "Usage: kda conform [OPTION]... [CASE.npz|DIR]...\n"
     "\n"
     "Scores KDA implementations on case files (default: GOLDEN/L1, else GOLDEN/example, where\n"
-    "GOLDEN is $KDA_GOLDEN, else ./golden, else the installed share/kda/golden)\n"
+    "GOLDEN is $KDA_GOLDEN, else ./golden, else golden/ beside the folder holding kda, else\n"
+    "the installed share/kda/golden)\n"
     "against the exact result, in units of each backend's precision class (SPEC.md section 7).\n"
     "Every backend runs in its own worker process (loaded there, never in the runner), with a\n"
     "time limit on every wait and a memory limit; a crash, hang or stray print is that backend's\n"
@@ -52,7 +54,10 @@ static const char help_text[] =
     "                            on this machine (and why not); exit 0.  A plugin is loaded only\n"
     "                            in a worker, which tries a tiny problem (a plugin that fails to\n"
     "                            load is listed with the reason)\n"
-    "      --json                with --list-backends: one JSON document (kda-backends/1)\n"
+    "      --json                with --list-backends: one JSON document (kda-backends/1);\n"
+    "                            with --list-cases: kda-cases/1, each case with its flags,\n"
+    "                            comment, the defects it is designed to catch and the ids of\n"
+    "                            its serving prompts (--serving), read from the manifests\n"
     "  -c, --candidate PATH      score result files: PATH is a result file (one case) or a\n"
     "                            directory holding CASE_ID.npz for each case; members o,\n"
     "                            ht, hc of exactly the problem's shapes as <f4 or <f8; a\n"
@@ -61,6 +66,8 @@ static const char help_text[] =
     "                            (default: the backend's own for its parameters, its\n"
     "                            variant slot's when it has one; fp32 for candidates)\n"
     "      --export-prompts DIR  write input-only case files (no answers) into DIR and exit;\n"
+    "                            -k selects cases and prompts (a pattern matching a prompt's\n"
+    "                            id or its case's id selects the prompt);\n"
     "                            also each case's serving prompts ID.resume-P, ID.decode,\n"
     "                            ID.spec-P, ID.causal-qv, ID.causal-gkb (--serving off: none),\n"
     "                            which --candidate DIR scores when their results are there\n"
@@ -93,7 +100,10 @@ static const char help_text[] =
     "                            (every report is written atomically; an existing target\n"
     "                            must be a regular file and not an input)\n"
     "      --jsonl FILE, --summary FILE, --junit FILE   each report separately\n"
-    "      --max-lines N         failure lines shown per case (default 5)\n"
+    "      --max-lines N         failure lines shown per case (default 5); a failure then\n"
+    "                            names its worst element, the allowance there and why,\n"
+    "                            what a class unit is there, ref-f32's error near it and\n"
+    "                            what the case is designed to catch (0: the verdict line only)\n"
     "      --stream              score every case in bounded memory (SPEC.md section 7.10):\n"
     "                            inputs read or generated chunk by chunk, each backend\n"
     "                            called on chunks of --chunk tokens chained through h0 ->\n"
@@ -134,7 +144,7 @@ typedef struct conform_args {
   const char *plugins[MAX_ITEMS];
   int n_plugins;
   const char *params, *candidate, *export_dir, *waivers, *baseline, *record_baseline;
-  const char *filters[MAX_ITEMS]; /* -k patterns */
+  const char *filters[MAX_FILTERS]; /* -k patterns */
   int n_filters, list_cases, list_backends;
   const char *out_dir, *jsonl, *summary, *junit;
   const char *html; /* --html DIR */
@@ -292,7 +302,7 @@ static int parse_args(int argc, char **argv, conform_args *a) {
         a->plugins[a->n_plugins++] = optarg;
         break;
       case 'k':
-        if (a->n_filters == MAX_ITEMS) return kda_tool_usage(SUB, "too many -k");
+        if (a->n_filters == MAX_FILTERS) return kda_tool_usage(SUB, "too many -k");
         a->filters[a->n_filters++] = optarg;
         break;
       case O_LISTCASES: a->list_cases = 1; break;
@@ -363,7 +373,8 @@ static int parse_args(int argc, char **argv, conform_args *a) {
     }
   }
   a->opts.cls = a->cls;
-  if (a->json && !a->list_backends) return kda_tool_usage(SUB, "--json needs --list-backends");
+  if (a->json && !a->list_backends && !a->list_cases)
+    return kda_tool_usage(SUB, "--json needs --list-backends or --list-cases");
   a->opts.strict = a->strict;
   if (a->opts.fail_on_regression && !a->baseline)
     return kda_tool_usage(SUB, "--fail-on-regression needs --baseline");
@@ -432,21 +443,43 @@ static double now_s(void) {
   return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* The serving prompts of case c whose result files are in the candidate directory (SPEC.md
- * §7.7): each present one is a report; an absent one is counted, not a Fail. */
+/* Which serving prompts of case c the -k patterns select (SPEC.md §7.7, kda_prompt_filter_match):
+ * fills want (KDA_SERVING_MAX_PROMPTS entries) and returns how many. */
+static int prompts_wanted(const conform_args *a, const kda_case *c, int32_t mode,
+                          kda_serving_prompt_id *ids, int *n_ids, uint8_t *want) {
+  *n_ids = kda_serving_prompt_ids(c, mode, ids);
+  int n = 0;
+  for (int i = 0; i < *n_ids; i++) {
+    char pid[512];
+    snprintf(pid, sizeof pid, "%s.%s", c->id ? c->id : "", ids[i].suffix);
+    want[i] = (uint8_t)kda_prompt_filter_match(a->filters, a->n_filters, c->id, pid,
+                                               c->manifest_json);
+    n += want[i];
+  }
+  return n;
+}
+
+/* The serving prompts of case c selected by -k whose result files are in the candidate
+ * directory (SPEC.md §7.7): each present one is a report; an absent one is counted, not a
+ * Fail. */
 static int score_prompts(const conform_args *a, const kda_case *c, const char *main_path,
                          run_state *s, char *err, size_t errlen) {
-  kda_serving_prompt *sp;
-  int64_t n;
-  int st = kda_serving_prompts(c, a->opts.serving, &sp, &n, err, errlen);
-  for (int64_t i = 0; i < n && st == KDA_OK; i++) {
+  kda_serving_prompt_id ids[KDA_SERVING_MAX_PROMPTS];
+  uint8_t want[KDA_SERVING_MAX_PROMPTS];
+  int n_ids;
+  if (!prompts_wanted(a, c, a->opts.serving, ids, &n_ids, want)) return KDA_OK;
+  for (int i = 0; i < n_ids; i++) { /* make only the prompts that have a result file */
     char pp[4096];
     struct stat sb;
+    snprintf(pp, sizeof pp, "%s/%s.%s.npz", a->candidate, c->id, ids[i].suffix);
+    if (want[i] && stat(pp, &sb) != 0) want[i] = 0, s->serving_absent++;
+  }
+  kda_serving_prompt *sp;
+  int64_t n;
+  int st = kda_serving_prompts_some(c, a->opts.serving, want, &sp, &n, err, errlen);
+  for (int64_t i = 0; i < n && st == KDA_OK; i++) {
+    char pp[4096];
     snprintf(pp, sizeof pp, "%s/%s.npz", a->candidate, sp[i].c.id);
-    if (stat(pp, &sb) != 0) {
-      s->serving_absent++;
-      continue;
-    }
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
     else st = kda_conform_candidate_prompt(pp, &sp[i], c, main_path,
@@ -468,15 +501,17 @@ static int open_case(const conform_args *a, const char *path, kda_case_file *f, 
   return kda_case_file_open(path, mode, a->chunk, f, err, errlen);
 }
 
-/* The candidate's result file for case c and its report (SPEC.md §7.9), then its serving
- * prompts' (§7.7). */
-static int score_candidate(const conform_args *a, const kda_case_file *f, run_state *s,
-                           char *err, size_t errlen) {
+/* The candidate's result file for case c and its report (SPEC.md §7.9) when -k selects the
+ * case itself (main_sel), then its selected serving prompts' (§7.7). */
+static int score_candidate(const conform_args *a, const kda_case_file *f, int main_sel,
+                           run_state *s, char *err, size_t errlen) {
   char rp[4096];
   struct stat sb;
   int is_dir = stat(a->candidate, &sb) == 0 && S_ISDIR(sb.st_mode);
   if (is_dir) snprintf(rp, sizeof rp, "%s/%s.npz", a->candidate, f->c.id);
   else snprintf(rp, sizeof rp, "%s", a->candidate);
+  if (!main_sel) return a->opts.prefix && is_dir ? score_prompts(a, &f->c, rp, s, err, errlen)
+                                                 : KDA_OK;
   kda_case_report *r = next_report(s);
   double t0 = now_s();
   int st = r ? KDA_OK : KDA_ENOMEM;
@@ -490,10 +525,11 @@ static int score_candidate(const conform_args *a, const kda_case_file *f, run_st
   return st;
 }
 
-/* 0 when case f is to be scored here: its id checked, selected by -k, not a serving prompt
- * given as a case (scored through its case, §7.7); -1 when skipped; else an exit status. */
+/* 0 when case f is to be scored here: its id checked, selected by -k (itself, *main_sel, or
+ * for a candidate directory one of its serving prompts alone, §7.7), not a serving prompt
+ * given as a case (scored through its case); -1 when skipped; else an exit status. */
 static int case_skipped(const conform_args *a, const char *path, kda_case_file *f, int nt,
-                        run_state *s) {
+                        run_state *s, int *main_sel) {
   char err[KDA_ERRLEN], idbuf[256];
   kda_case *c = &f->c;
   if (!c->id || !c->id[0]) free(c->id), c->id = strdup(base_id(path, idbuf, sizeof idbuf));
@@ -502,7 +538,14 @@ static int case_skipped(const conform_args *a, const char *path, kda_case_file *
     return kda_tool_fail(SUB, "%s: %s", path, err);
   int st;
   if (c->id && (st = unique_id(&s->ids, &s->id_files, c->id, path)) != 0) return st;
-  if (!kda_case_filter_match(a->filters, a->n_filters, c->id, c->manifest_json))
+  *main_sel = kda_case_filter_match(a->filters, a->n_filters, c->id, c->manifest_json);
+  struct stat cb;
+  const int cand_dir = a->candidate && stat(a->candidate, &cb) == 0 && S_ISDIR(cb.st_mode);
+  kda_serving_prompt_id ids[KDA_SERVING_MAX_PROMPTS];
+  uint8_t want[KDA_SERVING_MAX_PROMPTS];
+  int n_ids;
+  if (!*main_sel && !(cand_dir && a->opts.prefix && !f->streamed &&
+                      prompts_wanted(a, c, a->opts.serving, ids, &n_ids, want) > 0))
     return -1; /* -k: not selected */
   if (a->candidate && !nt && kda_serving_is_prompt(c)) return s->serving_given++, -1;
   s->selected++;
@@ -514,12 +557,13 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   kda_case_file f;
   int st = open_case(a, path, &f, err, sizeof err);
   if (st != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  int rc = case_skipped(a, path, &f, nt, s);
+  int main_sel = 0;
+  int rc = case_skipped(a, path, &f, nt, s, &main_sel);
   if (rc) return kda_case_file_close(&f), rc < 0 ? 0 : rc;
   double t0 = now_s();
-  st = kda_case_file_truth(&f, err, sizeof err);
+  if (main_sel) st = kda_case_file_truth(&f, err, sizeof err); /* a prompt alone: its own */
   s->truth_s += now_s() - t0;
-  for (int i = 0; i < nt && st == KDA_OK; i++) {
+  for (int i = 0; i < nt && st == KDA_OK && main_sel; i++) {
     if (!kda_conform_shard_target(a->shard, i)) continue; /* another shard's */
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
@@ -527,23 +571,28 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
     if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
   }
   if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt))
-    st = score_candidate(a, &f, s, err, sizeof err);
+    st = score_candidate(a, &f, main_sel, s, err, sizeof err);
   kda_case_file_close(&f);
   return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
 }
 
-/* The serving prompts of case c (SPEC.md §7.7) as case files DIR/ID.SUFFIX.npz. */
-static int export_serving(const char *dir, const kda_case *c, int32_t mode, path_list *cases,
-                          path_list *ids, path_list *id_files, const char *path) {
+/* The selected serving prompts of case c (SPEC.md §7.7) as case files DIR/ID.SUFFIX.npz. */
+static int export_serving(const conform_args *a, const char *dir, const kda_case *c,
+                          int32_t mode, path_list *cases, path_list *ids_seen,
+                          path_list *id_files, const char *path) {
   char err[KDA_ERRLEN], out[4096];
+  kda_serving_prompt_id ids[KDA_SERVING_MAX_PROMPTS];
+  uint8_t want[KDA_SERVING_MAX_PROMPTS];
+  int n_ids;
+  if (!prompts_wanted(a, c, mode, ids, &n_ids, want)) return 0;
   kda_serving_prompt *sp;
   int64_t n;
-  int st = kda_serving_prompts(c, mode, &sp, &n, err, sizeof err);
+  int st = kda_serving_prompts_some(c, mode, want, &sp, &n, err, sizeof err);
   for (int64_t i = 0; i < n && st == KDA_OK; i++) {
     char *info = kda_serving_prompt_info(c, &sp[i]);
     st = info ? kda_id_check(sp[i].c.id, "prompt id", err, sizeof err) : KDA_ENOMEM;
     if (!info) snprintf(err, sizeof err, "out of memory");
-    if (st == KDA_OK && unique_id(ids, id_files, sp[i].c.id, path) != 0) {
+    if (st == KDA_OK && unique_id(ids_seen, id_files, sp[i].c.id, path) != 0) {
       free(info);
       kda_serving_prompts_free(sp, n);
       return KDA_EXIT_USAGE;
@@ -558,37 +607,42 @@ static int export_serving(const char *dir, const kda_case *c, int32_t mode, path
   return st == KDA_OK ? 0 : kda_tool_fail(SUB, "%s", err);
 }
 
-static int export_all(const char *dir, path_list *cases, int32_t serving, path_list *ids,
-                      path_list *id_files);
-static int export_prompts(const char *dir, path_list *cases, int32_t serving) {
+static int export_all(const conform_args *a, const char *dir, path_list *cases,
+                      int32_t serving, path_list *ids, path_list *id_files);
+/* --export-prompts DIR: the selected cases (-k) and serving prompts, inputs only. */
+static int export_prompts(const conform_args *a, const char *dir, path_list *cases,
+                          int32_t serving) {
   path_list ids = {0}, id_files = {0}; /* never one file written twice (unique_id) */
-  int rc = export_all(dir, cases, serving, &ids, &id_files);
+  int rc = export_all(a, dir, cases, serving, &ids, &id_files);
   free_paths(&ids), free_paths(&id_files);
   return rc;
 }
 
-static int export_all(const char *dir, path_list *cases, int32_t serving, path_list *ids,
-                      path_list *id_files) {
+static int export_all(const conform_args *a, const char *dir, path_list *cases,
+                      int32_t serving, path_list *ids, path_list *id_files) {
   mkdir(dir, 0777);
   for (int i = 0; i < cases->n; i++) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
     kda_case c;
     if (kda_case_load(cases->v[i], &c, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-    const char *id = c.id && c.id[0] ? c.id : base_id(cases->v[i], idbuf, sizeof idbuf);
+    if (!c.id || !c.id[0]) free(c.id), c.id = strdup(base_id(cases->v[i], idbuf, sizeof idbuf));
+    if (!c.id) return kda_case_free(&c), kda_tool_fail(SUB, "out of memory");
     /* only validated ids become paths, and no output replaces an input (kda_files.h) */
-    int st = kda_id_check(id, "case id", err, sizeof err);
+    int st = kda_id_check(c.id, "case id", err, sizeof err);
     if (st != KDA_OK) {
       kda_case_free(&c);
       return kda_tool_fail(SUB, "%s: %s", cases->v[i], err);
     }
-    if ((st = unique_id(ids, id_files, id, cases->v[i])) != 0) return kda_case_free(&c), st;
-    snprintf(out, sizeof out, "%s/%s.npz", dir, id);
-    st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
-    if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
-    if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
-    printf("%s\n", out);
+    if ((st = unique_id(ids, id_files, c.id, cases->v[i])) != 0) return kda_case_free(&c), st;
+    if (kda_case_filter_match(a->filters, a->n_filters, c.id, c.manifest_json)) {
+      snprintf(out, sizeof out, "%s/%s.npz", dir, c.id);
+      st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
+      if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
+      if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
+      printf("%s\n", out);
+    }
     int rc = serving >= 0 && !kda_serving_is_prompt(&c)
-                 ? export_serving(dir, &c, serving, cases, ids, id_files, cases->v[i]) : 0;
+                 ? export_serving(a, dir, &c, serving, cases, ids, id_files, cases->v[i]) : 0;
     kda_case_free(&c);
     if (rc) return rc;
   }
@@ -921,11 +975,13 @@ int kda_cmd_conform(int argc, char **argv) {
   if (rc == 0 && a.n_paths == 0) rc = default_paths(&cases, default_dir, sizeof default_dir);
   if (rc == 0 && cases.n == 0 && a.export_dir) rc = kda_tool_fail(SUB, "no case files found");
   if (rc == 0 && a.list_cases) {
-    rc = kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
+    rc = a.json ? kda_conform_list_cases_json(a.filters, a.n_filters, cases.v, cases.n,
+                                              a.opts.prefix ? a.opts.serving : -1)
+                : kda_conform_list_cases(a.filters, a.n_filters, cases.v, cases.n);
     goto done;
   }
   if (rc == 0 && a.export_dir) {
-    rc = export_prompts(a.export_dir, &cases, a.opts.prefix ? a.opts.serving : -1);
+    rc = export_prompts(&a, a.export_dir, &cases, a.opts.prefix ? a.opts.serving : -1);
     goto done;
   }
   char err[KDA_ERRLEN];

@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <limits.h>
 #include <time.h>
 #include <sys/stat.h>
 #include <sys/types.h>
@@ -41,13 +42,15 @@ static const char help_text[] =
     "       kda golden --write --shard I/N [--level L] [--jobs N] [--certifier C] SHARD_DIR\n"
     "       kda golden --merge OUT SHARD_DIR...\n"
     "       kda golden --list\n"
+    "       kda golden --where\n"
     "       kda golden --bench-step [--K N] [--V N] [--T N] [--prec P]\n"
     "       kda golden --bench-certify [--K N] [--V N] [--T N] [--prec P]\n"
     "       kda golden --expand FILE -o OUT.npz\n"
     "\n"
     "The golden sets (docs/golden.md): every case of the catalog with its inputs and its\n"
     "outputs certified by the MPFR reference, under DIR (default: golden; for --verify\n"
-    "$KDA_GOLDEN, else ./golden, else the installed share/kda/golden).\n"
+    "$KDA_GOLDEN, else ./golden, else golden/ beside the folder holding kda, else the\n"
+    "installed share/kda/golden).\n"
     "\n"
     "  --write       regenerate DIR/L0 and DIR/L1 (case files, L0 traces, manifests) and\n"
     "                DIR/SHA256SUMS; print the generation time and the float64 reference's\n"
@@ -65,9 +68,13 @@ static const char help_text[] =
     "                of those levels writes, byte for byte; nothing is written when a shard\n"
     "                is corrupt, missing, duplicated or foreign (exit 2, the shard named)\n"
     "  --list        say which golden sets are present and where ($KDA_GOLDEN, else\n"
-    "                ./golden, else the installed share/kda/golden: the sets kda conform\n"
+    "                ./golden, else golden/ beside kda's folder, else the installed\n"
+    "                share/kda/golden: the sets kda conform\n"
     "                and --verify use), then print the catalog: level, id, flags and\n"
     "                comment of every case\n"
+    "  --where       print the absolute path of the golden sets' directory kda conform and\n"
+    "                --verify use (the lookup of --list) on one line; exit 2, naming it,\n"
+    "                when there is none\n"
     "  --bench-step  time one certified MPFR step against one float64 step (K = V = 128)\n"
     "                and against the fast certifier's double-double phase\n"
     "  --bench-certify  time the fast certifier's double-double phase alone (no MPFR) on\n"
@@ -106,7 +113,7 @@ static const char help_text[] =
     "  2  usage error, I/O error, or a case could not be made\n";
 
 enum { MODE_NONE, MODE_WRITE, MODE_VERIFY, MODE_LIST, MODE_BENCH, MODE_BENCH_CERT, MODE_EXPAND,
-       MODE_MERGE };
+       MODE_MERGE, MODE_WHERE };
 
 typedef struct gargs {
   int mode;
@@ -126,7 +133,7 @@ typedef struct gargs {
 /* ---- Arguments. */
 static int set_mode(gargs *a, int mode) {
   if (a->mode != MODE_NONE && a->mode != mode)
-    return kda_tool_usage(SUB, "give only one of --write, --verify, --merge, --list, "
+    return kda_tool_usage(SUB, "give only one of --write, --verify, --merge, --list, --where, "
                           "--bench-step, --bench-certify, --expand");
   a->mode = mode;
   return -1;
@@ -143,6 +150,7 @@ static int parse_option(gargs *a, int c) {
   case 'w': return set_mode(a, MODE_WRITE);
   case 'v': return set_mode(a, MODE_VERIFY);
   case 'L': return set_mode(a, MODE_LIST);
+  case 'W': return set_mode(a, MODE_WHERE);
   case 'b': return set_mode(a, MODE_BENCH);
   case 'B': return set_mode(a, MODE_BENCH_CERT);
   case 'M': return set_mode(a, MODE_MERGE);
@@ -210,7 +218,7 @@ static int parse_args(int argc, char **argv, gargs *a) {
       {"T", required_argument, NULL, 'T'},    {"help", no_argument, NULL, 'h'},
       {"expand", required_argument, NULL, 'e'}, {"output", required_argument, NULL, 'o'},
       {"shard", required_argument, NULL, 's'}, {"merge", no_argument, NULL, 'M'},
-      {"prec", required_argument, NULL, 'P'},
+      {"prec", required_argument, NULL, 'P'}, {"where", no_argument, NULL, 'W'},
       {NULL, 0, NULL, 0}};
   *a = (gargs){MODE_NONE, -1, 2, default_dir, 128, 128, 8, "bf16", KDA_CERTIFIER_FAST, NULL,
                NULL, 0, 0, NULL, NULL, 0};
@@ -223,8 +231,8 @@ static int parse_args(int argc, char **argv, gargs *a) {
     if (st >= 0) return st;
   }
   if (a->mode == MODE_NONE)
-    return kda_tool_usage(SUB, "missing --write, --verify, --merge, --list, --bench-step, "
-                          "--bench-certify or --expand");
+    return kda_tool_usage(SUB, "missing --write, --verify, --merge, --list, --where, "
+                          "--bench-step, --bench-certify or --expand");
   if (a->mode == MODE_EXPAND && !a->output) return kda_tool_usage(SUB, "missing -o OUT.npz");
   if (a->mode != MODE_EXPAND && a->output) return kda_tool_usage(SUB, "-o goes with --expand");
   if (a->shard_n && a->mode != MODE_WRITE) return kda_tool_usage(SUB, "--shard needs --write");
@@ -237,10 +245,10 @@ static int parse_args(int argc, char **argv, gargs *a) {
   }
   if (a->shard_n && optind >= argc) return kda_tool_usage(SUB, "--shard needs SHARD_DIR");
   if (optind < argc) {
-    if (a->mode == MODE_LIST || a->mode == MODE_BENCH || a->mode == MODE_BENCH_CERT ||
-        a->mode == MODE_EXPAND)
-      return kda_tool_usage(SUB, "--list, --bench-step, --bench-certify and --expand take no "
-                            "DIR");
+    if (a->mode == MODE_LIST || a->mode == MODE_WHERE || a->mode == MODE_BENCH ||
+        a->mode == MODE_BENCH_CERT || a->mode == MODE_EXPAND)
+      return kda_tool_usage(SUB, "--list, --where, --bench-step, --bench-certify and --expand "
+                            "take no DIR");
     a->dir = argv[optind++];
   }
   if (optind < argc) return kda_tool_usage(SUB, "unexpected argument '%s'", argv[optind]);
@@ -886,6 +894,18 @@ static void list_sets(void) {
   printf("catalog:\n");
 }
 
+/* --where: the one answer to "where are this kda's golden sets" (SPEC.md §12.3), for the
+ * Python package and scripts. */
+static int cmd_where(void) {
+  char dir[4096], abs_dir[PATH_MAX];
+  const char *source;
+  if (kda_tool_golden_dir(dir, sizeof dir, &source) != 0)
+    return kda_tool_fail(SUB, "%s: no golden set there (from %s)", dir, source);
+  if (!realpath(dir, abs_dir)) return kda_tool_fail(SUB, "%s: cannot resolve the path", dir);
+  printf("%s\n", abs_dir);
+  return KDA_EXIT_OK;
+}
+
 static int cmd_list(void) {
   list_sets();
   for (int64_t i = 0; i < kda_catalog_count(); i++) {
@@ -1026,6 +1046,7 @@ int kda_cmd_golden(int argc, char **argv) {
   case MODE_MERGE: return cmd_merge(&a);
   case MODE_VERIFY: return cmd_verify(&a);
   case MODE_LIST: return cmd_list();
+  case MODE_WHERE: return cmd_where();
   case MODE_BENCH_CERT: return cmd_bench(&a);
   case MODE_EXPAND: return cmd_expand(&a);
   default: return cmd_bench(&a);

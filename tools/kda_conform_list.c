@@ -13,6 +13,8 @@
 #include "kda_case.h"
 #include "kda_conform.h"
 #include "kda_conform_list.h"
+#include "kda_explain.h"
+#include "kda_serving.h"
 #include "kda_tool.h"
 
 #define SUB "conform"
@@ -240,4 +242,71 @@ int kda_conform_list_cases(const char *const *filters, int n_filters, char *cons
     kda_case_free(&c);
   }
   return KDA_EXIT_OK;
+}
+
+/* A string member of an object member of the manifest ("" when absent). */
+static const char *manifest_str(json_t *m, const char *obj, const char *key) {
+  json_t *o = json_object_get(m, obj);
+  json_t *v = json_is_object(o) ? json_object_get(o, key) : NULL;
+  return json_is_string(v) ? json_string_value(v) : "";
+}
+
+/* One case of --list-cases --json: what collection needs, read from the manifest and
+ * cu_seqlens only (kda_case_load_static), or NULL when neither the case nor a prompt of it
+ * is selected. */
+static json_t *case_json(const char *const *filters, int n_filters, const char *path,
+                         const kda_case *c, const char *id, int32_t serving) {
+  const int main_sel = kda_case_filter_match(filters, n_filters, id, c->manifest_json);
+  json_t *prompts = json_array();
+  kda_serving_prompt_id ids[KDA_SERVING_MAX_PROMPTS];
+  const int n_ids = serving >= 0 && !kda_serving_is_prompt(c) ? kda_serving_prompt_ids(c, serving, ids) : 0;
+  for (int i = 0; i < n_ids; i++) {
+    char pid[512];
+    snprintf(pid, sizeof pid, "%s.%s", id, ids[i].suffix);
+    if (kda_prompt_filter_match(filters, n_filters, id, pid, c->manifest_json))
+      json_array_append_new(prompts, json_string(pid));
+  }
+  if (!main_sel && json_array_size(prompts) == 0) return json_decref(prompts), NULL;
+  json_t *m = c->manifest_json ? json_loads(c->manifest_json, 0, NULL) : NULL;
+  json_t *g = m ? json_object_get(m, "golden") : NULL;
+  json_t *flags = json_is_object(g) ? json_object_get(g, "flags") : NULL;
+  char intent[4096];
+  const char *design = manifest_str(m, "generator_info", "design_description");
+  json_t *j = json_pack(
+      "{s:s,s:s,s:b,s:{s:I,s:I,s:I,s:I,s:I,s:I,s:s},s:O,s:s,s:s,s:s,s:s,s:o}", "id", id,
+      "path", path, "selected", main_sel, "problem", "N", (json_int_t)c->p.N, "T",
+      (json_int_t)c->p.T, "H", (json_int_t)c->p.H, "HV", (json_int_t)c->p.HV, "K",
+      (json_int_t)c->p.K, "V", (json_int_t)c->p.V, "family", kda_family_name(c->p.family),
+      "flags", json_is_array(flags) ? flags : json_array(), "comment",
+      manifest_str(m, "golden", "comment"), "design", design[0] ? design
+      : manifest_str(m, "generator_info", "description"), "input_precision",
+      json_is_string(json_object_get(m, "input_precision"))
+          ? json_string_value(json_object_get(m, "input_precision")) : "",
+      "intent", kda_case_intent(c->manifest_json, intent, sizeof intent), "prompts", prompts);
+  json_decref(m);
+  return j;
+}
+
+int kda_conform_list_cases_json(const char *const *filters, int n_filters, char *const *paths,
+                                int n_paths, int32_t serving) {
+  json_t *cases = json_array();
+  for (int i = 0; i < n_paths; i++) {
+    char err[KDA_ERRLEN], idbuf[256];
+    kda_case c;
+    if (kda_case_load_static(paths[i], &c, err, sizeof err) != KDA_OK) {
+      json_decref(cases);
+      return kda_tool_fail(SUB, "%s", err);
+    }
+    json_t *j = case_json(filters, n_filters, paths[i], &c,
+                          case_id(&c, paths[i], idbuf, sizeof idbuf), serving);
+    if (j) json_array_append_new(cases, j);
+    kda_case_free(&c);
+  }
+  json_t *doc = json_pack("{s:s,s:o}", "schema", "kda-cases/1", "cases", cases);
+  char *text = doc ? json_dumps(doc, JSON_INDENT(1)) : NULL;
+  int rc = text ? KDA_EXIT_OK : kda_tool_fail(SUB, "out of memory formatting JSON");
+  if (text) printf("%s\n", text);
+  free(text);
+  json_decref(doc);
+  return rc;
 }

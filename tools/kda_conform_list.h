@@ -18,4 +18,12 @@ int kda_conform_list_backends(const char *const *specs, int n_specs, const char 
 int kda_conform_list_cases(const char *const *filters, int n_filters, char *const *paths,
                            int n_paths);
 
+/* --list-cases --json: {"schema": "kda-cases/1", "cases": [{"id", "path", "selected" (the
+ * case itself is selected), "problem" {N T H HV K V family}, "flags", "comment", "design",
+ * "input_precision", "intent" (kda_case_intent), "prompts" (the ids of its selected serving
+ * prompts for mode serving, -1: none)}]}: every case of paths that is selected or has a
+ * selected prompt, read without its token-major inputs.  Returns an exit status. */
+int kda_conform_list_cases_json(const char *const *filters, int n_filters, char *const *paths,
+                                int n_paths, int32_t serving);
+
 #endif

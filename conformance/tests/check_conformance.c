@@ -398,6 +398,18 @@ START_TEST(test_candidates) {
   fclose(f);
   ck_assert_ptr_nonnull(strstr(buf, "expected 0x"));
   ck_assert_ptr_nonnull(strstr(buf, "observed 0x"));
+  /* the failure's detail (SPEC.md §7.9): the worst element is the one perturbed, with both
+   * values, what was allowed there and what a unit is */
+  const kda_qmetric *wo = &r.score.o;
+  ck_assert_uint_eq(wo->worst_index, 5);
+  ck_assert(fabs(wo->worst_observed - wo->worst_expected - 1e-3) < 1e-9);
+  ck_assert(wo->worst_allow >= 1 && wo->worst_scale > 0);
+  char want[256];
+  snprintf(want, sizeof want, "    worst o[t=%lld seq=%lld hv=%lld j=%lld]  expected ",
+           (long long)wo->at.a, (long long)wo->at.b, (long long)wo->at.c, (long long)wo->at.d);
+  ck_assert_msg(strstr(buf, want) && strstr(buf, "a fp32 unit there is u M = ") &&
+                strstr(buf, " allowed ") && strstr(buf, "ref-f32 on the same prompt: "),
+                "failure detail:\n%s", buf);
   free(buf);
   kda_case_report_free(&r);
   unlink(path);

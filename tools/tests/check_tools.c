@@ -517,12 +517,73 @@ START_TEST(test_golden_list_sets) {
   snprintf(want, sizeof want, "golden sets in %s (from KDA_GOLDEN):\n  L0       absent\n"
            "  L1       present: 1 case file in %s/L1\n", tpath("gset"), tpath("gset"));
   ck_assert_msg(strncmp(r.out, want, strlen(want)) == 0, "golden --list:\n%.600s", r.out);
+  char real[4096], line[4200];
+  ck_assert_ptr_nonnull(realpath(tpath("gset"), real));
+  kda(&r, "golden", "--where", NULL); /* the one answer the Python package asks for */
+  expect_ok(&r, "golden --where with KDA_GOLDEN");
+  snprintf(line, sizeof line, "%s\n", real);
+  ck_assert_str_eq(r.out, line);
   setenv("KDA_GOLDEN", tpath("no-such-dir"), 1);
   kda(&r, "golden", "--list", NULL);
   expect_ok(&r, "golden --list with a bad KDA_GOLDEN");
   ck_assert_msg(strstr(r.out, "golden sets: none found (KDA_GOLDEN: ") &&
                 strstr(r.out, "no-such-dir is not a directory)\ncatalog:\n"), "%.600s", r.out);
+  kda(&r, "golden", "--where", NULL);
+  expect_error(&r, "golden --where with a bad KDA_GOLDEN", "kda golden: ", "no-such-dir",
+               "KDA_GOLDEN", NULL);
   unsetenv("KDA_GOLDEN");
+  kda(&r, "golden", "--where", NULL);
+  expect_ok(&r, "golden --where in the source tree");
+  ck_assert_ptr_nonnull(realpath("golden", real));
+  snprintf(line, sizeof line, "%s\n", real);
+  ck_assert_str_eq(r.out, line);
+  run_free(&r);
+}
+END_TEST
+
+/* One serving prompt alone (SPEC.md §7.7): --list-cases --json names the prompts of each
+ * case without making them, -k ID.SUFFIX exports and scores that prompt and nothing else. */
+START_TEST(test_conform_one_prompt) {
+  run_result r = {0, NULL, NULL};
+  kda(&r, "conform", "--list-cases", "--json", "-k", "t17-gdn", "-k", "!*.causal-*",
+      "golden/L1", NULL);
+  expect_ok(&r, "--list-cases --json");
+  json_error_t je;
+  json_t *j = json_loads(r.out, 0, &je), *cases = json_object_get(j, "cases");
+  ck_assert_msg(json_array_size(cases) == 1, "--list-cases --json:\n%.800s", r.out);
+  json_t *c = json_array_get(cases, 0), *pr = json_object_get(c, "prompts");
+  ck_assert_str_eq(json_string_value(json_object_get(c, "id")), "t17-gdn");
+  ck_assert_msg(json_array_size(pr) == 3 &&
+                !strcmp(json_string_value(json_array_get(pr, 0)), "t17-gdn.resume-11") &&
+                !strcmp(json_string_value(json_array_get(pr, 1)), "t17-gdn.decode") &&
+                !strcmp(json_string_value(json_array_get(pr, 2)), "t17-gdn.spec-11"),
+                "prompts of t17-gdn:\n%.800s", r.out);
+  json_decref(j);
+  kda(&r, "conform", "--list-cases", "--json", "-k", "disc-l2-convention.decode", "golden/L1",
+      NULL);
+  j = json_loads(r.out, 0, &je), cases = json_object_get(j, "cases");
+  c = json_array_get(cases, 0);
+  ck_assert_msg(json_array_size(cases) == 1 && json_is_false(json_object_get(c, "selected")) &&
+                json_array_size(json_object_get(c, "prompts")) == 1 &&
+                strstr(json_string_value(json_object_get(c, "intent")),
+                       "OTHER_L2_CONVENTION: Exposes an implementation that uses the other L2"),
+                "one prompt listed:\n%.1500s", r.out);
+  json_decref(j);
+  kda(&r, "conform", "--export-prompts", tpath("p"), "-k", "t17-gdn.decode",
+      "golden/L1/t17-gdn.npz", NULL);
+  expect_ok(&r, "--export-prompts -k one prompt");
+  ck_assert_int_eq(count_entries(tpath("p")), 1);
+  ck_assert(exists(tpath("p/t17-gdn.decode.npz")));
+  /* its result: the float64 reference on the prompt, scored alone (the case's own result
+   * file is absent and not asked for) */
+  kda(&r, "ref", tpath("p/t17-gdn.decode.npz"), "-o", tpath("p/r.npz"), NULL);
+  expect_ok(&r, "kda ref on the prompt");
+  mkdir(tpath("res"), 0755);
+  ck_assert_int_eq(rename(tpath("p/r.npz"), tpath("res/t17-gdn.decode.npz")), 0);
+  kda(&r, "conform", "--candidate", tpath("res"), "-k", "t17-gdn.decode", "golden/L1", NULL);
+  ck_assert_msg(r.status == 0 && strstr(r.out, "t17-gdn.decode") &&
+                !strstr(r.out, "t17-gdn ") && strstr(r.out, "\n1 passed, 0 failed\n"),
+                "one prompt scored: %d\n%s%s", r.status, r.out, r.err);
   run_free(&r);
 }
 END_TEST
@@ -1053,6 +1114,7 @@ static Suite *tools_suite(void) {
   tcase_add_test(tc, test_bench_variants);
   tcase_add_test(tc, test_conform_backend_path);
   tcase_add_test(tc, test_golden_list_sets);
+  tcase_add_test(tc, test_conform_one_prompt);
   tcase_add_test(tc, test_ref_any_backend);
   tcase_add_test(tc, test_output_dir_missing);
   tcase_add_test(tc, test_gen_bad_description);
