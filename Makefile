@@ -458,11 +458,12 @@ fuzz-py:
 	  $(FUZZ_RUN) -max_len=65536 $(BUILD)/fuzz/py-corpus golden/example vectors/tests/fixtures; \
 	else echo "make fuzz-py: atheris cannot be installed with pip; skipped"; fi
 
-# The Python package kda-conform (python/): pip install into $(BUILD)/python-site, then its
-# pytest suite on the CPU with numpy kernels, scoring through this kda.  Skipped (saying
-# why) without pytest, unless KDA_REQUIRE_PYTEST=1 (as in CI).
+# The Python package kda-conform (python/): its wheel built (carrying this kda, libkda.so and
+# golden L0/L1), installed into a fresh venv $(BUILD)/python-venv, then its pytest suite on the
+# CPU with numpy kernels, the plugin's included.  Skipped (saying why) without pytest,
+# hypothesis or scikit-build-core, unless KDA_REQUIRE_PYTEST=1 (as in CI).
 .PHONY: check-python
-check-python: $(KDA)
+check-python: $(KDA) $(LIBSO)
 	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh
 
 # ---- The CUDA backend plugin (conformance/backends/cuda, docs/cuda.md): built with nvcc

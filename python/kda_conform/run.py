@@ -21,7 +21,7 @@ import os
 import traceback
 from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Union
 
-from .io import CaseError, read_case, write_result
+from .files import CaseError, read_case, write_result
 
 Kernel = Callable[..., Any]
 
@@ -77,12 +77,17 @@ def _prompt_files(prompts: Union[str, Iterable[str]]) -> List[str]:
 
 
 def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
-             backend: str = "python") -> None:
-    """Run the kernel on one prompt file and write `results/<id>.npz` (or record why not)."""
+             backend: str = "python", input_dtype: Any = None) -> None:
+    """Run the kernel on one prompt file and write `results/<id>.npz` (or record why not).
+    With `input_dtype`, a case whose inputs are not exact in it is declined unseen."""
+    from .one import inexact_inputs
     case = read_case(path)
     out = os.path.join(results, case.id + ".npz")
     try:
         try:
+            why = inexact_inputs(case, input_dtype) if input_dtype is not None else ""
+            if why:
+                raise NotSupported(why)
             ret = kernel(case.problem, dict(case.inputs))
         except NotSupported as e:
             write_result(out, case.id, not_supported=e.reason, backend=backend)
@@ -99,7 +104,8 @@ def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
 
 
 def run(kernel: Kernel, prompts: Union[str, Iterable[str]], results: str, *,
-        cases: Optional[Sequence[str]] = None, backend: str = "python") -> RunReport:
+        cases: Optional[Sequence[str]] = None, backend: str = "python",
+        input_dtype: Any = None) -> RunReport:
     """Call `kernel` on each prompt file (a directory or a list of files) whose id the
     `cases` globs select, writing `results/<id>.npz` atomically.  A kernel that raises
     NotSupported gets a `not_supported` result; one that raises anything else gets no
@@ -111,7 +117,7 @@ def run(kernel: Kernel, prompts: Union[str, Iterable[str]], results: str, *,
         cid = os.path.basename(path)[:-4] if path.endswith(".npz") else None
         if cid is not None and not selected(cid, cases):
             continue
-        run_case(kernel, path, results, report, backend)
+        run_case(kernel, path, results, report, backend, input_dtype)
     return report
 
 

@@ -1,37 +1,51 @@
 #!/bin/sh
-# check_python.sh: make check-python: pip install ./python into the build folder, then its pytest suite.
+# check_python.sh: make check-python: build the kda-conform wheel, install it into a fresh venv, run its tests there.
 # SPDX-License-Identifier: MIT
 #
-# Environment: KDA_BIN (the kda binary; its folder is the build folder), PYTHON (python3).
-# No network: --no-deps --no-build-isolation use the numpy and setuptools already installed
-# (the package's only dependency is numpy).  pytest missing: skipped, saying so, unless
-# KDA_REQUIRE_PYTEST=1 (as in CI), where it is a failure.  The package is built from a copy
-# of python/ so that the source tree gets no build/ or egg-info.
+# Environment: KDA_BIN (the kda binary; its folder is the build folder the wheel's CMake step
+# runs `make` in, already up to date), PYTHON (python3).  The wheel is built by pip with the
+# scikit-build-core already installed (--no-build-isolation --no-index: no network; .ci/run
+# installs it), installed with --no-deps into a venv made here (--system-site-packages: numpy,
+# pytest and hypothesis come from PYTHON's site), and the tests run from a folder outside the
+# repository with no KDA_BIN, KDA_GOLDEN or kda on PATH: the package must find the judge and
+# the golden sets it carries.  pytest, numpy or scikit-build-core missing: skipped, saying so,
+# unless KDA_REQUIRE_PYTEST=1 (as in CI), where it is a failure.
 set -eu
 PYTHON=${PYTHON:-python3}
 : "${KDA_BIN:?KDA_BIN must name the kda binary}"
-build=$(dirname "$KDA_BIN")
-if ! "$PYTHON" -c 'import pytest, numpy' >/dev/null 2>&1; then
+build=$(cd "$(dirname "$KDA_BIN")" && pwd)
+repo=$(pwd)
+if ! "$PYTHON" -c 'import pytest, numpy, hypothesis, scikit_build_core' >/dev/null 2>&1; then
   if [ "${KDA_REQUIRE_PYTEST:-0}" = 1 ]; then
-    echo "check-python: $PYTHON cannot import pytest and numpy (KDA_REQUIRE_PYTEST=1)" >&2
+    echo "check-python: $PYTHON cannot import pytest, numpy, hypothesis and scikit_build_core" \
+         "(KDA_REQUIRE_PYTEST=1)" >&2
     exit 1
   fi
-  echo "check-python: skipped: $PYTHON cannot import pytest and numpy"
+  echo "check-python: skipped: $PYTHON cannot import pytest, numpy, hypothesis and scikit_build_core"
   exit 0
 fi
-src="$build/python-src"
-site="$build/python-site"
-rm -rf "$src" "$site"
-mkdir -p "$src"
-cp -R python/pyproject.toml python/README.md python/kda_conform "$src/"
-# Offline first (needs setuptools >= 61 and, before setuptools 70.1, wheel); else pip's
-# isolated build, which fetches setuptools.
-if ! "$PYTHON" -m pip install --quiet --no-deps --no-build-isolation --no-index \
-     --target "$site" "$src" >"$build/python-pip.log" 2>&1; then
-  echo "check-python: offline build failed (see $build/python-pip.log); trying an isolated build"
-  "$PYTHON" -m pip install --quiet --no-deps --target "$site" "$src" \
-    >>"$build/python-pip.log" 2>&1 ||
-    { tail -20 "$build/python-pip.log" >&2; echo "check-python: pip install ./python failed" >&2; exit 1; }
+wheels="$build/python-wheel"
+venv="$build/python-venv"
+run="$build/python-run"
+log="$build/python-pip.log"
+rm -rf "$wheels" "$venv" "$run" "$build/python-site" "$build/python-src"
+mkdir -p "$run"
+if ! KDA_BUILD_DIR="$build" "$PYTHON" -m pip wheel --no-deps --no-build-isolation --no-index \
+     -w "$wheels" ./python >"$log" 2>&1; then
+  tail -20 "$log" >&2
+  echo "check-python: pip wheel ./python failed (see $log)" >&2
+  exit 1
 fi
-PYTHONPATH="$site" PYTHONDONTWRITEBYTECODE=1 KDA_REQUIRE_KDA=1 KDA_EXPECT_SITE="$site" \
-  "$PYTHON" -m pytest -q -p no:cacheprovider python/tests
+"$PYTHON" -m venv --without-pip --system-site-packages "$venv"
+"$PYTHON" -m pip --python "$venv/bin/python" install --quiet --no-deps --no-index \
+  "$wheels"/kda_conform-*.whl >>"$log" 2>&1 ||
+  { tail -20 "$log" >&2; echo "check-python: installing the wheel failed" >&2; exit 1; }
+site=$("$venv/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+# PATH without any folder holding a kda: the wheel's own must be the one found.
+path=
+IFS=:
+for d in $PATH; do [ -x "$d/kda" ] || path="${path:+$path:}$d"; done
+unset IFS
+cd "$run"
+env -u KDA_BIN -u KDA_GOLDEN PATH="$path" PYTHONPYCACHEPREFIX="$build/python-pycache" KDA_EXPECT_SITE="$site" \
+  KDA_REPO="$repo" "$venv/bin/python" -m pytest -q -p no:cacheprovider "$repo/python/tests"

@@ -97,7 +97,7 @@ def test_numbers_match_the_reference(fn, i):
     a = fakes.random_inputs(p, seed=i, lens=lens, checkpoints=ck)
     out = fla.adapter(fn, array="numpy", dtype="float64")(p, a)
     fakes.close(out, kc.reference(p, a))
-    assert set(out) == set(kc.io.result_shapes(p))
+    assert set(out) == set(kc.files.result_shapes(p))
 
 
 def test_calls_and_chained_checkpoints():
@@ -122,15 +122,27 @@ def test_numpy_arrays_need_no_torch():
         fla.adapter(lambda **kw: None, array="numpy")
 
 
-def test_l1_through_the_runner(kda, knows_not_supported):
+def test_l1_through_the_runner(kda):
     # The 65536-token drift cases are left to test_check (the fakes loop in Python).
     res = kc.check(fla.adapter(fakes.chunk_kda, array="numpy", dtype="float64"), cls="fp32",
-                   cases=["!drift-*"])
-    declined = {r.base_case for r in res if "declined" in r.reason or r.skipped}
+                   cases=["!drift-*"], expect_declines=["t127-linear"])
+    declined = {r.base_case for r in res if r.skipped}
     assert declined == {"t127-linear"} and len(res) >= 45
     assert all(r.ok for r in res if r.base_case not in declined), kc.summary(res)
-    if knows_not_supported:
-        assert all(r.verdict == "NotSupported" for r in res if r.base_case in declined)
+    assert all(r.verdict == "NotSupported" for r in res if r.base_case in declined)
+
+
+def test_adapters_after_a_plain_import():
+    """kda_conform.fla.adapter(...) as the README writes it, after `import kda_conform`."""
+    import subprocess
+    import sys
+    code = ("import kda_conform; print(kda_conform.fla.adapter.__module__, "
+            "kda_conform.flashkda.plan.__module__, kda_conform.vllm.adapter.__module__)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert out.stdout.split() == ["kda_conform.fla", "kda_conform.flashkda",
+                                  "kda_conform.vllm"], out.stderr
+    with pytest.raises(AttributeError, match="no_such"):
+        kc.no_such_adapter
 
 
 def test_torch_tensors_on_the_cpu():

@@ -1,4 +1,4 @@
-# test_io.py: prompt reading, atomic result writing, not_supported results, id validation.
+# test_files.py: prompt reading, atomic result writing, not_supported results, id validation.
 # SPDX-License-Identifier: MIT
 import json
 import os
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import kda_conform as kc
-from kda_conform.io import _write_npz_atomic
+from kda_conform.files import _write_npz_atomic
 
 
 def test_read_prompt(prompts):
@@ -20,7 +20,7 @@ def test_read_prompt(prompts):
 
 def test_result_shapes_follow_layout(prompts):
     p = kc.read_case(os.path.join(prompts, "t65-lower-bound-vk.npz")).problem
-    assert kc.io.result_shapes(p) == {"o": (65, 1, 64), "ht": (1, 1, 64, 32)}
+    assert kc.files.result_shapes(p) == {"o": (65, 1, 64), "ht": (1, 1, 64, 32)}
 
 
 def _problem(**kw):

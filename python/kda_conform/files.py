@@ -1,4 +1,4 @@
-# kda_conform.io: read case / prompt files and write result files atomically (SPEC.md §10).
+# kda_conform.files: read case / prompt files and write result files atomically (SPEC.md §10).
 # SPDX-License-Identifier: MIT
 """Case and prompt files in, result files out, with numpy only.
 
@@ -239,6 +239,13 @@ def write_result(path: str, case_id: str, *, o: Any = None, ht: Any = None, hc: 
     _write_npz_atomic(path, man, members)
 
 
+def _file_mode() -> int:
+    """The mode open() would give a new file: 0666 less the umask (mkstemp gives 0600)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return 0o666 & ~mask
+
+
 def _write_npz_atomic(path: str, manifest: Mapping[str, Any],
                       members: Mapping[str, np.ndarray]) -> None:
     try:  # a target that exists is replaced only when it is a regular file (SPEC.md §10.1)
@@ -249,6 +256,7 @@ def _write_npz_atomic(path: str, manifest: Mapping[str, Any],
     d = os.path.dirname(os.path.abspath(path))
     fd, tmp = tempfile.mkstemp(dir=d, prefix="." + os.path.basename(path) + ".", suffix=".tmp")
     try:
+        os.fchmod(fd, _file_mode())
         with os.fdopen(fd, "wb") as f:
             with zipfile.ZipFile(f, "w", zipfile.ZIP_STORED) as zf:
                 zf.writestr("manifest.json", json.dumps(manifest))
