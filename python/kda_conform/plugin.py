@@ -34,7 +34,7 @@ from .one import Outcome, Workspace, run_one
 from .score import CaseInfo, ScoreError, find_golden, find_kda, list_cases, score
 
 # user_properties key; its value: (suite id, prompt, verdict, decline declared, golden dir,
-# class, kda, case id)
+# class, kda, case id, the case's prompt ids)
 _KEY = "kda_conform"
 
 
@@ -136,7 +136,7 @@ class PromptItem(pytest.Item):
         col: SuiteCollector = self.parent
         self.user_properties.append(
             (_KEY, (_suite_id(col.nodeid), self.name, verdict, is_declared, col.golden,
-                    col.suite.cls, col.kda, self.case.id)))
+                    col.suite.cls, col.kda, self.case.id, tuple(self.case.prompts))))
 
     def runtest(self) -> None:
         col: SuiteCollector = self.parent
@@ -213,9 +213,11 @@ class _RunState:
         result files, -k naming each."""
         for sid, vs in self.runs.items():
             d = os.path.join(out, sid)
-            filters: List[str] = []
-            for v in vs:
-                filters += [v[1], f"!{v[1]}.*"] if v[1] == v[7] else [v[1]]
+            ran = {v[1] for v in vs}
+            filters = sorted(ran)          # a case id selects its prompts too: drop those
+            for v in vs:                   # of its prompts that did not run here
+                if v[1] == v[7]:
+                    filters += [f"!{p}" for p in v[8] if p not in ran]
             try:
                 score(Workspace(os.path.join(d, "work")).results, vs[0][4],
                       os.path.join(d, "report"), cls=vs[0][5], filters=filters,

@@ -54,11 +54,19 @@ def test_collection_runs_nothing_and_is_fast(pytester):
     assert min(took) < 1.0, f"collecting golden/L1 took {took} s"
 
 
-def test_one_case_by_k(pytester):
+def test_one_case_by_k(pytester, tmp_path):
+    out = tmp_path / "reports"
     r = _run(pytester, "test_l1 = kda_conform.suite(author.kernel)\n", "-q", "-k",
-             "t17-gdn.decode")
+             "t17-gdn and not causal", "--kda-out", str(out))
+    r.assert_outcomes(passed=4, deselected=306)
+    r.stdout.fnmatch_lines(["test_author.test_l1: 4 passed, 0 failed"])
+    rep = out / "test_author.test_l1" / "report" / "results.jsonl"
+    assert sorted(json.loads(x)["case"] for x in rep.read_text().splitlines()) == \
+        ["t17-gdn", "t17-gdn.decode", "t17-gdn.resume-11", "t17-gdn.spec-11"]
+    r = _run(pytester, "test_l1 = kda_conform.suite(author.kernel)\n", "-q", "-k",
+             "t17-gdn.decode", "--kda-out", str(out))      # the same folder, one prompt now
     r.assert_outcomes(passed=1, deselected=309)
-    r.stdout.fnmatch_lines(["test_author.test_l1: 1 passed, 0 failed"])
+    assert [json.loads(x)["case"] for x in rep.read_text().splitlines()] == ["t17-gdn.decode"]
 
 
 def test_flags_are_keywords_and_x_stops(pytester):
