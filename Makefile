@@ -82,7 +82,7 @@ $(BUILD)/conformance/backends/simd/kda_simd_avx512.o: ISA_CFLAGS := -mavx512f -m
 # the same IEEE operations in the same order as the scalar loop, no contraction), the same
 # bits; -O2's cost model leaves these runtime-length loops scalar.
 # (GCC's flags; clang, as for make fuzz's instrumented libraries, vectorises with its own.)
-$(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o: ISA_CFLAGS := $(if $(findstring clang,$(CC)),,\
+$(BUILD)/ref/kda_ref.o $(BUILD)/ref/kda_ref_f32.o $(BUILD)/conformance/kda_honest.o: ISA_CFLAGS := $(if $(findstring clang,$(CC)),,\
   -ftree-loop-vectorize -fvect-cost-model=dynamic)
 # The fast certifier's AVX2 kernel (picked at run time; -O3 for its vectorised inner loops).
 $(BUILD)/ref/oracle/kda_cert_kern_avx2.o: ISA_CFLAGS := -mavx2 -mfma -O3
@@ -278,7 +278,7 @@ check-conform: $(KDA) $(PLUGINS)
 .PHONY: check-l2
 check-l2: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
-	  sh conformance/tests/conform_l2.sh
+	  ZOO=$(abspath $(BUILD)/$(ZOO_DIR)) sh conformance/tests/conform_l2.sh
 
 # The study pages (kda explore, kda conform --html) in headless Chromium: no script errors,
 # stepping changes the state shown; screenshots kept in $(BUILD)/browser.  Skipped, saying
@@ -317,6 +317,7 @@ $(BUILD)/$(ZOO_DIR)/kda_plugin_zoo_fma.so: $(ZOO_DIR)/plugin_zoo.c $(ZOO_DIR)/zo
 	$(CC) $(ALL_CFLAGS) -shared -o $@ $(@:.so=_core.o) $(@:.so=_entry.o) $(ALL_LDFLAGS) -lm
 .PHONY: zoo check-zoo check-zoo-correct zoo-fpr
 zoo: $(ZOO_PLUGINS)
+check-l2: $(ZOO_PLUGINS)
 # Every zoo member is a correct KDA (small cases, every mode) and the zoo's deliberate defect
 # fails: part of make check.
 check-zoo-correct: $(KDA) $(ZOO_PLUGINS)

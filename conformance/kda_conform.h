@@ -132,19 +132,25 @@ typedef struct kda_outputs {
 int kda_outputs_alloc(const kda_problem *p, kda_outputs *out, char *err, size_t errlen);
 void kda_outputs_free(kda_outputs *out);
 
-/* ---- The envelope of the class's plain emulation (SPEC.md §7.3): ref-f32's errors on the
- * case, in fp32 units without any allowance, per window of KDA_ENVELOPE_WINDOW tokens (global
- * positions) and per state slot.  An fp32-class element is allowed KDA_ENVELOPE_C times the
- * emulation's error near it (never less than the cap, never more than the step allowance). */
+/* ---- The envelope of the class's honest spread (SPEC.md §7.3): the errors of ref-f32 and of
+ * the honest ensemble (kda_honest.c) on the case, in fp32 units without any allowance, per
+ * window of KDA_ENVELOPE_WINDOW tokens (global positions) and per state slot, the maximum over
+ * the evaluations, then the running maximum along the positions.  An fp32-class element is
+ * allowed KDA_ENVELOPE_C times that (never less than the cap).  Member 1 runs on every case,
+ * the other members where ref-f32's or member 1's error exceeds cap / KDA_ENVELOPE_GATE. */
 #define KDA_ENVELOPE_WINDOW 64
 #define KDA_ENVELOPE_C 4.0
+#define KDA_ENVELOPE_MEMBERS 8  /* honest evaluations besides ref-f32 */
+#define KDA_ENVELOPE_GATE 16.0
 typedef struct kda_envelope {
-  double *o;          /* [n_win] worst ref-f32 o error of each window, or NULL (no envelope) */
-  double *ht, *hc;    /* [N], [C] worst ref-f32 state error of each slot (NULL when none) */
+  double *o;          /* [n_win] the envelope of each window (running maximum), or NULL */
+  double *ht, *hc;    /* [N], [C] worst honest state error of each slot (NULL when none) */
   int64_t n_win;
-  int32_t growth_kind; /* ref-f32's growth class and exponent on the case (SPEC.md §7.5) */
-  int32_t reserved0;
-  double alpha, win_last;
+  int32_t growth_kind; /* the largest growth class of the evaluations (SPEC.md §7.5) */
+  int32_t members;     /* members run besides ref-f32 (-1: a lazy truth, not yet considered) */
+  double alpha;        /* the largest growth exponent of the evaluations */
+  double win_last;     /* the median of the evaluations' last-window means */
+  double win_lasts[1 + KDA_ENVELOPE_MEMBERS]; /* ref-f32's, then each member's */
 } kda_envelope;
 /* ---- The truth and its magnitude scales (SPEC.md §7.3). */
 typedef struct kda_truth {

@@ -1,14 +1,16 @@
-/* kda_envelope.c: the fp32 class's plain emulation on a case and the allowance it sets
- * (SPEC.md §7.3, "Long sequences").
+/* kda_envelope.c: the honest spread of float32 arithmetic on a case and the allowance it sets
+ * (SPEC.md §7.3, envelope rule).
  * SPDX-License-Identifier: MIT
  *
  * A conforming float32 kernel's error on a long case is whatever float32 rounding does on that
  * case: near one unit where the gates forget within a few tokens, hundreds of units where a
  * direction is never decayed nor erased.  A fixed allowance growing like n cannot tell the two
- * apart, so the fp32 class is judged against ref-f32, the class's plain emulation, run on the
- * same case (FlashAttention's rule: at most C times the error of a same-precision reference).
- * The emulation's errors are taken per 64-token window (max over the window's elements) and
- * per state slot, without any allowance.
+ * apart, so the fp32 class is judged against float32 evaluations of the same case: ref-f32
+ * and the honest ensemble (kda_honest.c), evaluations that differ from ref-f32 only in their
+ * order of operations.  In a never-erased direction the rounding error is a persistent random
+ * walk, so one evaluation's error at one place is a poor sample of another's: the envelope is
+ * the maximum over the evaluations of their worst error per 64-token window (and per state
+ * slot), taken as a running maximum along the positions.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -65,9 +67,10 @@ static double scale(double mag) {
 
 /* The worst error of each window the truth holds (every window, or a sampled truth's stored
  * ones: NaN at the others, which kda_envelope_allow_o then does not read as a neighbour). */
-static void env_o(const kda_case *c, const kda_truth *t, const float *o, kda_envelope *env) {
+static void env_o(const kda_case *c, const kda_truth *t, const float *o, kda_envelope *env,
+                  int first) {
   const kda_problem *p = &c->p;
-  for (int64_t w = 0; t->o_index && w < env->n_win; w++) env->o[w] = NAN;
+  for (int64_t w = 0; first && t->o_index && w < env->n_win; w++) env->o[w] = NAN;
   for (int64_t r = 0; r < t->n_rows; r++) {
     const int64_t tt = t->o_index ? t->o_index[r] : r;
     double *w = &env->o[tt / KDA_ENVELOPE_WINDOW];
@@ -104,8 +107,35 @@ static void keep_outputs(const f32_run *r, kda_outputs *obs) {
   for (uint64_t i = 0; obs->hc && i < obs->n_hc; i++) obs->hc[i] = r->ts.hc[i];
 }
 
-int kda_envelope_compute(const kda_case *c, kda_truth *t, kda_outputs *obs, char *err,
-                         size_t errlen) {
+/* The errors of the evaluation in r into env, by maximum; its outputs to each (growth). */
+static int env_merge(const kda_case *c, kda_truth *t, const f32_run *r, int n_eval,
+                     kda_outputs *obs, kda_envelope_each each, void *ctx, char *err,
+                     size_t errlen) {
+  const kda_problem *p = &c->p;
+  kda_envelope *env = &t->env;
+  env_o(c, t, r->ts.o, env, n_eval == 0);
+  if (t->out.ht) env_state(p, t->out.ht, r->ts.ht, t->mag_ht, p->N, env->ht);
+  if (t->out.hc) env_state(p, t->out.hc, r->ts.hc, t->mag_hc, p->n_checkpoints, env->hc);
+  keep_outputs(r, obs);
+  return each ? each(ctx, obs, n_eval, err, errlen) : KDA_OK;
+}
+
+/* SPEC.md §7.3: members 2 .. E where an evaluation so far exceeds cap / GATE somewhere;
+ * below that the allowance is 1 as long as the others stay under 4 times it. */
+int kda_envelope_needs_ensemble(const kda_problem *p, const kda_envelope *env) {
+  kda_caps caps;
+  if (kda_class_caps(KDA_PRECISION_FP32, &caps) != KDA_OK) return 1;
+  double m = 0.0;
+  for (int64_t w = 0; w < env->n_win; w++) m = env->o[w] > m ? env->o[w] : m;
+  int over = m > caps.o / KDA_ENVELOPE_GATE;
+  for (int64_t n = 0; env->ht && n < p->N; n++) over |= env->ht[n] > caps.ht / KDA_ENVELOPE_GATE;
+  for (int64_t k = 0; env->hc && k < p->n_checkpoints; k++)
+    over |= env->hc[k] > caps.hc / KDA_ENVELOPE_GATE;
+  return over;
+}
+
+int kda_envelope_compute(const kda_case *c, kda_truth *t, int ensemble, kda_outputs *obs,
+                         kda_envelope_each each, void *ctx, char *err, size_t errlen) {
   const kda_problem *p = &c->p;
   kda_envelope *env = &t->env;
   memset(env, 0, sizeof *env);
@@ -117,14 +147,20 @@ int kda_envelope_compute(const kda_case *c, kda_truth *t, kda_outputs *obs, char
   env->o = calloc((size_t)env->n_win + 1, sizeof *env->o);
   env->ht = calloc((size_t)p->N + 1, sizeof *env->ht);
   env->hc = calloc((size_t)p->n_checkpoints + 1, sizeof *env->hc);
+  env->alpha = NAN;
   if (st == KDA_OK && (!env->o || !env->ht || !env->hc))
     st = KDA_ENOMEM, snprintf(err, errlen, "out of memory for the fp32 envelope");
-  if (st == KDA_OK) {
-    env_o(c, t, r.ts.o, env);
-    if (t->out.ht) env_state(p, t->out.ht, r.ts.ht, t->mag_ht, p->N, env->ht);
-    if (t->out.hc) env_state(p, t->out.hc, r.ts.hc, t->mag_hc, p->n_checkpoints, env->hc);
-    keep_outputs(&r, obs);
+  if (st == KDA_OK) st = env_merge(c, t, &r, 0, obs, each, ctx, err, errlen);
+  if (!ensemble) env->members = -1;
+  /* member 1 always (its chunk-local prefix sums of the gates err where ref-f32 does not,
+   * SPEC.md §7.3), the others where the evaluations so far meet the gate */
+  for (int m = 1; st == KDA_OK && ensemble && m <= KDA_ENVELOPE_MEMBERS; m++) {
+    if (m == 2 && !kda_envelope_needs_ensemble(p, env)) break;
+    st = kda_honest_forward_f32(p, &r.ts, (uint64_t)m, NULL, err, errlen);
+    if (st == KDA_OK) st = env_merge(c, t, &r, m, obs, each, ctx, err, errlen);
+    env->members = m;
   }
+  if (st == KDA_OK) kda_envelope_finish(env);
   free(r.buf);
   if (st != KDA_OK) kda_envelope_free(env);
   return st;
@@ -142,20 +178,38 @@ double kda_step_allowance(int64_t n) {
   return L > 1.0 ? L : 1.0;
 }
 
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return (x > y) - (x < y);
+}
+
+void kda_envelope_finish(kda_envelope *env) {
+  /* SPEC.md §7.5: the median of the evaluations' last windows */
+  int n = 1 + (env->members > 0 ? env->members : 0);
+  double v[1 + KDA_ENVELOPE_MEMBERS];
+  memcpy(v, env->win_lasts, (size_t)n * sizeof *v);
+  qsort(v, (size_t)n, sizeof *v, cmp_double);
+  env->win_last = (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  double run = 0.0;
+  for (int64_t w = 0; env->o && w < env->n_win; w++) {
+    if (isnan(env->o[w])) continue;
+    if (env->o[w] > run) run = env->o[w];
+    const double next = w + 1 < env->n_win ? env->o[w + 1] : NAN;
+    env->o[w] = next > run ? next : run; /* the next window is read before it is replaced */
+  }
+}
+
+/* max(1, C e / cap); an evaluation that overflowed (e infinite) bounds nothing: L(n). */
 static double combine(double e, double cap, int64_t n) {
-  double L = kda_step_allowance(n), A = KDA_ENVELOPE_C * e / cap;
-  A = A > 1.0 ? A : 1.0;
-  return A < L ? A : L; /* never looser than the step allowance */
+  if (!isfinite(e)) return kda_step_allowance(n);
+  double A = KDA_ENVELOPE_C * e / cap;
+  return A > 1.0 ? A : 1.0;
 }
 
 double kda_envelope_near_o(const kda_envelope *env, int64_t t) {
   if (!env || !env->o || t < 0) return NAN;
   const int64_t w = t / KDA_ENVELOPE_WINDOW;
-  if (w >= env->n_win) return NAN;
-  double e = env->o[w]; /* NaN: a window the truth does not hold; a NaN neighbour is skipped */
-  if (w > 0 && env->o[w - 1] > e) e = env->o[w - 1];
-  if (w + 1 < env->n_win && env->o[w + 1] > e) e = env->o[w + 1];
-  return e;
+  return w < env->n_win ? env->o[w] : NAN; /* NaN: a window the truth does not hold */
 }
 
 double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n) {

@@ -23,7 +23,7 @@ static int decode_states(const kda_case *c, const int64_t *zero, const int64_t *
   kda_truth t;
   int st = kda_serving_part(c, zero, at, c->h0, NULL, "pool-prefix", &p1, err, errlen);
   if (st != KDA_OK) return st;
-  st = kda_truth_compute(&p1, NULL, &t, err, errlen);
+  st = kda_truth_compute_lazy(&p1, &t, err, errlen); /* its states only */
   kda_case_free(&p1);
   if (st != KDA_OK) return st;
   uint64_t n = (uint64_t)(c->p.N * c->p.HV * c->p.K * c->p.V);

@@ -200,11 +200,18 @@ static int run_call(prefix_ctx *x, const kda_problem *p, const kda_tensors_f64 *
 
 /* Scores obs against truth t of case c in the case's class; *within: inside every cap.  With
  * what != NULL, a score over the caps is a Fail of the case saying "what: ...". */
-static int serving_score(prefix_ctx *x, const kda_case *c, const kda_truth *t,
+static int serving_score(prefix_ctx *x, const kda_case *c, kda_truth *t,
                          const kda_outputs *obs, const char *what, double *worst, char *err,
                          size_t errlen) {
   kda_score sc;
   int st = kda_score_outputs(c, t, obs, x->r->score.cls, &sc, err, errlen);
+  if (st == KDA_OK && !kda_score_within_caps(&sc) && t->env.members < 0) {
+    /* a lazy truth (kda_truth_compute_lazy): over the caps under ref-f32's envelope alone,
+     * so the honest ensemble decides (SPEC.md §7.3) */
+    kda_score_free(&sc);
+    st = kda_truth_widen(c, t, err, errlen);
+    if (st == KDA_OK) st = kda_score_outputs(c, t, obs, x->r->score.cls, &sc, err, errlen);
+  }
   if (st != KDA_OK) return st;
   *worst = fmax(sc.o.worst, fmax(t->out.ht ? sc.ht.worst : 0.0, t->out.hc ? sc.hc.worst : 0.0));
   if (what && !kda_score_within_caps(&sc)) {
@@ -245,9 +252,11 @@ static int repeat_check(prefix_ctx *x, const kda_outputs *first, char *err, size
       r->repeat_identical = same_outputs(first, &out2);
       r->nondeterministic = !r->repeat_identical;
       double worst;
-      if (!r->repeat_identical && resident)
-        st = serving_score(x, x->c, x->t, &out2, "forward (the repeated call)", &worst, err,
+      if (!r->repeat_identical && resident) {
+        kda_truth tc = *x->t; /* the case's truth: eager, never widened (a shallow copy) */
+        st = serving_score(x, x->c, &tc, &out2, "forward (the repeated call)", &worst, err,
                            errlen);
+      }
       if (!r->repeat_identical && r->verdict == KDA_VERDICT_PASS)
         set_reason(r, KDA_VERDICT_QUALITY_WARNING, resident ? paths_reason : nondet_reason);
     }
@@ -348,7 +357,7 @@ static int spec_verify(prefix_ctx *x, char *err, size_t errlen) {
   if (st == KDA_OK) st = kda_serving_part(c, a.at, a.to, o1.ht, a.at, "verify", &ver, err, errlen);
   if (st == KDA_OK) st = part_call(x, &ver, &o2, what, err, errlen);
   if (st == KDA_OK) st = kda_serving_part(c, a.zero, a.to, c->h0, a.at, "fresh", &d, err, errlen);
-  if (st == KDA_OK) st = kda_truth_compute(&d, NULL, &td, err, errlen);
+  if (st == KDA_OK) st = kda_truth_compute_lazy(&d, &td, err, errlen);
   if (st == KDA_OK) st = kda_outputs_alloc(&d.p, &j, err, errlen);
   if (st == KDA_OK) {
     kda_serving_join(&d, a.at, a.len2, o1.o, o2.o, j.o);

@@ -197,14 +197,13 @@ static void windows(kda_score *s, const double *tok, int64_t T) {
 }
 
 /* SPEC.md §7.5: growth that is systematic or unstable, with a last window above cap/8, is
- * beyond the class emulation's when the emulation's growth on the same case is of a milder
- * kind or its last window is more than KDA_ENVELOPE_C times smaller; -1 without an envelope. */
+ * beyond the honest evaluations' when the median of their last-window means on the same case
+ * is more than KDA_ENVELOPE_C times smaller; -1 without an envelope. */
 static int growth_beyond(const kda_score *s, const kda_envelope *env) {
   if (!env) return -1;
   if (s->growth_kind < KDA_GROWTH_SYSTEMATIC || !(s->win_last > s->caps.o / 8)) return 0;
-  return s->growth_kind > env->growth_kind || s->win_last > KDA_ENVELOPE_C * env->win_last;
+  return s->win_last > KDA_ENVELOPE_C * env->win_last;
 }
-
 
 /* The error scale of SPEC.md §7.3: u * magnitude, floored at the output format's smallest
  * subnormal (below it no implementation of the class can be more exact). */

@@ -20,22 +20,46 @@ void kda_score_free(kda_score *s);
 /* 1 when every quantity is within its cap and nothing is NaN or Inf. */
 int kda_score_within_caps(const kda_score *s);
 
-/* The allowance of an fp32-class element n steps into its sequence: min(L(n), max(1, C e /
- * cap)) with e the emulation's error (o: the worst of token t's window and its neighbours;
- * states: slot sl of each, env->ht or env->hc); L(n) when the envelope is absent. */
+/* The allowance of an fp32-class element: max(1, C e / cap) with e the envelope at token t
+ * (o) or of slot sl (states); the step allowance L(n) when the envelope is absent or e is
+ * infinite (an evaluation that overflowed bounds nothing). */
 double kda_envelope_allow_o(const kda_envelope *env, int64_t t, double cap, int64_t n);
-/* The emulation's error e near token t (its window and the stored neighbours), NaN when the
- * envelope is absent or does not hold t's window. */
+/* The envelope e at token t, NaN when it is absent or does not hold t's window. */
 double kda_envelope_near_o(const kda_envelope *env, int64_t t);
 double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int64_t n);
-/* Runs ref-f32 on the case and fills t->env from its errors against t's outputs and scales
- * (t->out and t->mag_* must be set), and obs (kda_outputs_alloc'ed for the case) with
- * ref-f32's outputs (whose own growth the truth then scores, SPEC.md §7.5).  KDA_OK,
+/* Turns the per-window maxima of env->o into the running maximum along the positions (each
+ * window also sees the next one; NaN windows, not held by a sampled truth, stay NaN), and
+ * env->win_lasts into their median env->win_last. */
+void kda_envelope_finish(kda_envelope *env);
+/* Whether the errors in env so far (before kda_envelope_finish) call for members 2 .. E. */
+int kda_envelope_needs_ensemble(const kda_problem *p, const kda_envelope *env);
+/* Called with each evaluation's outputs (n_eval 0: ref-f32, m: member m), for its growth. */
+typedef int (*kda_envelope_each)(void *ctx, const kda_outputs *obs, int n_eval, char *err,
+                                 size_t errlen);
+/* Runs ref-f32 and (ensemble != 0) the honest ensemble on the case and fills t->env from
+ * their errors against t's outputs and scales (t->out and t->mag_* must be set); obs
+ * (kda_outputs_alloc'ed for the case) receives each evaluation's outputs before each is
+ * called.  ensemble == 0: ref-f32 alone, env->members = -1 (a lazy truth).  KDA_OK,
  * KDA_ENOMEM or the reference's status. */
 struct kda_truth;
-int kda_envelope_compute(const kda_case *c, struct kda_truth *t, kda_outputs *obs, char *err,
+int kda_envelope_compute(const kda_case *c, struct kda_truth *t, int ensemble,
+                         kda_outputs *obs, kda_envelope_each each, void *ctx, char *err,
                          size_t errlen);
 void kda_envelope_free(kda_envelope *env);
+/* Where a member runs: t0 the global position of the problem's token 0 (its random orders are
+ * keyed by it), pos0 the position in its sequence of the problem's first token. */
+typedef struct kda_honest_at {
+  int64_t t0, pos0;
+} kda_honest_at;
+/* Honest ensemble member `member` (>= 1, SPEC.md §7.3) on float32 tensors laid out as for
+ * kda_ref_forward_f32 (at NULL: a whole case).  KDA_OK or KDA_ENOMEM. */
+int kda_honest_forward_f32(const kda_problem *p, const kda_tensors_f32 *ts, uint64_t member,
+                           const kda_honest_at *at, char *err, size_t errlen);
+/* kda_truth_compute of a derived case (no file) with ref-f32's envelope alone; kda_truth_widen
+ * then adds the honest ensemble.  The ensemble only widens the allowance, so a score within
+ * the caps under the lazy truth is within them under the widened one. */
+int kda_truth_compute_lazy(const kda_case *c, struct kda_truth *t, char *err, size_t errlen);
+int kda_truth_widen(const kda_case *c, struct kda_truth *t, char *err, size_t errlen);
 
 /* 1 when the problem is long enough to be streamed by default (SPEC.md §7.10). */
 int kda_stream_auto(const kda_problem *p);

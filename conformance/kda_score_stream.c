@@ -255,10 +255,10 @@ static float *to_f32(const double *x, uint64_t n) {
   return y;
 }
 
-/* ref-f32 on the chunk from its own chained state; o as float64 rows into o (len rows). */
-static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, char *err,
-                       size_t errlen) {
-  const kda_case *c = x->r.c;
+/* ref-f32 (member 0) or honest ensemble member `member` (SPEC.md §7.3) on the chunk from its
+ * own chained state S32; o as float64 rows into o (len rows), checkpoints into hc. */
+static int f32_chunk(const kda_case *c, const chunk_t *ch, float *S32, uint64_t member,
+                     double *o, double *hc, char *err, size_t errlen) {
   const kda_problem *p = &ch->p;
   const int64_t len = ch->b - ch->a, S = state_size(p), nck = ch->c1 - ch->c0;
   kda_problem_sizes z;
@@ -266,7 +266,7 @@ static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, ch
   if (st != KDA_OK) return st;
   if (ch->first)
     for (int64_t e = 0; e < S; e++)
-      x->S32[e] = c->p.has_initial_state ? (float)c->h0[ch->n * S + e] : 0.0f;
+      S32[e] = c->p.has_initial_state ? (float)c->h0[ch->n * S + e] : 0.0f;
   float *q = to_f32(ch->q, z.q), *k = to_f32(ch->k, z.k), *v = to_f32(ch->v, z.v);
   float *g = to_f32(ch->g, z.g), *beta = to_f32(ch->beta, z.beta);
   float *al = to_f32(c->A_log, z.A_log), *dt = to_f32(c->dt_bias, z.dt_bias);
@@ -276,18 +276,25 @@ static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, ch
     st = KDA_ENOMEM, snprintf(err, errlen, "out of memory for the fp32 envelope");
   } else {
     kda_tensors_f32 ts = {q, k, v, ch->g ? g : NULL, beta, c->A_log ? al : NULL,
-                          c->dt_bias ? dt : NULL, x->S32, ch->cu, ch->ck, o32, ht32,
+                          c->dt_bias ? dt : NULL, S32, ch->cu, ch->ck, o32, ht32,
                           nck ? hc32 : NULL};
-    st = kda_ref_forward_f32(p, &ts, err, errlen);
+    const kda_honest_at at = {ch->a, ch->a - c->cu_seqlens[ch->n]};
+    st = member ? kda_honest_forward_f32(p, &ts, member, &at, err, errlen)
+                : kda_ref_forward_f32(p, &ts, err, errlen);
   }
   if (st == KDA_OK) {
     for (int64_t i = 0; i < len * p->HV * p->V; i++) o[i] = o32[i];
     for (int64_t i = 0; i < nck * S; i++) hc[i] = hc32[i];
-    memcpy(x->S32, ht32, (size_t)S * sizeof *ht32);
+    memcpy(S32, ht32, (size_t)S * sizeof *ht32);
   }
   free(q), free(k), free(v), free(g), free(beta), free(al), free(dt), free(o32), free(ht32);
   free(hc32);
   return st;
+}
+
+static int ref32_chunk(ref_pass *x, const chunk_t *ch, double *o, double *hc, char *err,
+                       size_t errlen) {
+  return f32_chunk(x->r.c, ch, x->S32, 0, o, hc, err, errlen);
 }
 
 /* ref-f32 on one chunk, on a thread of its own beside ref-f64 (ref_pass_chunk): the two
@@ -455,7 +462,7 @@ static int truth_finish(const kda_case *c, kda_truth *t, ref_pass *x, char *err,
   kda_score_end(&x->acc, c, x->ht32, x->hc32); /* t->env.o still NULL: no envelope */
   kda_envelope *env = &t->env;
   env->growth_kind = x->plain.growth_kind, env->alpha = x->plain.alpha;
-  env->win_last = x->plain.win_last;
+  env->win_lasts[0] = x->plain.win_last;
   if (t->out.ht) env_states(p, t->out.ht, x->ht32, t->mag_ht, p->N, env->ht);
   if (t->out.hc) env_states(p, t->out.hc, x->hc32, t->mag_hc, p->n_checkpoints, env->hc);
   /* the worst window errors of ref-f32's own score are the envelope of §7.3 */
@@ -473,6 +480,141 @@ static void ref_pass_free(ref_pass *x) {
   kda_score_free(&x->plain);
 }
 
+/* ---- The honest ensemble's pass (SPEC.md §7.3), run when ref-f32's errors call for it:
+ * every member over every chunk from its own chained state, scored as a backend against the
+ * truth without an envelope, exactly as kda_envelope_compute scores them on the whole case. */
+typedef struct members_pass {
+  const kda_stream *s;
+  kda_truth *t;
+  ref64 r;
+  float *S32;      /* [E][S] the members' states */
+  double *ht, *hc; /* [E][N S], [E][C S] their states, every slot */
+  int n;           /* members 1 .. n */
+  kda_score sc[KDA_ENVELOPE_MEMBERS];
+  kda_score_acc acc[KDA_ENVELOPE_MEMBERS];
+} members_pass;
+
+/* One member on one chunk, on a thread of its own: its own chained state, score and state
+ * arrays; the chunk's inputs, truth rows and scales shared read only. */
+typedef struct member_job {
+  members_pass *x;
+  const chunk_t *ch;
+  const double *rows, *mag;
+  int m, st;
+  char err[KDA_ERRLEN];
+} member_job;
+
+static void *member_run(void *arg) {
+  member_job *j = arg;
+  members_pass *x = j->x;
+  const kda_case *c = x->r.c;
+  const chunk_t *ch = j->ch;
+  const int64_t S = state_size(&c->p), len = ch->b - ch->a, nck = ch->c1 - ch->c0;
+  double *o = malloc(((size_t)(len * c->p.HV * c->p.V) + 1) * sizeof *o);
+  double *hc = malloc(((size_t)(nck * S) + 1) * sizeof *hc);
+  double *ht = malloc(((size_t)S + 1) * sizeof *ht);
+  float *S32 = x->S32 + (size_t)j->m * (size_t)S;
+  j->st = o && hc && ht ? KDA_OK : KDA_ENOMEM;
+  if (j->st != KDA_OK) snprintf(j->err, sizeof j->err, "out of memory for the honest ensemble");
+  if (j->st == KDA_OK)
+    j->st = f32_chunk(c, ch, S32, (uint64_t)j->m + 1, o, hc, j->err, sizeof j->err);
+  if (j->st == KDA_OK) {
+    const kda_o_rows orow = {ch->n, ch->a, ch->b, x->r.r0, j->rows, j->mag, o};
+    kda_score_o_rows(&x->acc[j->m], c, &orow);
+    for (int64_t e = 0; e < S; e++) ht[e] = S32[e];
+    keep_states(c, ch, ht, hc, x->ht + (size_t)j->m * (size_t)(c->p.N * S),
+                x->hc + (size_t)j->m * (size_t)(c->p.n_checkpoints * S));
+  }
+  free(o), free(hc), free(ht);
+  return NULL;
+}
+
+static int members_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
+  members_pass *x = ctx;
+  const kda_case *c = x->r.c;
+  const double *mag = NULL;
+  int st = KDA_OK;
+  if (x->t->mag_rows) {
+    rows_of(x->t, ch->a, ch->b, &x->r.r0, &x->r.r1);
+    mag = x->t->mag_rows + x->r.r0 * c->p.HV;
+  } else {
+    st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
+    mag = x->r.mag;
+  }
+  double *rows = NULL;
+  if (st == KDA_OK) st = truth_rows(x->s, c, &x->r, &rows, err, errlen);
+  /* the members at once (independent recurrences: the same bits as one after the other);
+   * one that gets no thread runs here */
+  member_job jobs[KDA_ENVELOPE_MEMBERS];
+  pthread_t tid[KDA_ENVELOPE_MEMBERS];
+  int threaded[KDA_ENVELOPE_MEMBERS] = {0};
+  for (int m = 0; st == KDA_OK && m < x->n; m++) {
+    jobs[m] = (member_job){x, ch, rows, mag, m, KDA_OK, ""};
+    threaded[m] = pthread_create(&tid[m], NULL, member_run, &jobs[m]) == 0;
+    if (!threaded[m]) member_run(&jobs[m]);
+  }
+  for (int m = 0; st == KDA_OK && m < x->n; m++) {
+    if (threaded[m]) pthread_join(tid[m], NULL);
+  }
+  for (int m = 0; st == KDA_OK && m < x->n; m++)
+    if (jobs[m].st != KDA_OK) st = jobs[m].st, snprintf(err, errlen, "%s", jobs[m].err);
+  if (rows != x->r.o) free(rows);
+  return st;
+}
+
+/* Each member's window maxima, state errors and growth into t->env, by maximum. */
+static void members_merge(const kda_case *c, kda_truth *t, members_pass *x) {
+  const kda_problem *p = &c->p;
+  kda_envelope *env = &t->env;
+  const int64_t S = state_size(p);
+  for (int m = 0; m < x->n; m++) {
+    double *ht = x->ht + (size_t)m * (size_t)(p->N * S);
+    double *hc = x->hc + (size_t)m * (size_t)(p->n_checkpoints * S);
+    kda_score_end(&x->acc[m], c, ht, hc);
+    const kda_score *s = &x->sc[m];
+    for (int64_t w = 0; w < env->n_win && w < s->n_win_each; w++)
+      if (s->win_max_each[w] > env->o[w]) env->o[w] = s->win_max_each[w];
+    if (t->out.ht) env_states(p, t->out.ht, ht, t->mag_ht, p->N, env->ht);
+    if (t->out.hc) env_states(p, t->out.hc, hc, t->mag_hc, p->n_checkpoints, env->hc);
+    if (s->growth_kind > env->growth_kind) env->growth_kind = s->growth_kind;
+    if (!(env->alpha >= s->alpha)) env->alpha = s->alpha;
+    env->win_lasts[m + 1] = s->win_last;
+    env->members = m + 1;
+  }
+}
+
+static int members_stream(const kda_case *c, kda_truth *t, int n, char *err, size_t errlen) {
+  const kda_problem *p = &c->p;
+  const size_t S = (size_t)state_size(p), E = (size_t)n;
+  members_pass x;
+  memset(&x, 0, sizeof x);
+  x.s = t->stream, x.t = t, x.r.c = c, x.r.t = t, x.n = n;
+  x.r.S = malloc((S + 1) * sizeof(double));
+  x.S32 = malloc((E * S + 1) * sizeof(float));
+  x.ht = malloc((E * (size_t)p->N * S + 1) * sizeof(double));
+  x.hc = malloc((E * (size_t)p->n_checkpoints * S + 1) * sizeof(double));
+  int st = x.r.S && x.S32 && x.ht && x.hc ? KDA_OK : KDA_ENOMEM;
+  if (st != KDA_OK) snprintf(err, errlen, "out of memory for the honest ensemble");
+  /* scored without an envelope: t->env.o is set only after this pass */
+  double *env_o = t->env.o;
+  t->env.o = NULL;
+  int begun = 0; /* kda_score_begin cleans up after itself when it fails */
+  while (st == KDA_OK && begun < (int)E &&
+         (st = kda_score_begin(c, t, KDA_PRECISION_FP32, &x.sc[begun], &x.acc[begun], err,
+                               errlen)) == KDA_OK)
+    begun++;
+  if (st == KDA_OK) st = each_chunk(t->stream, c, members_chunk, &x, err, errlen);
+  t->env.o = env_o;
+  if (st == KDA_OK) members_merge(c, t, &x);
+  for (int m = 0; m < begun; m++) {
+    if (st != KDA_OK) free(x.acc[m].tok), free(x.acc[m].tmp);
+    kda_score_free(&x.sc[m]);
+  }
+  free(x.r.S), free(x.r.o), free(x.r.hc), free(x.r.mag);
+  free(x.S32), free(x.ht), free(x.hc);
+  return st;
+}
+
 int kda_stream_truth_pass(const kda_case *c, kda_npz *z, int owns_z, int64_t chunk,
                           kda_truth *t, char *err, size_t errlen) {
   t->n_rows = c->p.T;
@@ -488,6 +630,13 @@ int kda_stream_truth_pass(const kda_case *c, kda_npz *z, int owns_z, int64_t chu
   if (st == KDA_OK) st = each_chunk(t->stream, c, ref_pass_chunk, &x, err, errlen);
   if (st == KDA_OK) st = truth_finish(c, t, &x, err, errlen);
   ref_pass_free(&x);
+  /* as kda_envelope_compute: member 1 always, the others where the gate is met (a second
+   * pass, member 1 again, when only member 1's errors meet it: the same result) */
+  if (st == KDA_OK && !kda_envelope_needs_ensemble(&c->p, &t->env))
+    st = members_stream(c, t, 1, err, errlen);
+  if (st == KDA_OK && kda_envelope_needs_ensemble(&c->p, &t->env))
+    st = members_stream(c, t, KDA_ENVELOPE_MEMBERS, err, errlen);
+  if (st == KDA_OK) kda_envelope_finish(&t->env);
   return st; /* on failure the caller frees t (kda_truth_free) */
 }
 

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "kda_case_internal.h"
+#include "kda_score_internal.h"
 
 static int64_t seq_len(const kda_case *c, int64_t n) {
   return c->cu_seqlens[n + 1] - c->cu_seqlens[n];
@@ -224,7 +225,7 @@ int kda_serving_perturbed(const kda_case *c, const int64_t *at, int which, const
 /* ---- Serving prompts. */
 static int ref_state(const kda_case *part, double **ht, char *err, size_t errlen) {
   kda_truth t;
-  int st = kda_truth_compute(part, NULL, &t, err, errlen);
+  int st = kda_truth_compute_lazy(part, &t, err, errlen); /* its state only */
   if (st != KDA_OK) return st;
   int32_t prec = kda_case_member_prec(KDA_M_H0, part->input_precision);
   uint64_t n = (uint64_t)(part->p.N * part->p.HV * part->p.K * part->p.V);

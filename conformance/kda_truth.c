@@ -74,27 +74,60 @@ static int truth_alloc(const kda_case *c, kda_npz *z, kda_truth *t, char *err, s
   return KDA_OK;
 }
 
-/* The fp32 envelope of SPEC.md §7.3 (kda_envelope.c), and ref-f32's own growth on the case
- * (§7.5, for --strict), scored as any backend's. */
-static int truth_envelope(const kda_case *c, kda_truth *t, char *err, size_t errlen) {
-  kda_outputs obs;
-  int st = kda_outputs_alloc(&c->p, &obs, err, errlen);
-  if (st == KDA_OK) st = kda_envelope_compute(c, t, &obs, err, errlen);
-  if (st != KDA_OK) return kda_outputs_free(&obs), st;
-  kda_truth plain = *t;
+/* An evaluation's own growth on the case (SPEC.md §7.5, for --strict), scored as any
+ * backend's: the envelope keeps the largest class and exponent, and each last-window mean. */
+typedef struct growth_ctx {
+  const kda_case *c;
+  kda_truth *t;
+} growth_ctx;
+
+static int eval_growth(void *ctx, const kda_outputs *obs, int n_eval, char *err,
+                       size_t errlen) {
+  growth_ctx *g = ctx;
+  kda_truth plain = *g->t;
   memset(&plain.env, 0, sizeof plain.env);
   kda_score s;
-  st = kda_score_outputs(c, &plain, &obs, KDA_PRECISION_FP32, &s, err, errlen);
-  kda_envelope *env = &t->env;
-  if (st == KDA_OK)
-    env->growth_kind = s.growth_kind, env->alpha = s.alpha, env->win_last = s.win_last;
-  else kda_envelope_free(env);
+  int st = kda_score_outputs(g->c, &plain, obs, KDA_PRECISION_FP32, &s, err, errlen);
+  kda_envelope *env = &g->t->env;
+  if (st == KDA_OK) {
+    if (s.growth_kind > env->growth_kind) env->growth_kind = s.growth_kind;
+    if (!(env->alpha >= s.alpha)) env->alpha = s.alpha;
+    if (n_eval >= 0 && n_eval <= KDA_ENVELOPE_MEMBERS) env->win_lasts[n_eval] = s.win_last;
+  }
   kda_score_free(&s);
+  return st;
+}
+
+/* The fp32 envelope of SPEC.md §7.3 (kda_envelope.c) with each evaluation's growth. */
+static int truth_envelope(const kda_case *c, kda_truth *t, int ensemble, char *err,
+                          size_t errlen) {
+  kda_outputs obs;
+  int st = kda_outputs_alloc(&c->p, &obs, err, errlen);
+  growth_ctx g = {c, t};
+  if (st == KDA_OK) st = kda_envelope_compute(c, t, ensemble, &obs, eval_growth, &g, err, errlen);
   kda_outputs_free(&obs);
   return st;
 }
 
+static int truth_read(const kda_case *c, kda_npz *z, kda_truth *t, int ensemble, char *err,
+                      size_t errlen);
+
 int kda_truth_read(const kda_case *c, kda_npz *z, kda_truth *t, char *err, size_t errlen) {
+  return truth_read(c, z, t, 1, err, errlen);
+}
+
+int kda_truth_compute_lazy(const kda_case *c, kda_truth *t, char *err, size_t errlen) {
+  return truth_read(c, NULL, t, 0, err, errlen);
+}
+
+int kda_truth_widen(const kda_case *c, kda_truth *t, char *err, size_t errlen) {
+  if (t->env.members >= 0 || t->stream) return KDA_OK; /* already decided */
+  kda_envelope_free(&t->env);
+  return truth_envelope(c, t, 1, err, errlen);
+}
+
+static int truth_read(const kda_case *c, kda_npz *z, kda_truth *t, int ensemble, char *err,
+                      size_t errlen) {
   memset(t, 0, sizeof *t);
   const kda_problem *p = &c->p;
   int golden = 0;
@@ -114,7 +147,7 @@ int kda_truth_read(const kda_case *c, kda_npz *z, kda_truth *t, char *err, size_
   t->from_golden = golden;
   if (t->out.ht) kda_score_head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
   if (t->out.hc) kda_score_head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
-  st = truth_envelope(c, t, err, errlen);
+  st = truth_envelope(c, t, ensemble, err, errlen);
   if (st != KDA_OK) kda_truth_free(t);
   return st;
 }

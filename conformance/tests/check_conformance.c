@@ -84,18 +84,25 @@ static int32_t run_one(const kda_backend *b, const char *params, size_t i,
 }
 
 /* The allowance of SPEC.md §7.3: the step allowance without an envelope; with one, the cap or
- * C times the emulation's error over the window and its neighbours, never above L(n). */
+ * C times the running maximum of the honest evaluations' window errors (each window also
+ * seeing the next), with no step-allowance ceiling; NaN windows (not held) get L(n). */
 START_TEST(test_envelope_allowance) {
-  double win[5] = {0.0, 100.0, 0.0, 0.0, 2.0}, each[2] = {32.0, INFINITY};
-  kda_envelope env = {win, each, NULL, 5, 0, 0, 0.0, 0.0};
+  double win[6] = {0.0, 100.0, 0.0, 0.0, 2.0, NAN}, each[2] = {32.0, INFINITY};
+  kda_envelope env = {.o = win, .ht = each, .n_win = 6};
+  kda_envelope_finish(&env);
+  ck_assert(win[0] == 100.0 && win[1] == 100.0 && win[4] == 100.0 && isnan(win[5]));
   ck_assert(kda_envelope_allow_o(NULL, 10, 64.0, 1024) == kda_step_allowance(1024));
   ck_assert(kda_step_allowance(1024) == 4.0 && kda_step_allowance(100) == 1.0);
-  /* token 0 is in window 0, whose neighbour 1 has 100 units: 4 * 100 / 64 = 6.25 */
+  /* window 0 sees window 1's 100 units: 4 * 100 / 64 = 6.25, whatever n */
   ck_assert(kda_envelope_allow_o(&env, 0, 64.0, 10000) == 6.25);
-  ck_assert(kda_envelope_allow_o(&env, 191, 64.0, 10000) == 6.25); /* window 2 */
-  ck_assert(kda_envelope_allow_o(&env, 0, 64.0, 512) == 2.0);      /* capped by L(n) */
-  ck_assert(kda_envelope_allow_o(&env, 3 * 64, 64.0, 10000) == 1.0); /* 4 * 2 / 64 < 1 */
+  ck_assert(kda_envelope_allow_o(&env, 0, 64.0, 1) == 6.25); /* no n/256 ceiling */
+  ck_assert(kda_envelope_allow_o(&env, 4 * 64, 64.0, 10000) == 6.25); /* running maximum */
   ck_assert(kda_envelope_allow_o(&env, 5 * 64, 64.0, 10000) == kda_step_allowance(10000));
+  double small[3] = {2.0, 1.0, 3.0};
+  kda_envelope env2 = {.o = small, .n_win = 3};
+  kda_envelope_finish(&env2);
+  ck_assert(small[0] == 2.0 && small[1] == 3.0 && small[2] == 3.0);
+  ck_assert(kda_envelope_allow_o(&env2, 0, 64.0, 10000) == 1.0); /* 4 * 2 / 64 < 1 */
   ck_assert(kda_envelope_allow_state(each, 0, 64.0, 65536) == 2.0);
   ck_assert(kda_envelope_allow_state(each, 1, 64.0, 65536) == 256.0); /* inf: L(n) */
   ck_assert(kda_envelope_allow_state(NULL, 0, 64.0, 65536) == 256.0);

@@ -2,7 +2,10 @@
 # conform_l2.sh: make check-l2, the long-sequence tolerance on the production L2 set (K = V =
 # 128, up to 2^20 tokens, streamed: SPEC.md §7.10), slow and not part of make check.
 # SPDX-License-Identifier: MIT
-#  1. ref-f32 and simd pass every L2 case but the expansive characterisation one, --strict;
+#  1. ref-f32, simd and four orders of the honest zoo (conformance/tests/zoo: fla's chunked
+#     form at chunk 64, the textbook loop, ref-f32's order built with FMA, a random
+#     permutation of every reduction) pass every L2 case but the expansive characterisation
+#     one, --strict;
 #  2. every line of conformance/tests/l2_kills.txt holds: each long-sequence defect of
 #     plugin_long.c fails (--strict) where it acts and passes where it cannot act.
 # A case glob of the table that matches no file of golden/L2 is an error (KDA_L2_PARTIAL=1:
@@ -11,6 +14,7 @@
 set -u
 kda=${KDA_BIN:-build/kda}
 plugin=${PLUGIN_DIR:-build/conformance/tests}/kda_plugin_long.so
+zoo=${ZOO:-build/conformance/tests/zoo}
 dir=${KDA_L2_DIR:-golden/L2}
 table=conformance/tests/l2_kills.txt
 chunk=${KDA_L2_CHUNK:+--chunk $KDA_L2_CHUNK}
@@ -22,9 +26,12 @@ ls "$dir"/*.npz > /dev/null 2>&1 ||
 
 # 1. Conforming float32 passes (the expansive case is characterisation, SPEC.md §6.3).
 # shellcheck disable=SC2086
-"$kda" conform --strict $chunk -b ref-f32 -b simd -k '!flag:EXPANSIVE' --jsonl "$tmp/ok.jsonl" \
-  "$dir" > "$tmp/ok.txt" 2>&1 || fail "ref-f32 or simd fail L2: $(grep -v '^PASS' "$tmp/ok.txt" | head -3)"
-echo "conform_l2: ref-f32 and simd pass L2 ($(tail -1 "$tmp/ok.txt"))"
+"$kda" conform --strict $chunk -b ref-f32 -b simd -p "$zoo/kda_plugin_zoo.so:order=chunk64" \
+  -p "$zoo/kda_plugin_zoo.so:order=textbook" -p "$zoo/kda_plugin_zoo.so:order=perm,seed=1" \
+  -p "$zoo/kda_plugin_zoo_fma.so:order=spec" -k '!flag:EXPANSIVE' --jsonl "$tmp/ok.jsonl" \
+  "$dir" > "$tmp/ok.txt" 2>&1 ||
+  fail "ref-f32, simd or a zoo member fail L2: $(grep -v '^PASS' "$tmp/ok.txt" | head -3)"
+echo "conform_l2: ref-f32, simd and the zoo members pass L2 ($(tail -1 "$tmp/ok.txt"))"
 
 # 2. The kill table: each CASE is an id glob, matched against the files of $dir.
 grep -v '^#' "$table" | grep -v '^ *$' | while read -r defect want globs; do

@@ -6,8 +6,8 @@
 #     it acts (listed below; prod-lowrank-mixed and drift-decay-small are the cases the former
 #     n/256 allowance let cumsum_f32 pass), and passes the cases where it cannot act;
 #  2. defect=none, ref-f32 and simd pass all of L1 with the worst error at most cap / 1.25;
-#  3. growth beyond ref-f32's within the caps is a QualityWarning, and a Fail with --strict;
-#     ref-f32's own growth on the same case is neither.
+#  3. growth beyond the honest evaluations' within the caps is a QualityWarning, and a Fail
+#     with --strict; ref-f32's and simd's own growth on the same case is neither.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_long.sh
 set -u
 kda=${KDA_BIN:-build/kda}
@@ -40,7 +40,7 @@ must() { # must VERDICT DEFECT CASE...
 
 # 1. Where each defect acts it fails; where it cannot act (no gates, gates exact in fp16) it
 #    passes, so each kill is the defect's.
-must FAIL cumsum_f32 prod-lowrank-mixed drift-decay-small t5000-long gate-values-log softplus-tails
+must FAIL cumsum_f32 prod-lowrank-mixed drift-decay-small t5000-long gate-values-log
 must PASS cumsum_f32 drift-lowrank drift-linear
 must FAIL state_bf16 prod-lowrank-mixed drift-lowrank drift-linear drift-decay-small t5000-long t128-k128
 must FAIL state_tf32 prod-lowrank-mixed drift-lowrank drift-linear drift-decay-small t5000-long t128-k128
@@ -50,7 +50,7 @@ must PASS exp_fp16 drift-decay-small drift-lowrank
 must FAIL beta_bf16 prod-lowrank-mixed drift-lowrank drift-decay-small t5000-long disc-beta-bf16
 must FAIL chunk_first_gate prod-lowrank-mixed t5000-long gate-values-mixed t128-k128
 must PASS chunk_first_gate drift-lowrank drift-linear
-must FAIL chunk_ulp_bias drift-lowrank
+must FAIL chunk_ulp_bias drift-linear
 
 # 2. Conforming float32 passes every L1 case, with a margin.
 "$kda" conform --no-prefix -b ref-f32 -b simd -p "$plugin:defect=none" --jsonl "$tmp/ok.jsonl" \
@@ -65,10 +65,11 @@ grep -o '"worst": *[0-9.eE+-]*, *"allowed"' "$tmp/ok.jsonl" |
   fail "a conforming backend is within 1.25x of the cap on L1 ($(cat "$tmp/m.txt"))"
 echo "conform_long: ref-f32, simd and defect=none pass L1 within cap / 1.25"
 
-# 3. Growth beyond the class emulation's (SPEC.md §7.5, §7.6): chunk_ulp_bias on a 400-token
-#    low-rank case stays within the caps but grows systematically where ref-f32 does not.
-"$kda" gen seed=6 T=400 H=1 K=4 V=2 regime=lowrank family=deltanet beta=logit l2=fla prec=f32 \
-  id=lowrank-400 -o "$tmp/lr.npz" || fail "kda gen"
+# 3. Growth beyond the honest evaluations' (SPEC.md §7.5, §7.6): chunk_ulp_bias on a
+#    16384-token low-rank case stays within the caps but its last window is more than 4x the
+#    median of the honest evaluations' (173 units); at 400 tokens it is within their spread.
+"$kda" gen seed=6 T=16384 H=1 K=4 V=2 regime=lowrank family=deltanet beta=logit l2=fla prec=f32 \
+  id=lowrank-16k -o "$tmp/lr.npz" || fail "kda gen"
 "$kda" conform --no-prefix -p "$plugin:defect=chunk_ulp_bias" "$tmp/lr.npz" > "$tmp/g.txt" 2>&1 ||
   fail "growth alone must not fail a run without --strict: $(head -1 "$tmp/g.txt")"
 grep -q "^WARN .*beyond the class emulation" "$tmp/g.txt" || fail "no growth warning: $(head -1 "$tmp/g.txt")"
@@ -77,4 +78,4 @@ grep -q "^WARN .*beyond the class emulation" "$tmp/g.txt" || fail "no growth war
 grep -q "^FAIL .*beyond the class emulation" "$tmp/g.txt" || fail "--strict: not a Fail: $(head -1 "$tmp/g.txt")"
 "$kda" conform --strict --no-prefix -b ref-f32 -b simd "$tmp/lr.npz" > "$tmp/g.txt" 2>&1 ||
   fail "--strict: ref-f32 or simd fail on their own drift: $(head -2 "$tmp/g.txt")"
-echo "conform_long: growth beyond ref-f32's: QualityWarning, Fail with --strict; ref-f32 and simd pass"
+echo "conform_long: growth beyond the honest evaluations': QualityWarning, Fail with --strict; ref-f32 and simd pass"
