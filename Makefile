@@ -213,6 +213,7 @@ check-headers: | $(DEPS_STAMP)
 # (scripts/build/check_layers.py; its known offences: scripts/build/layers-known.txt).
 check-layers: $(LIB_OBJ) $(ORACLE_OBJ) $(GOLDEN_OBJ) $(TOOL_OBJ)
 	@$(PYTHON) scripts/build/check_layers.py $(BUILD)
+	@sh scripts/build/test_check_layers.sh $(BUILD)
 
 $(KDA): $(TOOL_OBJ) $(ALL_A)
 	$(CC) -o $@ $(TOOL_OBJ) $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
