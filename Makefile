@@ -15,6 +15,7 @@
 #                        and as C++17, with C linkage
 #   make check-layers    the rooms of docs/layout.md: no upward reference, no cycle between
 #                        files, no private header of another module (nm and #include lines)
+#   make check-sizes     the library's functions stay short (median, p90, max lines; ctags)
 #   make install PREFIX=/usr/local DESTDIR=   (golden sets under $(PREFIX)/share/kda/golden)
 #
 # Every object and program records the headers it read (-MMD -MP, BUILD/.../*.d): a header
@@ -136,7 +137,7 @@ ALL_A     := $(GOLDEN_A) $(ORACLE_A) $(LIBA)
 KDA       := $(BUILD)/kda
 
 .PHONY: FORCE all check check-certifier check-install check-conform check-unit check-numpy \
-        check-asan check-golden check-symbols check-layers example install clean deps fuzz \
+        check-asan check-golden check-symbols check-layers check-sizes example install clean deps fuzz \
         conform golden
 .DEFAULT_GOAL := all
 
@@ -144,7 +145,7 @@ all: $(LIBA) $(LIBSO) $(ORACLE_A) $(ORACLE_SO) $(KDA)
 
 # make check: the one list of its suites (each defined below; the slow ones have their own
 # targets).  It must stay under 15 minutes on CI's 2 cores (DEVELOPERS.md).
-check: check-headers check-layers check-symbols check-unit check-numpy check-golden \
+check: check-headers check-layers check-sizes check-symbols check-unit check-numpy check-golden \
        check-conform check-zoo-correct check-install check-browser check-python check-asan
 	@echo "make check: all suites passed"
 
@@ -214,6 +215,11 @@ check-headers: | $(DEPS_STAMP)
 check-layers: $(LIB_OBJ) $(ORACLE_OBJ) $(GOLDEN_OBJ) $(TOOL_OBJ)
 	@$(PYTHON) scripts/build/check_layers.py $(BUILD)
 	@sh scripts/build/test_check_layers.sh $(BUILD)
+
+# make check-sizes: the library's functions stay short (median, p90, max lines; docs/layout.md).
+.PHONY: check-sizes
+check-sizes:
+	@$(PYTHON) scripts/build/function_sizes.py
 
 $(KDA): $(TOOL_OBJ) $(ALL_A)
 	$(CC) -o $@ $(TOOL_OBJ) $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) -lm
