@@ -120,6 +120,7 @@ TEST_BIN  := $(TEST_SRC:%.c=$(BUILD)/%)
 # The installed headers: the whole public surface of libkda.so and of libkda-oracle.so (make
 # check-symbols).
 LIB_PUB_HEADERS := ref/kda_problem.h ref/kda_precision.h ref/kda_version.h ref/kda_ref.h \
+               ref/kda_backward.h \
                vectors/format/kda_npz.h vectors/case/kda_prng.h vectors/case/kda_case.h \
                conformance/kda_backend.h conformance/kda_conform.h
 ORACLE_PUB_HEADERS := ref/oracle/kda_mpfr.h
