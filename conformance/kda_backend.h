@@ -28,7 +28,9 @@
  * checkpoints, state_indices) are always int64.  Version 2 adds optional device-resident
  * copies (buffers_create and the slots after it), created from and read back into such host
  * buffers, and state pools (a pool call reads and writes states in place in slots named by
- * state_indices; only for a backend whose caps has KDA_CAP_STATE_POOL).
+ * state_indices; only for a backend whose caps has KDA_CAP_STATE_POOL), and the optional
+ * backward pass (supports_backward and backward: the gradients of SPEC.md §13 into the
+ * buffers of a kda_backend_grads record).
  *
  * The problem.  kda_problem grows by appending too.  Its struct_size (appended in 0.2.0,
  * with ABI 2) is the sizeof(kda_problem) of the runner that filled it, so it covers every
@@ -168,6 +170,7 @@ typedef struct kda_backend_tensors {
   ((t)->struct_size >= offsetof(kda_backend_tensors, pool) + sizeof(void *))
 
 typedef struct kda_backend kda_backend;
+struct kda_backend_grads;
 
 /* What a handle runs on (version 2, describe).  The runner zeroes it and sets struct_size;
  * a backend fills what it knows and leaves the rest zero. */
@@ -294,8 +297,62 @@ struct kda_backend {
    * among fp64 fp32 bf16 fp16, reserved0 zero), must be the same in every worker, and
    * open(params) must then serve those types. */
   int32_t (*variant)(const char *params, kda_backend_variant *out, char *err, uint32_t errlen);
+  /* The backward pass (appended to version 2 after variant; read only when
+   * KDA_BACKEND_HAS(b, backward); absent or NULL: the backend computes no gradients, and its
+   * gradient reports are NotSupported).  Both slots are set or both NULL (validated).
+   * supports_backward is answered before backward, as supports before forward: for problem p
+   * it returns KDA_OK and sets *grads to the KDA_GRAD_* bits of the gradients backward writes
+   * (the runner scores those of them that p has, and reports the others as not provided), or
+   * KDA_EUNSUPPORTED with a one-line reason.  backward then computes the gradients of SPEC.md
+   * §13 on the inputs of t (laid out and typed as for forward; o, ht, hc and the pool fields
+   * are NULL: a backward recomputes what it needs of the forward) with the seeds and into the
+   * gradient buffers of d (kda_backend_grads).  It writes exactly the buffers d names
+   * (d->want), and only within their extent, and returns KDA_OK, KDA_EUNSUPPORTED,
+   * KDA_EINVAL, KDA_ENOMEM or another status with last_error set, as forward does.  The
+   * contract above (no prints, the floating-point environment, inputs read-only, one thread
+   * per handle) holds for both. */
+  int32_t (*supports_backward)(void *handle, const kda_problem *p, uint32_t *grads, char *reason,
+                               uint32_t reasonlen);
+  int32_t (*backward)(void *handle, const kda_problem *p, const kda_backend_tensors *t,
+                      const struct kda_backend_grads *d);
   /* Version 2 ends here.  Later versions append here. */
 };
+
+/* Gradient bits (supports_backward, kda_backend_grads.want): one per input whose gradient a
+ * backward can write (SPEC.md §13). */
+#define KDA_GRAD_Q 0x01u
+#define KDA_GRAD_K 0x02u
+#define KDA_GRAD_V 0x04u
+#define KDA_GRAD_G 0x08u
+#define KDA_GRAD_BETA 0x10u
+#define KDA_GRAD_A_LOG 0x20u
+#define KDA_GRAD_DT_BIAS 0x40u
+#define KDA_GRAD_H0 0x80u
+#define KDA_GRAD_ALL 0xFFu
+#define KDA_GRAD_COUNT 8
+
+/* The seeds and gradient buffers of one backward call (SPEC.md §13): the scalar
+ *   L = sum do * o + sum dht * ht + sum dhc * hc
+ * is differentiated with respect to every input the problem reads.  Element types follow the
+ * tensors they belong to: dout is of t->out_dtype (as o), dht and dhc of
+ * KDA_STATE_DTYPE(t->out_dtype) (as ht and hc); dq dk dv dg dbeta of t->in_dtype (as q k v g
+ * beta), dA_log ddt_bias dh0 of KDA_STATE_DTYPE(t->in_dtype) (as A_log dt_bias h0).  Layouts are
+ * those of the inputs (SPEC.md §2.3): dq, dk [T, H, K] (a q/k head that serves several value
+ * heads gets their terms summed, §4.4), dv [T, HV, V], dg [T, HV, GW], dbeta [T, HV], dA_log
+ * [HV], ddt_bias [HV, GW], dh0 [N, HV, K, V] in the problem's state_layout, as h0; dht as ht,
+ * dhc as hc.  A gradient buffer is non-NULL exactly when its bit is in want; the runner sets
+ * in want only bits that supports_backward offered and the problem has (dg only for a family
+ * that decays, dA_log and ddt_bias only when the gate reads them, dh0 only with an initial
+ * state).  dht is NULL when want_final_state is 0, dhc when n_checkpoints is 0.  The runner
+ * fills every gradient element with NaN before the call, and owns every buffer. */
+typedef struct kda_backend_grads {
+  uint32_t struct_size; /* sizeof(kda_backend_grads) of the runner; appended to only */
+  uint32_t want;        /* KDA_GRAD_* bits of the buffers below that are present */
+  const void *dout;     /* [T, HV, V]: the seed of o (`do` in case files) */
+  const void *dht;      /* [N, HV, K, V]: the seed of ht */
+  const void *dhc;      /* [C, HV, K, V]: the seed of hc */
+  void *dq, *dk, *dv, *dg, *dbeta, *dA_log, *ddt_bias, *dh0;
+} kda_backend_grads;
 
 /* Capability bits of kda_backend.caps. */
 #define KDA_CAP_STATE_POOL 1u /* forward takes pool calls (kda_backend_tensors.state_indices) */

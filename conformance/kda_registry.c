@@ -157,6 +157,11 @@ static int validate_v2(const kda_backend *b, char *err, size_t errlen) {
     return snprintf(err, errlen, "backend '%s' has buffer functions but no synchronize",
                     b->name),
            KDA_EINVAL;
+  /* the backward pair (appended after variant): both or neither, read only when present */
+  if (KDA_BACKEND_HAS(b, backward) && !b->supports_backward != !b->backward)
+    return snprintf(err, errlen, "backend '%s' has one of supports_backward and backward (both "
+                    "or neither)", b->name),
+           KDA_EINVAL;
   return KDA_OK;
 }
 

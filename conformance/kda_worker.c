@@ -32,7 +32,8 @@
 
 static const char *const stage_names[ST_LAST] = {
     "the worker", "load", "open", "supports", "forward", "close", "variant",
-    "buffers_create", "forward_buffers", "synchronize", "buffers_read", "buffers_destroy"};
+    "buffers_create", "forward_buffers", "synchronize", "buffers_read", "buffers_destroy",
+    "supports_backward", "backward"};
 
 int kda_worker_limits_memory(void) { return !KDA_WORKER_ASAN; }
 
@@ -269,6 +270,7 @@ static int spawn(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {
     snprintf(w->desc, sizeof w->desc, "%s", a.desc);
     w->cls = a.cls, w->in_dtype = a.in_dtype, w->out_dtype = a.out_dtype;
     w->abi_version = a.abi_version, w->caps = a.caps, w->resident = a.resident == 1;
+    w->backward = a.grads == 1;
   }
   r->outcome = KDA_CALL_OK;
   return KDA_OK;
@@ -305,6 +307,7 @@ static int start_local(kda_worker *w, char *err, size_t errlen) {
   w->abi_version = b->abi_version;
   w->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
   w->resident = kda_wchild_has_resident(b);
+  w->backward = kda_backend_has_backward(b);
   return KDA_OK;
 }
 
@@ -355,6 +358,7 @@ int32_t kda_worker_output_dtype(const kda_worker *w) { return w->out_dtype; }
 uint32_t kda_worker_abi_version(const kda_worker *w) { return w->abi_version; }
 uint32_t kda_worker_caps(const kda_worker *w) { return w->load_failed ? 0 : w->caps; }
 int kda_worker_has_resident(const kda_worker *w) { return !w->load_failed && w->resident; }
+int kda_worker_has_backward(const kda_worker *w) { return !w->load_failed && w->backward; }
 int64_t kda_worker_pid(const kda_worker *w) { return w->pid; }
 int64_t kda_worker_starts(const kda_worker *w) { return w->starts; }
 
@@ -368,7 +372,8 @@ static int transact(kda_worker *w, wreq *q, wrep *a, int32_t stage, kda_call_res
   q->magic = MAGIC;
   int rc = send_all(w->ctl, q, sizeof *q, w->opts.timeout_s) == 0 ? recv_reply(w, a) : -1;
   if (rc == 0 && a->type == RP_DONE) return 0;
-  worker_lost(w, rc ? rc : -1, stage, q->type == RQ_CALL ? q : NULL, r);
+  worker_lost(w, rc ? rc : -1, stage, q->type == RQ_CALL || q->type == RQ_BACKWARD ? q : NULL,
+              r);
   return 1;
 }
 
@@ -396,19 +401,52 @@ static int ready(kda_worker *w, kda_call_result *r, char *err, size_t errlen, in
   return 1;
 }
 
-static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
-                     const kda_tensors_f64 *in, const pool_io *pl, kda_outputs *out,
-                     kda_call_result *r, char *err, size_t errlen) {
-  memset(r, 0, sizeof *r);
+/* The outcome of a call that returned: the environment, the canaries, the inputs bit for bit
+ * (the runner's checks, SPEC.md §7.8), else the backend's own. */
+static void call_checked(kda_worker *w, const wreq *q, const wrep *a, const kda_tensors_f64 *in,
+                         const pool_io *pl, const grad_io *gr, const char *entry,
+                         kda_call_result *r) {
+  const char *over = kda_region_overrun(w, q);
+  const char *changed = kda_region_changed_input(w, in, pl, gr, q);
+  r->status = a->status;
+  r->seconds = a->seconds;
+  if (a->outcome == KDA_CALL_FPENV) {
+    r->outcome = a->outcome;
+    snprintf(r->msg, sizeof r->msg, "%s", a->msg);
+  } else if (over) {
+    r->outcome = KDA_CALL_CRASH;
+    snprintf(r->msg, sizeof r->msg, "%s wrote past the end of output '%s'", entry, over);
+  } else if (changed) {
+    r->outcome = KDA_CALL_INPUT;
+    snprintf(r->msg, sizeof r->msg, "%s modified input '%s'", entry, changed);
+  } else {
+    r->outcome = a->outcome;
+    snprintf(r->msg, sizeof r->msg, "%s", a->msg);
+  }
+}
+
+/* A call on inputs in can go ahead: they are exact in the backend's input type (16-bit types
+ * are never rounded into, SPEC.md §10.3) and the worker runs with an open handle; else r
+ * says why not (or *st a runner failure) and 0 is returned. */
+static int callable(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                    kda_call_result *r, char *err, size_t errlen, int *st) {
   char why[256];
+  *st = KDA_OK;
   if (!w->load_failed && !kda_worker_inputs_exact(w, p, in, why, sizeof why)) {
     r->outcome = KDA_CALL_UNSUPPORTED, r->status = KDA_EUNSUPPORTED;
     snprintf(r->msg, sizeof r->msg, "the backend takes %s buffers and the runner does not round "
              "into them: %s", kda_precision_name(w->in_dtype), why);
-    return KDA_OK;
+    return 0;
   }
+  return ready(w, r, err, errlen, st);
+}
+
+static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
+                     const kda_tensors_f64 *in, const pool_io *pl, kda_outputs *out,
+                     kda_call_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
   int st;
-  if (!ready(w, r, err, errlen, &st)) return st;
+  if (!callable(w, p, in, r, err, errlen, &st)) return st;
   wreq q;
   wrep a;
   request_init(&q, &a, RQ_CALL);
@@ -420,29 +458,14 @@ static int call_impl(kda_worker *w, int32_t via, const kda_problem *p,
   if (region_reserve(w, size) != KDA_OK)
     return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;
   q.map_size = w->map_size;
-  kda_region_put_inputs(w, in, pl, &q);
+  kda_region_put_inputs(w, in, pl, NULL, &q);
   if (!w->opts.isolate) {
     sync_local(w);
     kda_wchild_call(&w->local, &q, &a);
   } else if (transact(w, &q, &a, ST_FORWARD, r)) {
     return KDA_OK;
   }
-  const char *over = kda_region_overrun(w, &q), *changed = kda_region_changed_input(w, in, pl, &q);
-  r->status = a.status;
-  r->seconds = a.seconds;
-  if (a.outcome == KDA_CALL_FPENV) {
-    r->outcome = a.outcome;
-    snprintf(r->msg, sizeof r->msg, "%s", a.msg);
-  } else if (over) {
-    r->outcome = KDA_CALL_CRASH;
-    snprintf(r->msg, sizeof r->msg, "forward wrote past the end of output '%s'", over);
-  } else if (changed) {
-    r->outcome = KDA_CALL_INPUT;
-    snprintf(r->msg, sizeof r->msg, "forward modified input '%s'", changed);
-  } else {
-    r->outcome = a.outcome;
-    snprintf(r->msg, sizeof r->msg, "%s", a.msg);
-  }
+  call_checked(w, &q, &a, in, pl, NULL, "forward", r);
   if (r->outcome == KDA_CALL_OK) kda_region_widen(w, &q, out);
   if (pl) kda_region_widen_pool(w, &q, pl); /* also after an error: a rejected call must leave it as is */
   return KDA_OK;
@@ -468,6 +491,44 @@ int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_
     return snprintf(err, errlen, "pool call: bad arguments"), KDA_EINVAL;
   pool_io pl = {state_indices, slots, pool};
   return call_impl(w, KDA_VIA_FORWARD, p, in, &pl, out, r, err, errlen);
+}
+
+int kda_worker_backward(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                        const kda_worker_seeds *sd, uint32_t want, double *const *grads,
+                        uint32_t *wrote, kda_call_result *r, char *err, size_t errlen) {
+  memset(r, 0, sizeof *r);
+  *wrote = 0;
+  if (!w->load_failed && !w->backward) {
+    r->outcome = KDA_CALL_UNSUPPORTED, r->status = KDA_EUNSUPPORTED;
+    snprintf(r->msg, sizeof r->msg, "the backend has no backward pass");
+    return KDA_OK;
+  }
+  int st;
+  if (!callable(w, p, in, r, err, errlen, &st)) return st;
+  grad_io gr = {sd->dout, p->want_final_state ? sd->dht : NULL,
+                p->n_checkpoints > 0 ? sd->dhc : NULL, want & KDA_GRAD_ALL};
+  wreq q;
+  wrep a;
+  request_init(&q, &a, RQ_BACKWARD);
+  q.p = *p;
+  q.mem_limit = w->opts.memory_limit;
+  size_t size = kda_region_layout_backward(w, p, in, &gr, &q);
+  if (!size) return snprintf(err, errlen, "problem sizes out of range"), KDA_EINVAL;
+  if (region_reserve(w, size) != KDA_OK)
+    return snprintf(err, errlen, "cannot grow the shared region to %zu bytes", size), KDA_ENOMEM;
+  q.map_size = w->map_size;
+  kda_region_put_inputs(w, in, NULL, &gr, &q);
+  if (!w->opts.isolate) {
+    sync_local(w);
+    kda_wchild_backward(&w->local, &q, &a);
+  } else if (transact(w, &q, &a, ST_BACKWARD, r)) {
+    return KDA_OK;
+  }
+  call_checked(w, &q, &a, in, NULL, &gr, "backward", r);
+  if (r->outcome != KDA_CALL_OK) return KDA_OK;
+  *wrote = a.grads & gr.want; /* the worker's word, bounded by what was laid out */
+  kda_region_widen_grads(w, &q, *wrote, grads);
+  return KDA_OK;
 }
 
 int kda_worker_end_case(kda_worker *w, kda_call_result *r, char *err, size_t errlen) {

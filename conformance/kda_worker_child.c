@@ -104,7 +104,7 @@ static void set_stage(wchild *c, int32_t st) {
  * they never touch).  Applied from supports on, so that a device runtime's reservations in
  * open are not counted against the case. */
 static void apply_limit(const wreq *q) {
-  if (KDA_WORKER_ASAN || q->mem_limit < 0 || !(q->type == RQ_CALL || q->mem_limit > 0)) return;
+  if (KDA_WORKER_ASAN || q->mem_limit < 0 || !(q->type == RQ_CALL || q->type == RQ_BACKWARD || q->mem_limit > 0)) return;
   struct rlimit rl;
   if (getrlimit(RLIMIT_AS, &rl) != 0) return;
   uint64_t want = (uint64_t)q->mem_limit;
@@ -239,6 +239,58 @@ void kda_wchild_call(wchild *c, const wreq *q, wrep *a) {
   rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
 }
 
+/* The gradients a problem has (kda_backend_grads): dg for a decaying family, dA_log and
+ * ddt_bias when the gate reads them, dh0 with an initial state. */
+static uint32_t problem_grads(const kda_problem *p) {
+  uint32_t m = KDA_GRAD_Q | KDA_GRAD_K | KDA_GRAD_V | KDA_GRAD_BETA;
+  if (kda_problem_gate_width(p) > 0) m |= KDA_GRAD_G;
+  if (kda_problem_uses_A_log(p)) m |= KDA_GRAD_A_LOG;
+  if (kda_problem_uses_dt_bias(p)) m |= KDA_GRAD_DT_BIAS;
+  if (p->has_initial_state) m |= KDA_GRAD_H0;
+  return m;
+}
+
+void kda_wchild_backward(wchild *c, const wreq *q, wrep *a) {
+  if (c->isolated && child_map(c, q) != 0)
+    return rep_set(a, KDA_CALL_ERROR, KDA_ENOMEM, "worker: cannot map the buffers%s%s", 0, 0);
+  if (!kda_backend_has_backward(c->b))
+    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED, "no backward pass%s%s", 0, 0);
+  void *x[N_BUF];
+  for (int b = 0; b < N_BUF; b++) x[b] = q->off[b] >= 0 ? c->map + q->off[b] : NULL;
+  kda_backend_tensors t = {sizeof t, c->in_dtype, c->out_dtype, 0,
+                           x[0], x[1], x[2], x[3], x[4], x[5], x[6], x[7],
+                           x[B_CU], x[B_CK], NULL, NULL, NULL, NULL, 0, NULL};
+  char msg[KDA_ERRLEN] = "";
+  uint32_t offered = 0;
+  fpctl before;
+  enter_backend(c, q, &before, ST_SUPPORTS_BACKWARD);
+  int32_t st = c->b->supports_backward(c->handle, &q->p, &offered, msg, sizeof msg);
+  msg[sizeof msg - 1] = 0;
+  if (fp_check(&before, "supports_backward", a)) return;
+  if (st != KDA_OK)
+    return rep_set(a, KDA_CALL_UNSUPPORTED, st, "%s%s", msg[0] ? msg : "not supported", NULL);
+  /* only buffers the runner laid out, of gradients the problem has and the backend offers */
+  uint32_t want = 0;
+  for (int b = 0; b < KDA_GRAD_COUNT; b++)
+    if (x[B_GRAD + b] && (offered & problem_grads(&q->p) & (1u << b))) want |= 1u << b;
+  if (!want)
+    return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED,
+                   "supports_backward offers none of the problem's gradients%s%s", 0, 0);
+  void *g[KDA_GRAD_COUNT];
+  for (int b = 0; b < KDA_GRAD_COUNT; b++) g[b] = (want & (1u << b)) ? x[B_GRAD + b] : NULL;
+  kda_backend_grads d = {sizeof d, want, x[B_SEED], x[B_SEED + 1], x[B_SEED + 2],
+                         g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7]};
+  set_stage(c, ST_BACKWARD);
+  double t0 = now_s();
+  st = c->b->backward(c->handle, &q->p, &t, &d);
+  a->seconds = now_s() - t0;
+  set_stage(c, ST_NONE);
+  if (fp_check(&before, "backward", a)) return;
+  if (st != KDA_OK) return slot_failed(c, a, "backward", st);
+  a->grads = want;
+  rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
+}
+
 /* describe (ABI version 2, optional): KDA_CALL_UNSUPPORTED when the table has none. */
 void kda_wchild_describe(wchild *c, wrep *a) {
   memset(&a->info, 0, sizeof a->info);
@@ -355,6 +407,7 @@ static void child_load(wchild *c, const kda_backend_ref *ref, wrep *a) {
   a->abi_version = b->abi_version, a->struct_size = b->struct_size;
   a->caps = KDA_BACKEND_HAS(b, caps) ? b->caps : 0;
   a->resident = kda_wchild_has_resident(b);
+  a->grads = (uint32_t)kda_backend_has_backward(b);
   kda_wchild_variant(c, ref, a);
 }
 
@@ -395,9 +448,13 @@ void kda_wchild_main(const kda_backend_ref *ref, pid_t parent, int ctl, int memf
     q.params[sizeof q.params - 1] = 0;
     memset(&a, 0, sizeof a);
     a.type = RP_DONE;
-    a.stage = q.type == RQ_OPEN ? ST_OPEN : q.type == RQ_CLOSE ? ST_CLOSE : ST_FORWARD;
+    a.stage = q.type == RQ_OPEN      ? ST_OPEN
+              : q.type == RQ_CLOSE   ? ST_CLOSE
+              : q.type == RQ_BACKWARD ? ST_BACKWARD
+                                     : ST_FORWARD;
     if (q.type == RQ_OPEN) kda_wchild_open(&c, &q, &a);
     else if (q.type == RQ_CALL) kda_wchild_call(&c, &q, &a);
+    else if (q.type == RQ_BACKWARD) kda_wchild_backward(&c, &q, &a);
     else if (q.type == RQ_CLOSE) kda_wchild_close(&c, &a);
     else if (q.type == RQ_DESCRIBE) kda_wchild_describe(&c, &a);
     child_reply(&c, &a);

@@ -39,20 +39,26 @@
 
 /* ---- Protocol: fixed-size messages on a stream socket. */
 #define MAGIC 0x4B444157u /* "KDAW" */
-enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE };
+enum { RQ_OPEN = 1, RQ_CALL, RQ_CLOSE, RQ_DESCRIBE, RP_INFO, RP_DONE, RQ_BACKWARD };
 enum { ST_NONE, ST_LOAD, ST_OPEN, ST_SUPPORTS, ST_FORWARD, ST_CLOSE, ST_VARIANT,
-       ST_BUF_CREATE, ST_BUF_FORWARD, ST_BUF_SYNC, ST_BUF_READ, ST_BUF_DESTROY, ST_LAST };
+       ST_BUF_CREATE, ST_BUF_FORWARD, ST_BUF_SYNC, ST_BUF_READ, ST_BUF_DESTROY,
+       ST_SUPPORTS_BACKWARD, ST_BACKWARD, ST_LAST };
 
 /* Offsets in the shared region of q k v g beta A_log dt_bias h0, cu_seqlens, checkpoints,
- * state_indices (inputs), o ht hc (outputs) and the pool (both); -1 when absent. */
+ * state_indices, the seeds do dht dhc of a backward call (inputs), o ht hc (outputs), the pool
+ * (both) and the gradients dq dk dv dg dbeta dA_log ddt_bias dh0 of a backward call (outputs);
+ * -1 when absent.  Every buffer from B_O on is an output ending before a guard page. */
 #define N_FIN 8
 #define B_CU 8
 #define B_CK 9
 #define B_IDX 10
-#define B_O 11
-#define B_POOL 14
-#define N_BUF 15
-#define N_GUARD 4 /* o ht hc pool: each ends before a guard page */
+#define B_SEED 11 /* do dht dhc */
+#define N_SEED 3
+#define B_O 14
+#define B_POOL 17
+#define B_GRAD 18 /* dq dk dv dg dbeta dA_log ddt_bias dh0, in KDA_GRAD_* bit order */
+#define N_BUF 26
+#define N_GUARD (N_BUF - B_O) /* o ht hc pool and the gradients */
 extern const char *const kda_worker_buf_names[N_BUF]; /* kda_worker_region.c */
 
 typedef struct wreq {
@@ -78,7 +84,8 @@ typedef struct wrep {
   uint32_t caps;    /* RP_INFO: the table's caps (0 when it has none) */
   int32_t rejected; /* RP_INFO: 1 when the variant slot rejected the parameters (EINVAL) */
   int32_t resident; /* RP_INFO: 1 when the table has the resident-buffer slots */
-  int32_t reserved0;
+  uint32_t grads;   /* RQ_BACKWARD: the KDA_GRAD_* bits the backend wrote (offered and
+                       asked for); RP_INFO: 1 when the table has the backward slots */
   double seconds;
   char name[64], desc[256];
   char msg[KDA_ERRLEN];
@@ -115,6 +122,7 @@ struct kda_worker {
   int32_t cls, in_dtype, out_dtype; /* of the parameters: the variant's, else the table's */
   uint32_t abi_version, caps;
   int resident; /* the table has the resident-buffer slots */
+  int backward; /* the table has the backward slots (supports_backward, backward) */
   int load_failed;
   int params_rejected; /* the variant slot rejected the parameters (KDA_EINVAL) */
   kda_call_result load_res;
@@ -139,6 +147,18 @@ typedef struct pool_io {
   int64_t S;
   double *pool;
 } pool_io;
+
+/* A backward call's seeds as float64 (do [T, HV, V], dht as ht, dhc as hc; NULL when the
+ * problem has none) and the gradients asked for (KDA_GRAD_* bits); NULL for a forward call. */
+typedef struct grad_io {
+  const double *dout, *dht, *dhc;
+  uint32_t want;
+} grad_io;
+
+/* 1 when the table has both backward slots (validated: both or neither). */
+static inline int kda_backend_has_backward(const kda_backend *b) {
+  return KDA_BACKEND_HAS(b, backward) && b->supports_backward && b->backward;
+}
 
 static inline size_t up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
@@ -171,6 +191,8 @@ static inline int send_all(int fd, const void *buf, size_t n, double limit_s) {
  * them itself on its own mapping of the region. */
 void kda_wchild_open(wchild *c, const wreq *q, wrep *a);
 void kda_wchild_call(wchild *c, const wreq *q, wrep *a);
+/* supports_backward, then backward on the region's buffers (RQ_BACKWARD). */
+void kda_wchild_backward(wchild *c, const wreq *q, wrep *a);
 void kda_wchild_describe(wchild *c, wrep *a);
 void kda_wchild_close(wchild *c, wrep *a);
 /* The class and types of the worker's parameters (the variant slot), before any open. */
@@ -186,11 +208,17 @@ void kda_wchild_main(const kda_backend_ref *ref, pid_t parent, int ctl, int memf
  * whose sizes do not fit. */
 size_t kda_region_layout(const kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                          const pool_io *pl, wreq *q);
+/* The same for a backward call: the inputs and seeds, then each gradient of gr->want (no o,
+ * ht, hc) before its guard. */
+size_t kda_region_layout_backward(const kda_worker *w, const kda_problem *p,
+                                  const kda_tensors_f64 *in, const grad_io *gr, wreq *q);
 void kda_region_put_inputs(kda_worker *w, const kda_tensors_f64 *in, const pool_io *pl,
-                           const wreq *q);
+                           const grad_io *gr, const wreq *q);
 /* Name of the first input changed, bit for bit, or NULL. */
 const char *kda_region_changed_input(const kda_worker *w, const kda_tensors_f64 *in,
-                                     const pool_io *pl, const wreq *q);
+                                     const pool_io *pl, const grad_io *gr, const wreq *q);
+/* The gradients of bits `which`, widened exactly into d[KDA_GRAD_COUNT] (bit order). */
+void kda_region_widen_grads(const kda_worker *w, const wreq *q, uint32_t which, double *const *d);
 /* Name of the first output whose canary bytes changed, or NULL. */
 const char *kda_region_overrun(const kda_worker *w, const wreq *q);
 void kda_region_widen(const kda_worker *w, const wreq *q, kda_outputs *out);

@@ -74,6 +74,23 @@ int kda_worker_call_via(kda_worker *w, int32_t via, const kda_problem *p,
 int kda_worker_call_pool(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
                          const int64_t *state_indices, int64_t slots, double *pool,
                          kda_outputs *out, kda_call_result *r, char *err, size_t errlen);
+/* 1 when the backend's table has the backward slots (supports_backward, backward). */
+int kda_worker_has_backward(const kda_worker *w);
+/* The seeds of a backward call as float64: do [T, HV, V], dht as ht and dhc as hc (NULL: the
+ * problem has none; converted to the backend's output types as o, ht and hc are). */
+typedef struct kda_worker_seeds {
+  const double *dout, *dht, *dhc;
+} kda_worker_seeds;
+/* A backward call (SPEC.md §13, kda_backend.h): supports_backward, then backward on the
+ * gradients of want (KDA_GRAD_* bits, only those the problem has) that the backend offers;
+ * grads[b] (KDA_GRAD_COUNT pointers in bit order, each NULL or allocated for its gradient)
+ * receives gradient b widened exactly, for each b in *wrote.  The same checks as a forward call
+ * (inputs and seeds unchanged, canaries, guards, the floating-point environment) and the same
+ * outcomes (KDA_CALL_UNSUPPORTED also for a backend without the slots).  Returns as
+ * kda_worker_call. */
+int kda_worker_backward(kda_worker *w, const kda_problem *p, const kda_tensors_f64 *in,
+                        const kda_worker_seeds *sd, uint32_t want, double *const *grads,
+                        uint32_t *wrote, kda_call_result *r, char *err, size_t errlen);
 /* The backend's describe (ABI version 2) on the open handle (opening one when none is):
  * KDA_CALL_UNSUPPORTED when the table has no describe; info zeroed unless KDA_CALL_OK. */
 int kda_worker_describe(kda_worker *w, kda_backend_info *info, kda_call_result *r, char *err,

@@ -6,7 +6,7 @@
 
 static const kda_backend tiny = {KDA_BACKEND_ABI_VERSION, 8, "badsize", NULL, 0, 0, 0, 0,
                                  NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
-                                 NULL, NULL, NULL, 0, 0, NULL};
+                                 NULL, NULL, NULL, 0, 0, NULL, NULL, NULL};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &tiny; }

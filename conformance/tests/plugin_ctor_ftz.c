@@ -29,7 +29,8 @@ static const char *z_last_error(void *h) { return ""; }
 static const kda_backend ftz = {
     KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "ctor-ftz", "test-only: FTZ/DAZ at load",
     KDA_CLASS_FP32, KDA_BACKEND_DTYPE_F32, KDA_BACKEND_DTYPE_F32, 0, z_open, z_close,
-    z_supports, z_forward, z_last_error, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL};
+    z_supports, z_forward, z_last_error, NULL, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL,
+    NULL};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) { return &ftz; }

@@ -188,7 +188,7 @@ static const kda_backend faults = {
     KDA_BACKEND_ABI_VERSION, sizeof(kda_backend), "faults",
     "test-only: float64 KDA with one deliberate fault (params fault=NAME)", KDA_CLASS_FP32,
     KDA_BACKEND_DTYPE_F64, KDA_BACKEND_DTYPE_F64, 0, f_open, f_close, f_supports, f_forward,
-    f_last_error, f_describe, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL};
+    f_last_error, f_describe, NULL, NULL, NULL, NULL, NULL, 0, 0, NULL, NULL, NULL};
 
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version);
 KDA_BACKEND_EXPORT const kda_backend *kda_backend_entry(uint32_t abi_version) {
