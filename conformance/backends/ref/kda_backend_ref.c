@@ -11,6 +11,7 @@
 
 #include "kda_backend.h"
 #include "kda_backend_pool.h"
+#include "kda_backward.h"
 #include "kda_ref.h"
 
 typedef struct ref_handle {
@@ -81,16 +82,44 @@ static int32_t ref_forward_f32(void *handle, const kda_problem *p, const kda_bac
   return ref_plain_f32(h, p, t);
 }
 
-#define REF_TABLE(sym, nm, desc, cls, dt, fwd)                                            \
+/* The references write every gradient a problem has (SPEC.md §13.5). */
+static int32_t ref_supports_backward(void *handle, const kda_problem *p, uint32_t *grads,
+                                     char *reason, uint32_t len) {
+  *grads = KDA_GRAD_ALL;
+  return KDA_OK;
+}
+
+static int32_t ref_backward_f64(void *handle, const kda_problem *p, const kda_backend_tensors *t,
+                                const kda_backend_grads *d) {
+  ref_handle *h = handle;
+  kda_tensors_f64 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
+                       t->cu_seqlens, t->checkpoints, NULL, NULL, NULL};
+  kda_grads_f64 g = {d->dout, d->dht, d->dhc, d->dq, d->dk, d->dv, d->dg, d->dbeta, d->dA_log,
+                     d->ddt_bias, d->dh0};
+  return kda_ref_backward_f64(p, &x, &g, h->err, sizeof h->err);
+}
+
+static int32_t ref_backward_f32(void *handle, const kda_problem *p, const kda_backend_tensors *t,
+                                const kda_backend_grads *d) {
+  ref_handle *h = handle;
+  kda_tensors_f32 x = {t->q, t->k, t->v, t->g, t->beta, t->A_log, t->dt_bias, t->h0,
+                       t->cu_seqlens, t->checkpoints, NULL, NULL, NULL};
+  kda_grads_f32 g = {d->dout, d->dht, d->dhc, d->dq, d->dk, d->dv, d->dg, d->dbeta, d->dA_log,
+                     d->ddt_bias, d->dh0};
+  return kda_ref_backward_f32(p, &x, &g, h->err, sizeof h->err);
+}
+
+#define REF_TABLE(sym, nm, desc, cls, dt, fwd, bwd)                                       \
   const kda_backend sym = {.abi_version = KDA_BACKEND_ABI_VERSION,                          \
                            .struct_size = sizeof(kda_backend),                              \
                            .name = nm, .description = desc, .precision_class = cls,         \
                            .input_dtype = dt, .output_dtype = dt, .open = ref_open,         \
                            .close = ref_close, .supports = ref_supports, .forward = fwd,    \
                            .last_error = ref_last_error, .describe = ref_describe,       \
-                           .caps = KDA_CAP_STATE_POOL}
+                           .caps = KDA_CAP_STATE_POOL,                                      \
+                           .supports_backward = ref_supports_backward, .backward = bwd}
 
 REF_TABLE(kda_backend_ref_f64, "ref-f64", "the plain float64 reference (SPEC.md section 9)",
-          KDA_PRECISION_FP64, KDA_PRECISION_FP64, ref_forward_f64);
+          KDA_PRECISION_FP64, KDA_PRECISION_FP64, ref_forward_f64, ref_backward_f64);
 REF_TABLE(kda_backend_ref_f32, "ref-f32", "the float32 twin of the reference (SPEC.md section 9)",
-          KDA_PRECISION_FP32, KDA_PRECISION_FP32, ref_forward_f32);
+          KDA_PRECISION_FP32, KDA_PRECISION_FP32, ref_forward_f32, ref_backward_f32);

@@ -1,4 +1,4 @@
-/* check_backward.c: the backward slot of the backend ABI (kda_backend.h, SPEC.md §7.8, §13):
+/* check_backward_abi.c: the backward slot of the backend ABI (kda_backend.h, SPEC.md §7.8, §13):
  * validation of tables with and without it, the isolated backward call (seeds and gradients
  * in the shared region, canaries, the input check), and the test plugin's float32 backward
  * in every honest order against central finite differences of the float64 forward, with each
@@ -43,6 +43,9 @@ typedef struct gcase {
 } gcase;
 
 static gcase gc[N_DESCS];
+
+static const char *const grad_names[KDA_GRAD_COUNT] = {"dq", "dk", "dv", "dg", "dbeta",
+                                                       "dA_log", "ddt_bias", "dh0"};
 
 /* L = sum do o + sum dht ht + sum dhc hc of the float64 forward. */
 static double loss(const gcase *g) {
@@ -108,10 +111,12 @@ static void teardown(void) {
   memset(gc, 0, sizeof gc);
 }
 
-static kda_worker *start(const char *params, int isolate) {
+/* A worker for the test plugin with params, or (builtin) for that built-in. */
+static kda_worker *start_on(const char *builtin, const char *params, int isolate) {
   char spec[4200], err[KDA_ERRLEN];
-  snprintf(spec, sizeof spec, "%s%s%s", kda_test_plugin_path("kda_plugin_grad.so"),
-           params ? ":" : "", params ? params : "");
+  snprintf(spec, sizeof spec, "%s%s%s",
+           builtin ? builtin : kda_test_plugin_path("kda_plugin_grad.so"), params ? ":" : "",
+           params ? params : "");
   kda_backend_ref ref;
   ck_assert_msg(kda_backend_resolve(spec, &ref, err, sizeof err) == KDA_OK, "%s", err);
   kda_call_opts o = {30.0, isolate, 0, 0};
@@ -119,6 +124,10 @@ static kda_worker *start(const char *params, int isolate) {
   ck_assert_msg(kda_worker_start(&ref, &o, &w, err, sizeof err) == KDA_OK, "%s", err);
   ck_assert_msg(!kda_worker_load_result(w), "%s", kda_worker_load_result(w)->msg);
   return w;
+}
+
+static kda_worker *start(const char *params, int isolate) {
+  return start_on(NULL, params, isolate);
 }
 
 /* The backward of worker w on case i into d (allocated here); returns the call's outcome. */
@@ -156,8 +165,7 @@ static void free_grads(double **d) {
   for (int b = 0; b < KDA_GRAD_COUNT; b++) free(d[b]), d[b] = NULL;
 }
 
-static const char *const grad_names[KDA_GRAD_COUNT] = {"dq", "dk", "dv", "dg", "dbeta",
-                                                       "dA_log", "ddt_bias", "dh0"};
+
 
 /* Every honest order of the plugin agrees with the differences to 1e-3 of each quantity's
  * largest gradient, on every case, and writes every gradient the problem has. */
@@ -209,6 +217,32 @@ START_TEST(mutants_differ) {
     kda_worker_stop(w);
     ck_assert_msg(worst > 1e-2, "mutant %s is within %g of the differences everywhere",
                   mutants[m], worst);
+  }
+}
+END_TEST
+
+/* The built-in references take backward calls (kda_ref_backward_f64 / _f32 behind the ABI):
+ * float64 within 1e-7 of the differences (their own truncation error), float32 within 1e-3. */
+START_TEST(references_through_the_worker) {
+  static const char *const names[2] = {"ref-f64", "ref-f32"};
+  const double tol[2] = {1e-7, 1e-3};
+  for (int r = 0; r < 2; r++) {
+    kda_worker *w = start_on(names[r], NULL, 1);
+    ck_assert(kda_worker_has_backward(w));
+    for (size_t i = 0; i < N_DESCS; i++) {
+      double *d[KDA_GRAD_COUNT];
+      uint32_t wrote = 0;
+      char msg[KDA_ERRLEN];
+      ck_assert_msg(backward(w, i, d, &wrote, msg) == KDA_CALL_OK, "%s", msg);
+      for (int b = 0; b < KDA_GRAD_COUNT; b++)
+        ck_assert_msg(!!(wrote & (1u << b)) == !!gc[i].n[b], "%s: %s", descs[i], grad_names[b]);
+      int which = 0;
+      const double e = worst_rel(i, d, &which);
+      ck_assert_msg(e < tol[r], "%s on %s: %s off by %g", names[r], descs[i], grad_names[which],
+                    e);
+      free_grads(d);
+    }
+    kda_worker_stop(w);
   }
 }
 END_TEST
@@ -299,6 +333,7 @@ static Suite *backward_suite(void) {
   tcase_add_test(tc, tables_without_backward);
   tcase_add_test(tc, hostile_backward);
   tcase_add_test(tc, isolated_equals_in_process);
+  tcase_add_test(tc, references_through_the_worker);
   tcase_add_test(tc, honest_orders_match_differences);
   tcase_add_test(tc, mutants_differ);
   suite_add_tcase(s, tc);
