@@ -493,7 +493,8 @@ typedef struct kda_tally {
   int64_t passed, failed, skipped, by_verdict[7];
 } kda_tally;
 void kda_tally_add(kda_tally *t, const kda_case_report *r);
-/* The final plain line "N passed, N failed, N skipped". */
+/* The final plain line "N passed, N failed, N skipped, N warnings" (SPEC.md §7.9): the
+ * warnings are the QualityWarning reports, counted among the passed. */
 void kda_report_final(FILE *f, const kda_tally *t);
 
 /* ---- Exit status of a run (SPEC.md §12.2; conformance/kda_ci.c), counts in, status out. */

@@ -231,9 +231,9 @@ void kda_tally_add(kda_tally *t, const kda_case_report *r) {
 }
 
 void kda_report_final(FILE *f, const kda_tally *t) {
-  fprintf(f, "%lld passed, %lld failed", (long long)t->passed, (long long)t->failed);
-  if (t->skipped) fprintf(f, ", %lld skipped", (long long)t->skipped);
-  fputc('\n', f);
+  const long long w = (long long)t->by_verdict[KDA_VERDICT_QUALITY_WARNING];
+  fprintf(f, "%lld passed, %lld failed, %lld skipped, %lld warning%s\n", (long long)t->passed,
+          (long long)t->failed, (long long)t->skipped, w, w == 1 ? "" : "s");
 }
 
 /* The version string in one place (the abi engineer's kda_version() may replace it). */

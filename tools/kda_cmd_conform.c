@@ -130,7 +130,10 @@ static const char help_text[] =
     "                            run into OUTDIR; exit status as that run's (timings differ)\n"
 
     "\n"
-    "The last line is 'N passed, N failed' (', N skipped' when some were skipped).\n"
+    "Output: a header (the case files and golden set, the backends, where the reports go,\n"
+    "the legend of the result lines and what a class unit is), one line per case and\n"
+    "backend, notes, and the last line 'N passed, N failed, N skipped, N warnings' (a WARN,\n"
+    "QualityWarning, counts as passed).\n"
     "Exit status:\n"
     "  0  nothing failed\n"
     "  1  a case got Fail, Crash or Timeout (with --strict also QualityWarning or Waived,\n"
@@ -813,6 +816,59 @@ static int golden_digest(const char *path, char *set, size_t cap, char hex[65]) 
   return 0;
 }
 
+/* ---- What the run prints before its first result line (not with -q). */
+
+/* A path or label as report text (SPEC.md §7.9): valid UTF-8, no control characters. */
+static const char *clean(const char *s, char *buf, size_t cap) {
+  kda_text_clean(buf, cap, s ? s : "", 0);
+  return buf;
+}
+
+/* Where the reports go: --out's three, each separate one, --html's page; "none" without. */
+static void header_reports(const conform_args *a) {
+  char buf[4096], c[4096];
+  static const char *const names[] = {"results.jsonl", "summary.json", "junit.xml"};
+  const char *explicit_paths[] = {a->jsonl, a->summary, a->junit};
+  int any = 0;
+  printf("reports:");
+  for (int i = 0; i < 3; i++) {
+    const char *p = out_path(a->out_dir, names[i], explicit_paths[i], buf);
+    if (p) printf("%s %s", any++ ? "," : "", clean(p, c, sizeof c));
+  }
+  if (a->record_baseline)
+    printf("%s baseline %s", any++ ? "," : "", clean(a->record_baseline, c, sizeof c));
+  if (a->html) printf("%s %s/index.html", any++ ? "," : "", clean(a->html, c, sizeof c));
+  printf("%s\n", any ? "" : " none (--out DIR writes results.jsonl, summary.json, junit.xml; "
+                            "--html DIR a page with plots)");
+}
+
+/* The header: the case set scored (and the golden set's SHA256SUMS digest when it has one),
+ * the backends, where the reports go and the legend of the result lines that follow. */
+static void print_header(const conform_args *a, const path_list *cases, const char *default_dir,
+                         const target *tg, int nt) {
+  char set[4096], hex[65] = "", c[4096];
+  const char *first = a->n_paths ? a->paths[0] : default_dir;
+  printf("cases: %d case file%s from %s%s", cases->n, cases->n == 1 ? "" : "s",
+         clean(first, c, sizeof c), a->n_paths > 1 ? " and the other paths given" : "");
+  if (first[0] && golden_digest(first, set, sizeof set, hex))
+    printf(" (golden set %s, SHA256SUMS %.12s)", clean(set, c, sizeof c), hex);
+  printf("\nbackends:");
+  for (int i = 0; i < nt; i++) printf(" %s", clean(kda_target_info_get(tg[i].t)->label, c, sizeof c));
+  if (a->candidate) printf(" candidate (%s)", clean(a->candidate, c, sizeof c));
+  printf("\n");
+  header_reports(a);
+  printf("legend: VERDICT BACKEND CASE CLASS, then o, ht, hc: the worst error of the outputs, "
+         "the final state and the checkpointed states as 'error/cap' (- when the case has "
+         "none), in units of the class, after the allowance of long sequences\n");
+  printf("units: 1 unit = u M, u = 2^-53 for fp64, 2^-24 for fp32, M the largest sum of "
+         "|terms| of that token's readout (for states the largest |S|; SPEC.md section 7.3); "
+         "rms = RMS(o error) / "
+         "RMS(o), fla's ratio; growth = how o's error grows along the sequence (section 7.5); "
+         "prefix = the worst error of the serving-path resumes (section 7.7).  WARN "
+         "(QualityWarning) passes; FAIL, CRASH and TIMEOUT fail; SKIP is NotSupported.\n");
+  fflush(stdout);
+}
+
 typedef struct run_summary {
   kda_run_target_info targets[2 * MAX_ITEMS + 5];
   char golden[4096], hex[65];
@@ -848,6 +904,34 @@ static void summary_info(const conform_args *a, const target *tg, int nt, const 
   in->strict = a->strict;
 }
 
+/* What a WARN line means, once, and why a growth warning can fall on an honest evaluation:
+ * a class without a plain emulation in the runner (fp64, tf32, bf16, fp16) has nothing to
+ * compare the growth with (growth_beyond < 0, SPEC.md §7.5), so a case built to drift warns on
+ * every backend of the class, ref-f64 included. */
+static void explain_warnings(const run_state *s) {
+  const kda_tally *t = &s->tally;
+  const int64_t w = t->by_verdict[KDA_VERDICT_QUALITY_WARNING];
+  if (!w) return;
+  printf("note: %lld WARN (QualityWarning): within every cap, so counted as passed, with a "
+         "remark: the error grows along the sequence, exceeds the baseline, differs between "
+         "repeated calls, or the backend printed (SPEC.md section 7.6); --strict fails them\n",
+         (long long)w);
+  for (int64_t i = 0; i < s->n; i++) {
+    const kda_case_report *r = &s->reports[i];
+    if (r->verdict != KDA_VERDICT_QUALITY_WARNING || !r->has_score ||
+        r->score.growth_beyond >= 0 || strncmp(r->reason, "error grows", 11) != 0)
+      continue;
+    char c[256], b[128];
+    printf("note: %s on %s: the %s class has no plain emulation to compare growth with "
+           "(SPEC.md section 7.5), so the drift of the case itself is reported on every backend "
+           "of the class, the float64 reference included: its own rounding accumulates in a "
+           "direction of the state that is never decayed nor erased; within the cap after the "
+           "allowance of long sequences (o %.3g/%g; 'last window' is without it)\n",
+           clean(r->backend, b, sizeof b), clean(r->case_id, c, sizeof c),
+           kda_precision_name(r->score.cls), r->score.o.worst, r->score.caps.o);
+  }
+}
+
 /* The lines before the final one: cases the baseline lacks (SPEC.md §7.6), and why a status
  * is other than plain pass/fail. */
 static void explain_status(const conform_args *a, const run_state *s, int64_t unused,
@@ -855,6 +939,7 @@ static void explain_status(const conform_args *a, const run_state *s, int64_t un
   const kda_tally *t = &s->tally;
   int64_t absent = 0;
   for (int64_t i = 0; i < s->n; i++) absent += s->reports[i].baseline_state == KDA_BASELINE_ABSENT;
+  explain_warnings(s);
   if (absent)
     printf("note: %lld reports have no entry in the baseline %s (not compared)\n",
            (long long)absent, a->baseline);
@@ -1012,6 +1097,7 @@ int kda_cmd_conform(int argc, char **argv) {
       kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,
                       err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
+  if (rc == 0 && !a.quiet) print_header(&a, &cases, default_dir, tg, nt);
   double t0 = now_s();
   for (int i = 0; i < cases.n && rc == 0; i++)
     if (kda_conform_shard_case(a.shard, i)) rc = score_case(&a, cases.v[i], tg, nt, &s);

@@ -510,7 +510,7 @@ START_TEST(test_reports_and_waivers) {
   FILE *f = open_memstream(&buf, &len);
   kda_report_final(f, &t);
   fclose(f);
-  ck_assert_str_eq(buf, "1 passed, 2 failed, 1 skipped\n");
+  ck_assert_str_eq(buf, "1 passed, 2 failed, 1 skipped, 0 warnings\n");
   free(buf);
   f = open_memstream(&buf, &len);
   ck_assert_int_eq(kda_report_junit(f, rs, 4), KDA_OK);

@@ -19,7 +19,10 @@ for v in v1 v2; do
   rc=$?
   [ $rc = 0 ] || fail "the ABI $v plugin: exit status $rc: $(echo "$out" | tail -3)"
   last=$(echo "$out" | tail -1)
-  [ "$last" = "$n passed, 0 failed" ] || fail "the ABI $v plugin: '$last', expected '$n passed, 0 failed'"
+  case "$last" in # a warning is a pass (an fp64-class plugin warns on ref-f64's own drift)
+    "$n passed, 0 failed, 0 skipped, "*) ;;
+    *) fail "the ABI $v plugin: '$last', expected '$n passed, 0 failed, 0 skipped, W warnings'" ;;
+  esac
   echo "conform_abi: the ABI $v plugin passes all $n golden/L1 cases"
 done
 case=golden/L1/beta-values.npz

@@ -23,7 +23,7 @@ for mode in "" --stream; do
   out=$("$kda" conform $mode --out "$tmp/r" -p "$plugin:input=bf16" golden/L1 2>&1)
   rc=$?
   [ $rc = 0 ] || fail "input=bf16 $mode: exit status $rc: $(echo "$out" | tail -3)"
-  want="$nb passed, 0 failed, $((n - nb)) skipped"
+  want="$nb passed, 0 failed, $((n - nb)) skipped, 0 warnings"
   [ "$(echo "$out" | tail -1)" = "$want" ] || fail "input=bf16 $mode: '$(echo "$out" | tail -1)', expected '$want'"
   skips=$(echo "$out" | grep -c '^SKIP')
   why=$(echo "$out" | grep '^SKIP' | grep -c -- "-- inputs are f[0-9]*, the backend takes bf16 buffers (")
@@ -42,7 +42,7 @@ for mode in "" --stream; do
 done
 echo "conform_half: input=bf16 passes the $nb bf16 cases of golden/L1, the $((n - nb)) others NotSupported (also streamed)"
 out=$("$kda" conform -q --no-prefix -p "$plugin:input=f32" golden/L1 2>&1)
-[ "$(echo "$out" | tail -1)" = "$n passed, 0 failed" ] || fail "input=f32: $(echo "$out" | tail -1)"
+[ "$(echo "$out" | tail -1)" = "$n passed, 0 failed, 0 skipped, 0 warnings" ] || fail "input=f32: $(echo "$out" | tail -1)"
 "$kda" conform -q -p "$plugin:input=bf17" golden/L1 >"$tmp/o" 2>"$tmp/e"
 rc=$?
 [ $rc = 2 ] || fail "rejected parameters: exit status $rc, expected 2"

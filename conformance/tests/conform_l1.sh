@@ -42,6 +42,15 @@ sed -E 's/("(o|ht)": *)[0-9.eE+-]+/\10.5/g' "$tmp/base.json" > "$tmp/small.json"
 "$kda" conform -b ref-f32 --baseline "$tmp/small.json" "$case" > "$tmp/b.txt" 2>&1 ||
   fail "a QualityWarning must not fail the run"
 grep -q '^WARN .*regression: o error' "$tmp/b.txt" || fail "no regression warning: $(head -1 "$tmp/b.txt")"
+# the terminal explains itself: the header names the cases, backends and reports and holds the
+# legend; the last line counts the warning; a note says what a WARN is
+head -1 "$tmp/b.txt" | grep -q "^cases: 1 case file from $case" &&
+  grep -q '^backends: ref-f32$' "$tmp/b.txt" && grep -q '^reports: none' "$tmp/b.txt" &&
+  grep -q '^legend: VERDICT BACKEND CASE CLASS' "$tmp/b.txt" && grep -q '^units: 1 unit = u M' "$tmp/b.txt" ||
+  fail "no header (cases, backends, reports, legend, units): $(head -3 "$tmp/b.txt")"
+[ "$(tail -1 "$tmp/b.txt")" = "1 passed, 0 failed, 0 skipped, 1 warning" ] ||
+  fail "the last line does not count the warning: $(tail -1 "$tmp/b.txt")"
+grep -q '^note: 1 WARN (QualityWarning): within every cap' "$tmp/b.txt" || fail "no note on the WARN"
 "$kda" conform -b ref-f32 --baseline "$tmp/base.json" "$case" > "$tmp/b.txt" 2>&1 ||
   fail "the baseline's own run must pass"
 grep -q '^PASS' "$tmp/b.txt" || fail "run at its own baseline is not a Pass: $(head -1 "$tmp/b.txt")"
@@ -60,8 +69,8 @@ rc=$?
 for v in PASS FAIL CRASH TIMEOUT WAIVED; do
   grep -q "^$v" "$tmp/out.txt" || fail "no $v line in the report"
 done
-tail -1 "$tmp/out.txt" | grep -Eq '^[0-9]+ passed, [0-9]+ failed(, [0-9]+ skipped)?$' ||
-  fail "last line is not 'N passed, N failed[, N skipped]': $(tail -1 "$tmp/out.txt")"
+tail -1 "$tmp/out.txt" | grep -Eq '^[0-9]+ passed, [0-9]+ failed, [0-9]+ skipped, [0-9]+ warnings?$' ||
+  fail "last line is not 'N passed, N failed, N skipped, N warnings': $(tail -1 "$tmp/out.txt")"
 command -v xmllint >/dev/null 2>&1 || fail "xmllint is missing (Debian package libxml2-utils)"
 xmllint --noout --schema conformance/tests/junit.xsd "$tmp/junit.xml" 2>"$tmp/xmllint.txt" ||
   fail "JUnit report does not validate: $(head -3 "$tmp/xmllint.txt")"

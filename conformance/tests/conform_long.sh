@@ -55,7 +55,7 @@ must FAIL chunk_ulp_bias drift-linear
 # 2. Conforming float32 passes every L1 case, with a margin.
 "$kda" conform --no-prefix -b ref-f32 -b simd -p "$plugin:defect=none" --jsonl "$tmp/ok.jsonl" \
   golden/L1 > "$tmp/ok.txt" 2>&1 || fail "ref-f32, simd or defect=none fail L1: $(grep -v '^PASS' "$tmp/ok.txt" | head -2)"
-grep -v '^PASS' "$tmp/ok.txt" | grep -Eqv '^[0-9]+ passed, 0 failed$' &&
+grep -Ev '^(PASS|cases:|backends:|reports:|legend:|units:)' "$tmp/ok.txt" | grep -Eqv '^[0-9]+ passed, 0 failed, 0 skipped, 0 warnings$' &&
   fail "not every line is a Pass: $(grep -v '^PASS' "$tmp/ok.txt" | head -1)"
 # the worst error of each quantity (o, ht, hc) is the "worst" followed by its "allowed"
 grep -o '"worst": *[0-9.eE+-]*, *"allowed"' "$tmp/ok.jsonl" |
@@ -79,3 +79,12 @@ grep -q "^FAIL .*beyond the class emulation" "$tmp/g.txt" || fail "--strict: not
 "$kda" conform --strict --no-prefix -b ref-f32 -b simd "$tmp/lr.npz" > "$tmp/g.txt" 2>&1 ||
   fail "--strict: ref-f32 or simd fail on their own drift: $(head -2 "$tmp/g.txt")"
 echo "conform_long: growth beyond the honest evaluations': QualityWarning, Fail with --strict; ref-f32 and simd pass"
+
+# 4. The fp64 class has no emulation to compare growth with: ref-f64's own drift on a DRIFT
+#    case is a QualityWarning, and the run says why (the note), counting it on the last line.
+"$kda" conform --no-prefix -b ref-f64 golden/L1/prod-lowrank-mixed.npz > "$tmp/w.txt" 2>&1 ||
+  fail "ref-f64 fails prod-lowrank-mixed: $(tail -2 "$tmp/w.txt")"
+grep -q '^note: ref-f64 on prod-lowrank-mixed: the fp64 class has no plain emulation' "$tmp/w.txt" &&
+  [ "$(tail -1 "$tmp/w.txt")" = "1 passed, 0 failed, 0 skipped, 1 warning" ] ||
+  fail "ref-f64's growth warning is not explained and counted: $(tail -3 "$tmp/w.txt")"
+echo "conform_long: ref-f64's own growth on prod-lowrank-mixed is a counted, explained warning"

@@ -22,7 +22,7 @@ def test_example_passes_every_l1_case(kda, golden_l1, prompts, tmp_path):
     n = len([f for f in os.listdir(prompts) if f.endswith(".npz")])   # cases + serving prompts
     assert n > len([f for f in os.listdir(golden_l1) if f.endswith(".npz")])
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stdout.strip().splitlines()[-1] == f"{n} passed, 0 failed"
+    assert p.stdout.strip().splitlines()[-1] == f"{n} passed, 0 failed, 0 skipped, 0 warnings"
     assert not [f for f in os.listdir(results) if not f.endswith(".npz")]   # no temp left
 
 
