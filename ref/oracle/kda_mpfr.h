@@ -37,6 +37,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "kda_backward.h"
 #include "kda_problem.h"
 
 #ifdef __cplusplus
@@ -98,6 +99,18 @@ void kda_mpfr_options_init(kda_mpfr_options *o);
  * On failure the output buffers' contents are unspecified. */
 int kda_mpfr_forward(const kda_problem *p, const kda_tensors_f64 *t, const kda_mpfr_options *o,
                      kda_mpfr_report *r, char *err, size_t errlen);
+
+/* The certified gradients of SPEC.md §13 (§13.8): the correctly rounded float64 value of every
+ * gradient the problem has (kda_backward.h: dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0) for
+ * the seeds d->dout, d->dht, d->dhc (NULL dht or dhc means zero), by ball arithmetic in MPFR
+ * (every quantity a midpoint and a rigorous radius) and Ziv's loop over whole evaluations, as
+ * kda_mpfr_forward: PROVEN when both ends of every value's ball round to one binary64 number
+ * and two precisions agree, AGREED when two precisions agree but some ball is still too wide
+ * at prec_max.  The outputs o, ht, hc of t are not read.  Memory: the states of the longest
+ * sequence of one head as balls (len K V numbers of p bits).  Returns the statuses of
+ * kda_mpfr_forward (KDA_ENONFINITE also for a seed that is not finite). */
+int kda_mpfr_backward(const kda_problem *p, const kda_tensors_f64 *t, const kda_grads_f64 *d,
+                      const kda_mpfr_options *o, kda_mpfr_report *r, char *err, size_t errlen);
 
 /* The name of a KDA_CERT_* method ("proven", "agreed", "none"), or NULL if invalid. */
 const char *kda_mpfr_method_name(int32_t method);

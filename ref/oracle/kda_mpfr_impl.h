@@ -91,6 +91,18 @@ int64_t kda_mpfr_count_values(const kda_problem *p);
 int kda_mpfr_run(const kda_problem *p, const kda_tensors_f64 *t, const int64_t *cu,
                  mpfr_prec_t prec, kda_mpfr_result *res, char *err, size_t errlen);
 
+/* ---- kda_mpfr_grad.c: one ball evaluation of the gradients at precision prec (SPEC.md §13.8).
+ * val[] (kda_mpfr_backward's order: dq, dk, dv, dg, dbeta, dA_log, ddt_bias, dh0, those present)
+ * gets the binary64 roundings of the balls' midpoints, proven[] 1 where both ends of the ball
+ * round to the same binary64 number; *n_unproven, *need (the bits the widest unproven ball
+ * misses, INFINITY when some radius is infinite) and *max_rel (largest radius / |midpoint|).
+ * The arguments must have passed kda_mpfr_backward's checks; cu is never NULL; the caller has
+ * widened MPFR's exponent range.  Returns KDA_OK or KDA_ENOMEM. */
+#include "kda_backward.h"
+int kda_mpfr_grad_eval(const kda_problem *p, const kda_tensors_f64 *t, const kda_grads_f64 *d,
+                       const int64_t *cu, mpfr_prec_t prec, double *val, unsigned char *proven,
+                       int64_t *n_unproven, double *need, double *max_rel);
+
 /* ---- kda_mpfr_coef.c: enclosures of the per-token coefficients at precision prec.
  * Each coefficient x* (a real number) is computed twice with directed roundings, giving
  * lo <= x* <= hi; the working value is mid = RN((lo + hi) / 2) and its error bound
