@@ -387,7 +387,8 @@ clean:
 #               members, headers, manifest, case and result loaders);
 #   fuzz-npy    the .npy header parser alone (fuzz_npy.c);
 #   fuzz-merge  kda conform --merge and kda golden --merge on a shard from the input
-#               (tools/tests/fuzz_merge.c; its seeds: a real conform shard of L0);
+#               (tools/tests/fuzz_merge.c; its seeds: a real conform shard of L0, and the
+#               inputs it once failed on, tools/tests/fixtures/fuzz_merge);
 #   fuzz-ci     waiver files and baselines (conformance/tests/fuzz_ci.c);
 #   fuzz-py     kda_conform.read_case under atheris (python/tests/fuzz_read_case.py; pip
 #               installs atheris when it is missing, else the run is skipped, saying so).
@@ -446,7 +447,7 @@ fuzz-merge: $(KDA) $(PLUGINS) fuzz-lib
 	  $(PKG_LIBS) -lm
 	$(BUILD)/fuzz/fuzz_merge $(call FUZZ_STOP,$(FUZZ_SECONDS)) $(FUZZ_RUN) -max_len=16384 \
 	  -close_fd_mask=3 \
-	  $(BUILD)/fuzz/merge-corpus $(BUILD)/fuzz/merge-seeds
+	  $(BUILD)/fuzz/merge-corpus $(BUILD)/fuzz/merge-seeds tools/tests/fixtures/fuzz_merge
 fuzz-ci: fuzz-lib
 	@mkdir -p $(BUILD)/fuzz/ci-corpus $(BUILD)/fuzz/ci-seeds
 	@printf '%s\n' '{"schema":"kda-waivers/1","waivers":[{"case":"t15-*","backend":"ref-f32",' \

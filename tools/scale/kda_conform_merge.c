@@ -527,9 +527,10 @@ static int testcase_check(const mline *l, const char *p, size_t len, int strict,
   return 0;
 }
 
-/* One shard's junit.xml into the merged suites (created in the order met; reordered later). */
-static int junit_shard(const cshard *c, int strict, suite *su, size_t *nsu, size_t cap,
-                       const char **pre, size_t *npre, char *err, size_t errlen) {
+/* The testsuites of one shard's junit.xml, each testcase matched to the next unused line of
+ * its backend in results.jsonl (marked in used). */
+static int junit_suites(const cshard *c, int strict, suite *su, size_t *nsu, size_t cap,
+                        const char **pre, size_t *npre, char *used, char *err, size_t errlen) {
   const char *p = c->junit, *first = strstr(p, "\n  <testsuite ");
   const char *end_all = strstr(p, "</testsuites>\n");
   if (!end_all) return bad(err, errlen, c->dir, "junit.xml: malformed");
@@ -560,8 +561,8 @@ static int junit_shard(const cshard *c, int strict, suite *su, size_t *nsu, size
       char esc[512];
       while (k < c->nl && (xml_escape(c->lines[k].backend, esc, sizeof esc), strcmp(esc, h.name)))
         k++;
-      if (!e || k >= c->nl) return bad(err, errlen, c->dir, "junit.xml: testcases do not match "
-                                       "results.jsonl");
+      if (!e || k >= c->nl || used[k]) return bad(err, errlen, c->dir, "junit.xml: testcases do "
+                                                  "not match results.jsonl");
       if (s->n == s->cap) {
         size_t nc = s->cap ? 2 * s->cap : 64;
         entry *x = realloc(s->cases, nc * sizeof *x);
@@ -573,7 +574,7 @@ static int junit_shard(const cshard *c, int strict, suite *su, size_t *nsu, size
                    "(case, backend or verdict)");
       s->cases[s->n++] = (entry){c->lines[k].unit, c->lines[k].local, (void *)p,
                                  (size_t)(e + 1 - p)};
-      k++;
+      used[k++] = 1;
       p = e + 1;
     }
     if (strncmp(p, "  </testsuite>\n", 15)) return bad(err, errlen, c->dir, "junit.xml: "
@@ -582,6 +583,20 @@ static int junit_shard(const cshard *c, int strict, suite *su, size_t *nsu, size
   }
   if (strcmp(p, "</testsuites>\n")) return bad(err, errlen, c->dir, "junit.xml: malformed end");
   return KDA_OK;
+}
+
+/* One shard's junit.xml into the merged suites (created in the order met; reordered later):
+ * every line of results.jsonl has exactly one testcase (used), none is dropped or repeated. */
+static int junit_shard(const cshard *c, int strict, suite *su, size_t *nsu, size_t cap,
+                       const char **pre, size_t *npre, char *err, size_t errlen) {
+  char *used = calloc((size_t)(c->nl ? c->nl : 1), 1);
+  if (!used) return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
+  int st = junit_suites(c, strict, su, nsu, cap, pre, npre, used, err, errlen);
+  for (int64_t k = 0; !st && k < c->nl; k++)
+    if (!used[k]) st = bad(err, errlen, c->dir, "junit.xml: a line of results.jsonl has no "
+                           "testcase");
+  free(used);
+  return st;
 }
 
 static char *merge_junit(const mstate *m, entry *order, int64_t nl, char *err, size_t errlen) {
@@ -603,7 +618,7 @@ static char *merge_junit(const mstate *m, entry *order, int64_t nl, char *err, s
       xml_escape(((const mline *)order[k].v)->backend, esc, sizeof esc);
       suite *s = find_suite(su, nsu, esc);
       if (!s || s->tests < 0) continue;
-      qsort(s->cases, s->n, sizeof *s->cases, by_unit);
+      if (s->n) qsort(s->cases, s->n, sizeof *s->cases, by_unit);
       fprintf(f, "  <testsuite name=\"%s\" tests=\"%lld\" failures=\"%lld\" errors=\"%lld\" "
               "skipped=\"%lld\" time=\"%.6f\">\n", s->name, s->tests, s->failures, s->errors,
               s->skipped, s->time);

@@ -533,6 +533,21 @@ static void edit_file(const char *path, const char *from, const char *to) {
   free(b);
 }
 
+/* junit.xml without its last testcase (a failure hidden by dropping it, not by editing it). */
+static void drop_last_testcase(const char *path) {
+  size_t len = 0;
+  char *b = (char *)kda_test_slurp(path, &len), *at = NULL;
+  for (char *q = strstr(b, "\n    <testcase "); q; q = strstr(q + 1, "\n    <testcase ")) at = q;
+  ck_assert_msg(at != NULL, "%s: no testcase", path);
+  char *end = strstr(at, "\n  </testsuite>");
+  ck_assert_ptr_nonnull(end);
+  FILE *f = fopen(path, "wb");
+  ck_assert_ptr_nonnull(f);
+  fwrite(b, 1, (size_t)(at - b), f), fputs(end, f);
+  ck_assert_int_eq(fclose(f), 0);
+  free(b);
+}
+
 /* A plan of 40000 x 40000 units in a shard.json of a few hundred KB, its hash recomputed. */
 static void huge_plan(const char *dir) {
   char path[600];
@@ -558,6 +573,7 @@ static const bad_case conform_bad[] = {
     {"forged-summary", "s2", "counts are not those of its results.jsonl"},
     {"line-outside-plan", "s1", "not its unit's in the plan"},
     {"forged-junit", "s2", "a testcase is not its results.jsonl line's"},
+    {"dropped-testcase", "s2", "a line of results.jsonl has no testcase"},
     {"fifo-report", "s1", "not a regular file"},
     {"symlink-report", "s1", "symbolic link"},
     {"huge-plan", "s0", "more units than its shards list"},
@@ -589,6 +605,9 @@ START_TEST(conform_bad_shard) {
   } else if (!strcmp(name, "forged-junit")) { /* a failure shown as passed in junit.xml */
     edit_file(P("s2/junit.xml"), "<failure ", "<skipped ");
     edit_file(P("s2/junit.xml"), "</failure>", "</skipped>");
+    rehash(P("s2"), "junit.xml");
+  } else if (!strcmp(name, "dropped-testcase")) { /* 8 Fail lines, 7 failures in junit.xml */
+    drop_last_testcase(P("s2/junit.xml"));
     rehash(P("s2"), "junit.xml");
   } else if (!strcmp(name, "fifo-report")) { /* read, it would hang the merge */
     ck_assert_int_eq(unlink(P("s1/results.jsonl")), 0);
