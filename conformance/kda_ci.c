@@ -18,7 +18,9 @@
 
 /* Waiver files are written by hand, baselines by kda: both far smaller than these. */
 #define WAIVERS_MAX ((size_t)1 << 20)
-#define BASELINE_MAX ((size_t)64 << 20)
+#define BASELINE_MAX ((size_t)16 << 20)
+/* and what parsing them allocates (kda_json_values_check) */
+#define CI_VALUES_MAX ((int64_t)1 << 20)
 
 /* The JSON of a capped regular file (kda_input_read), or NULL with err filled. */
 static json_t *load_json(const char *path, size_t max, int *st, char *err, size_t errlen) {
@@ -27,6 +29,8 @@ static json_t *load_json(const char *path, size_t max, int *st, char *err, size_
   json_error_t je;
   *st = kda_input_read(path, max, &buf, &len, err, errlen);
   if (*st != KDA_OK) return NULL;
+  if ((*st = kda_json_values_check(buf, len, CI_VALUES_MAX, path, err, errlen)) != KDA_OK)
+    return free(buf), NULL;
   json_t *root = json_loadb(buf, len, JSON_REJECT_DUPLICATES, &je);
   free(buf);
   if (!root) { /* jansson quotes the bytes near the error: one line of report text */

@@ -145,6 +145,24 @@ static const struct {
     {"{\"schema\":\"kda-baseline/2\",\"backends\":[]}", "no \"backends\""},
 };
 
+/* A baseline within its size cap whose values would cost a parser a hundred times its text
+ * (2^20 + 1 empty objects in 3 MiB): refused before it is parsed (SPEC.md §7.9). */
+START_TEST(test_ci_values_bounded) {
+  const size_t n = ((size_t)1 << 20) + 1, len = 3 * n + 64;
+  char *text = malloc(len), path[32], err[KDA_ERRLEN];
+  ck_assert_ptr_nonnull(text);
+  char *p = text + sprintf(text, "{\"schema\":\"kda-baseline/1\",\"pad\":[");
+  for (size_t k = 0; k < n; k++) memcpy(p, "{},", 3), p += 3;
+  strcpy(p - 1, "]}");
+  temp_file(path, text);
+  kda_baseline *b = (kda_baseline *)1;
+  int st = kda_baseline_load(path, &b, err, sizeof err);
+  ck_assert_msg(st == KDA_EFORMAT && strstr(err, path) && strstr(err, "JSON values"), "'%s'", err);
+  unlink(path);
+  free(text);
+}
+END_TEST
+
 START_TEST(test_baselines_rejected) {
   char path[32], err[KDA_ERRLEN];
   temp_file(path, bad_baselines[_i].json);
@@ -442,6 +460,7 @@ static Suite *ci_suite(void) {
                       (int)(sizeof bad_waivers / sizeof bad_waivers[0]));
   tcase_add_test(tc, test_waivers_match_and_unused);
   tcase_add_test(tc, test_run_status);
+  tcase_add_test(tc, test_ci_values_bounded);
   tcase_add_loop_test(tc, test_baselines_rejected, 0,
                       (int)(sizeof bad_baselines / sizeof bad_baselines[0]));
   tcase_add_test(tc, test_baseline_backend_and_class);

@@ -86,10 +86,20 @@ def _check_indices(path: str, p: Problem, a: Mapping[str, np.ndarray]) -> None:
 
 # What a reader allocates is bounded by the bytes present (SPEC.md §10.1, bounded allocation):
 # a deflated member may inflate at most 1032:1 (deflate's limit), the deflated members together
-# at most 64:1 plus 1 MiB, and manifest.json is text of at most 16 MiB.
+# at most 64:1 plus 1 MiB, and manifest.json is text of at most 16 MiB holding at most 65536
+# JSON values (what parsing it allocates is bounded too: an empty object is 3 bytes of text).
 _DEFLATE_RATIO, _DEFLATE_SLACK = 1032, 1024
 _ARCHIVE_RATIO, _ARCHIVE_SLACK = 64, 1 << 20
 _MAX_MANIFEST = 16 << 20
+_MAX_MANIFEST_VALUES = 1 << 16
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+def _json_values(text: bytes) -> int:
+    """An upper bound of the values parsing text makes: '{', '[', ',' and ':' outside strings,
+    plus one (SPEC.md §10.1, as the C readers count)."""
+    bare = _JSON_STRING.sub(b'""', text)
+    return 1 + sum(bare.count(c) for c in (b"{", b"[", b",", b":"))
 
 
 def _open_regular(path: str):
@@ -145,6 +155,9 @@ def read_case(path: str) -> Case:
         raise
     except Exception as e:  # whatever numpy or zipfile raise: the file is unusable
         raise CaseError(f"{path}: not a readable .npz ({type(e).__name__}: {e})") from None
+    if _json_values(bytes(raw)) > _MAX_MANIFEST_VALUES:
+        raise CaseError(f"{path}: manifest.json holds more than {_MAX_MANIFEST_VALUES} JSON "
+                        "values, more than such a file holds")
     try:
         man = json.loads(bytes(raw).decode("utf-8"))
     except Exception as e:  # ValueError, TypeError, RecursionError (nesting) ...

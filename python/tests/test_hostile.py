@@ -59,7 +59,7 @@ def alarm():
 
 def test_deep_json_is_a_case_error(tmp_path):
     path = str(tmp_path / "deep.npz")
-    _npz(path, "[" * 200000 + "]" * 200000, **ARR)
+    _npz(path, "[" * 60000 + "]" * 60000, **ARR)  # within the value count, past recursion
     with pytest.raises(kc.CaseError, match="manifest.json is not JSON") as e:
         kc.read_case(path)
     assert str(e.value).startswith(path)
@@ -113,6 +113,16 @@ def test_large_manifest_refused(tmp_path):
     _npz(path, "{" + " " * (17 << 20) + "}", **ARR)
     with pytest.raises(kc.CaseError, match="manifest.json is larger"):
         kc.read_case(path)
+
+
+def test_manifest_values_refused_before_parsing(tmp_path):
+    # 400 KB of text within every cap, 2^17 empty objects: a parse would cost ~100x the text
+    path = str(tmp_path / "values.npz")
+    _npz(path, dict(GOOD, pad=[{}] * (1 << 17)), **ARR)
+    with pytest.raises(kc.CaseError, match="JSON values"):
+        kc.read_case(path)
+    _npz(path, dict(GOOD, pad="{[,:" * (1 << 17)), **ARR)   # inside a string: no values
+    kc.read_case(path)
 
 
 def test_directory_at_result_path_is_that_cases_error(tmp_path):

@@ -339,6 +339,34 @@ START_TEST(test_zip_bomb_archive_ratio) {
 }
 END_TEST
 
+/* A manifest.json within its text cap whose values would cost a parser a hundred times its
+ * text (an extra key holding 2^17 empty objects): refused before it is parsed (SPEC.md §10.1). */
+START_TEST(test_manifest_values_bounded) {
+  rzip r;
+  rzip_read(EXAMPLE, &r);
+  rmember *m = rzip_get(&r, "manifest.json");
+  const size_t n = (size_t)1 << 17, len = 3 * n + m->len + 16;
+  char *text = malloc(len), *p = text;
+  ck_assert_ptr_nonnull(text);
+  p += sprintf(p, "{\"pad\":[");
+  for (size_t k = 0; k < n; k++) memcpy(p, "{},", 3), p += 3;
+  p[-1] = ']', *p++ = ',';
+  const char *open_brace = memchr(m->data, '{', m->len);
+  ck_assert_ptr_nonnull(open_brace);
+  size_t rest = m->len - (size_t)(open_brace + 1 - (const char *)m->data);
+  memcpy(p, open_brace + 1, rest), p += rest;
+  rzip_free(&r);
+  const char *bad = with_manifest(EXAMPLE, "values.npz", text, (size_t)(p - text));
+  free(text);
+  char err[KDA_ERRLEN] = "";
+  kda_case c;
+  expect(kda_case_load(bad, &c, err, sizeof err), KDA_EFORMAT, err, "manifest.json",
+         "JSON values");
+  ck_assert_int_eq(kda_run("inspect", bad, NULL), 2);
+  ck_assert_ptr_nonnull(strstr(g_err, "JSON values"));
+}
+END_TEST
+
 /* A generated-inputs file of a few KB declaring T = 2^31 - 1 is refused before anything is
  * generated (its hashes would take days to reproduce); --max-generated sets the limit. */
 #define GENERATED "vectors/tests/fixtures/generated.npz"
@@ -1041,6 +1069,7 @@ static Suite *files_suite(void) {
   tcase_add_test(tc, test_header_len_tiny_and_huge);
   tcase_add_test(tc, test_zip_bomb_bounded);
   tcase_add_test(tc, test_zip_bomb_archive_ratio);
+  tcase_add_test(tc, test_manifest_values_bounded);
   tcase_add_test(tc, test_generated_cost_bounded);
   tcase_add_test(tc, test_manifest_trailing_bytes);
   tcase_add_test(tc, test_ids);

@@ -233,6 +233,28 @@ int64_t kda_tmp_sweep(const char *dir) {
   return n;
 }
 
+/* ---- JSON text. */
+
+int kda_json_values_check(const char *text, size_t len, int64_t max, const char *what,
+                          char *err, size_t errlen) {
+  int64_t n = 1;
+  int in_str = 0;
+  for (size_t i = 0; i < len; i++) {
+    const char ch = text[i];
+    if (in_str) {
+      if (ch == '\\') i++;
+      else if (ch == '"') in_str = 0;
+    } else if (ch == '"') {
+      in_str = 1;
+    } else if (ch == '{' || ch == '[' || ch == ',' || ch == ':') {
+      if (++n > max)
+        return kda_fail(KDA_EFORMAT, err, errlen, "%s: more than %lld JSON values, more than "
+                        "such a file holds", what, (long long)max);
+    }
+  }
+  return KDA_OK;
+}
+
 /* ---- Report text. */
 
 /* The code point at s (n bytes left) if s starts a valid UTF-8 sequence (shortest form, no

@@ -80,6 +80,14 @@ int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *
  * become U+FFFD), cut on a character boundary.  Returns the length written. */
 size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline);
 
+/* What parsing JSON text costs is bounded by the bytes present only up to a parser's cost
+ * per value (an empty object is 3 bytes of text and a hundred of memory): returns KDA_OK when
+ * text (len bytes) holds at most max values, counted as the '{', '[', ',' and ':' outside
+ * strings plus one (an upper bound of the values a parse makes), else KDA_EFORMAT with a
+ * message naming what (the file and member). */
+int kda_json_values_check(const char *text, size_t len, int64_t max, const char *what,
+                          char *err, size_t errlen);
+
 /* One writer per output directory: an exclusive, non-blocking flock on the directory itself
  * (no file is added to it), held until kda_dir_unlock or the process ends (its forked workers
  * hold it too).  A directory another process holds is KDA_EIO with a message saying so; a

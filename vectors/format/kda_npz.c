@@ -39,6 +39,9 @@
 #define NPZ_ARCHIVE_SLACK ((uint64_t)1 << 20)
 /* A blob member (manifest.json) is text of a few KB: read whole only up to this. */
 #define NPZ_MAX_BLOB ((uint64_t)16 << 20)
+/* The most JSON values a manifest.json may hold (a case's holds about two hundred): what
+ * parsing it allocates is then bounded too, not only its text (kda_json_values_check). */
+#define NPZ_MAX_MANIFEST_VALUES ((int64_t)1 << 16)
 #define NPZ_DOS_DATE 0x21                 /* 1980-01-01 */
 #define NPZ_DOS_TIME 0                    /* 00:00:00 */
 #define NPZ_ATTR (0100644u << 16)         /* regular file, rw-r--r-- (Unix mode in the high half) */
@@ -682,6 +685,14 @@ int kda_npz_read_blob(kda_npz *z, const char *member, char **out, size_t *len, c
     return st;
   }
   buf[m->size] = '\0';
+  char what[4200];
+  snprintf(what, sizeof what, "%s: member '%s'", z->path, member);
+  if (strcmp(member, "manifest.json") == 0 &&
+      (st = kda_json_values_check(buf, (size_t)m->size, NPZ_MAX_MANIFEST_VALUES, what, err,
+                                  errlen)) != KDA_OK) {
+    free(buf);
+    return st;
+  }
   if (len != NULL) *len = (size_t)m->size;
   if (out != NULL) *out = buf;
   else free(buf);
