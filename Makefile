@@ -147,7 +147,7 @@ all: $(LIBA) $(LIBSO) $(ORACLE_A) $(ORACLE_SO) $(KDA)
 # make check: the one list of its suites (each defined below; the slow ones have their own
 # targets).  It must stay under 15 minutes on CI's 2 cores (DEVELOPERS.md).
 check: check-headers check-layers check-sizes check-symbols check-unit check-numpy check-golden \
-       check-conform check-zoo-correct check-install check-browser check-python check-asan
+       check-conform check-grad check-zoo-correct check-install check-browser check-python check-asan
 	@echo "make check: all suites passed"
 
 # Dependency files: what each object and program included, as the compiler saw it.
@@ -279,6 +279,14 @@ check-conform: $(KDA) $(PLUGINS)
 	  sh conformance/tests/conform_half.sh
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_hostile.sh
+
+# The backward pass scored end to end (SPEC.md §13.7): gradient cases made by kda_fixture; the
+# honest float32 backwards pass, every gradient mutant fails (the kill table), hostile
+# backwards are Crash / Fail, a backend without the slot is NotSupported.
+.PHONY: check-grad
+check-grad: $(KDA) $(PLUGINS) $(BUILD)/conformance/tests/kda_fixture
+	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
+	  sh conformance/tests/conform_grad.sh
 
 # Slow, not in make check: kda conform --strict on the production L2 set (made by kda golden
 # --write --level L2, streamed in bounded memory, SPEC.md §7.10): ref-f32 and simd pass, every

@@ -41,7 +41,13 @@ int kda_case_file_truth(kda_case_file *f, char *err, size_t errlen) {
   return st;
 }
 
+int kda_case_file_grad_truth(kda_case_file *f, char *err, size_t errlen) {
+  if (f->g.present || f->streamed) return KDA_OK; /* streamed: no gradients (SPEC.md §13.7) */
+  return kda_grad_truth_read(&f->c, f->z, NULL, &f->g, err, errlen);
+}
+
 void kda_case_file_close(kda_case_file *f) {
+  kda_grad_truth_free(&f->g);
   kda_truth_free(&f->t); /* a streamed truth reads f->z: freed first */
   kda_case_free(&f->c);
   kda_npz_close(f->z);

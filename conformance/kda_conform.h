@@ -188,6 +188,43 @@ void kda_truth_free(kda_truth *t);
  * of `chunk` tokens chained through h0 -> ht, only per-window summaries and states kept. */
 #define KDA_STREAM_AUTO (INT64_C(1) << 24)
 #define KDA_STREAM_CHUNK 16384 /* default tokens per chained call, a multiple of 64 */
+/* ---- Gradient cases (SPEC.md §13.7): a case file with the seed member `do` (and `dht`,
+ * `dhc` where the problem has ht, hc) is also scored on the backward pass, in a report of its
+ * own, ID.backward.  Its truth is the golden gradient members (dq dk dv dg dbeta dA_log
+ * ddt_bias dh0) when the file carries them (their hashes verified), else ref-f64's backward
+ * (kda_ref_backward_f64).  An element's error is |x^ - x| / max(u M, eta) with M the
+ * magnitude of its group: the largest |x| of its (64-token window, head) for dq dk dv dg
+ * dbeta, of its (sequence, head) for dh0, and the sum of the absolute terms Sum_t |dg| (times
+ * the gate's factor for dA_log) for ddt_bias and dA_log. */
+#define KDA_GRAD_WINDOW KDA_ENVELOPE_WINDOW
+/* The member name of gradient bit b ("dq" .. "dh0"), "?" out of range. */
+const char *kda_grad_name(int b);
+typedef struct kda_grad_truth {
+  int32_t present;     /* 1: the case carries seeds and the truth below is computed */
+  int32_t from_golden; /* 1: the golden gradient members of the case file */
+  uint32_t has;        /* KDA_GRAD_* bits of the gradients the problem has */
+  int32_t reserved0;
+  double *dout, *dht, *dhc;       /* the seeds (dht, dhc NULL when the problem has none) */
+  double *d[KDA_GRAD_COUNT];      /* the exact gradients, bit order (NULL: not in the problem) */
+  uint64_t n[KDA_GRAD_COUNT];     /* their element counts */
+  double *mag[KDA_GRAD_COUNT];    /* M of each group */
+  double *env[KDA_GRAD_COUNT];    /* fp32 class: ref-f32's worst error of each group, as a
+                                     running maximum over the windows from the sequence's end;
+                                     NULL before kda_grad_truth_envelope */
+  int64_t n_win;                  /* windows of KDA_GRAD_WINDOW tokens */
+} kda_grad_truth;
+/* The seeds and truth of case c: seeds from the open case file z (members do, dht, dhc) or,
+ * z NULL, from seeds (a case held in memory; NULL: none); the truth from z's golden gradient
+ * members or ref-f64; then ref-f32's envelope (§7.3's rule on gradients).  g->present is 0
+ * (and KDA_OK returned) when there are no seeds.  Returns KDA_OK, or the file's or the
+ * reference's status (a seed of the wrong shape, dtype or a non-finite value is bad input
+ * naming the file and member). */
+typedef struct kda_grad_seeds {
+  const double *dout, *dht, *dhc;
+} kda_grad_seeds;
+int kda_grad_truth_read(const kda_case *c, struct kda_npz *z, const kda_grad_seeds *seeds,
+                        kda_grad_truth *g, char *err, size_t errlen);
+void kda_grad_truth_free(kda_grad_truth *g);
 /* ---- A case file, opened once for a run: the archive stays open while the handle lives,
  * and the inputs, the member hashes, the golden outputs and the sampled index are all read
  * through it (one open of the file per case). */
@@ -202,6 +239,7 @@ typedef struct kda_case_file {
   int32_t has_truth;
   int64_t chunk;         /* tokens per chained call when streamed (<= 0: the default) */
   struct kda_npz *z;     /* the archive, open until kda_case_file_close */
+  kda_grad_truth g;      /* the gradient truth (SPEC.md §13.7), after kda_case_file_grad_truth */
 } kda_case_file;
 /* Opens path and reads its inputs (kda_case_read): whole, or as kda_case_load_static when
  * streamed (stream KDA_CASE_STREAM_*).  On failure f is empty.  Returns as kda_case_load. */
@@ -211,6 +249,9 @@ int kda_case_file_open(const char *path, int32_t stream, int64_t chunk, kda_case
  * streamed); computed once.  Returns as those. */
 int kda_case_file_truth(kda_case_file *f, char *err, size_t errlen);
 void kda_case_file_close(kda_case_file *f);
+/* Reads f's seeds and gradient truth (kda_grad_truth_read; f->g.present 0 when the file has
+ * no member do).  Returns as that. */
+int kda_case_file_grad_truth(kda_case_file *f, char *err, size_t errlen);
 
 /* ---- Isolated calls (SPEC.md §7.8). */
 #define KDA_CALL_OK 0
@@ -308,7 +349,7 @@ typedef struct kda_qmetric {
 
 #define KDA_MAX_FAIL_LINES 16
 typedef struct kda_fail_line {
-  char quantity[4];    /* "o", "ht", "hc" */
+  char quantity[12];   /* "o", "ht", "hc", or a gradient "dq" .. "ddt_bias" (SPEC.md §13.7) */
   kda_where at;
   uint64_t index;      /* flat element index in the member */
   double expected, observed, err, allowed;
@@ -352,6 +393,18 @@ typedef struct kda_score {
                                beyond it, 0 not beyond (the case's own drift), -1 no emulation
                                (classes other than fp32) */
   kda_fail_line lines[KDA_MAX_FAIL_LINES];
+  /* A backward report (SPEC.md §13.7; o, ht, hc not scored): the KDA_GRAD_* bits of the
+   * gradients scored, and of those the problem has that the backend did not provide; each
+   * scored gradient's metrics in grad[] (bit order, errors over the allowance), all under the
+   * cap grad_cap; per window of KDA_GRAD_WINDOW tokens, for the plots, the worst error of dq,
+   * dk, dv, dg without the allowance and the largest cap x allowance used there (NaN where
+   * the window holds no element): grad_win[(2 q + 0) n + w] and [(2 q + 1) n + w], q = 0..3,
+   * n = n_grad_win (owned, or NULL). */
+  uint32_t grad_scored, grad_missing;
+  double grad_cap;
+  kda_qmetric grad[KDA_GRAD_COUNT];
+  double *grad_win;
+  int64_t n_grad_win;
 } kda_score;
 
 /* ---- Verdicts (SPEC.md §7.6). */
@@ -440,6 +493,7 @@ typedef struct kda_case_report {
                                call on the whole case */
   char about[2048];         /* the case in words for a failure's detail (kda_case_about):
                                its comment, flags and the defects it is designed to catch */
+  int32_t backward;         /* 1: a gradient report ID.backward (SPEC.md §13.7) */
   uint64_t log_bytes;       /* bytes the backend printed during the case (§7.8) */
   char log[KDA_TARGET_LOG_MAX]; /* their beginning, NUL-terminated */
 } kda_case_report;
@@ -462,6 +516,23 @@ int kda_conform_case(const kda_backend *b, const char *params, const kda_case *c
 int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_truth *t,
                           int32_t cls, const kda_conform_opts *o, kda_case_report *r,
                           char *err, size_t errlen);
+/* Scores gradients obs (KDA_GRAD_COUNT arrays in bit order, float64, those of bits have)
+ * against g in class cls into s (kda_score_free after). */
+int kda_grad_score(const kda_case *c, const kda_grad_truth *g, double *const *obs,
+                   uint32_t have, int32_t cls, kda_score *s, char *err, size_t errlen);
+/* The gradient report of target t on case file f (its gradient truth read, f->g.present):
+ * one backward call, scored; NotSupported for a backend without the backward pass, or when the
+ * case is streamed.  Returns as kda_conform_target. */
+int kda_conform_target_backward(kda_target *t, const kda_case_file *f, const kda_conform_opts *o,
+                                kda_case_report *r, char *err, size_t errlen);
+/* The same for a candidate's result file (SPEC.md §7.9) with members dq .. dh0 (<f4 or <f8,
+ * the inputs' shapes): those present are scored; the report is NotSupported when the file
+ * has none of them, or its manifest has not_supported. */
+int kda_conform_candidate_backward(const char *result_path, const kda_case *c,
+                                   const kda_grad_truth *g, int32_t cls,
+                                   const kda_conform_opts *o, kda_case_report *r, char *err,
+                                   size_t errlen);
+
 void kda_case_report_free(kda_case_report *r);
 /* One case built in memory, for bindings (the Python package's assert_kda): problem p with the
  * float64 inputs of in (cu_seqlens NULL: one sequence), and the candidate's float64 outputs in

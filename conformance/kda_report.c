@@ -16,7 +16,24 @@ static const char *short_verdict(int32_t v) {
   return (v >= 0 && v <= KDA_VERDICT_TIMEOUT) ? tags[v] : "?";
 }
 
+/* Where a gradient element is (SPEC.md §13.7): token rows by token, sequence, head and channel;
+ * dA_log by head; ddt_bias by head and channel; dh0 by sequence, head and flat state index. */
+static void grad_where_text(const kda_fail_line *l, char *buf, size_t cap) {
+  const kda_where *w = &l->at;
+  if (w->a >= 0)
+    snprintf(buf, cap, "%s[t=%lld seq=%lld h=%lld c=%lld]", l->quantity, (long long)w->a,
+             (long long)w->b, (long long)w->c, (long long)w->d);
+  else if (w->b >= 0)
+    snprintf(buf, cap, "%s[seq=%lld hv=%lld e=%lld]", l->quantity, (long long)w->b,
+             (long long)w->c, (long long)w->d);
+  else if (w->d >= 0)
+    snprintf(buf, cap, "%s[hv=%lld c=%lld]", l->quantity, (long long)w->c, (long long)w->d);
+  else
+    snprintf(buf, cap, "%s[hv=%lld]", l->quantity, (long long)w->c);
+}
+
 static void where_text(const kda_fail_line *l, char *buf, size_t cap) {
+  if (l->quantity[0] == 'd') return grad_where_text(l, buf, cap);
   if (strcmp(l->quantity, "o") == 0)
     snprintf(buf, cap, "o[t=%lld seq=%lld hv=%lld j=%lld]", (long long)l->at.a,
              (long long)l->at.b, (long long)l->at.c, (long long)l->at.d);
@@ -31,7 +48,8 @@ static void qtext(char *buf, size_t cap, const char *name, const kda_qmetric *m,
   else snprintf(buf, cap, "%s %.3g/%g", name, m->worst, allowed);
 }
 
-/* The quantity whose worst error is the largest against its cap, or NULL. */
+/* The quantity whose worst error is the largest against its cap, or NULL: o, ht, hc, or in a
+ * backward report the gradients. */
 static const kda_qmetric *worst_metric(const kda_score *s, const char **name, double *cap) {
   const kda_qmetric *ms[3] = {&s->o, &s->ht, &s->hc}, *best = NULL;
   const double caps[3] = {s->caps.o, s->caps.ht, s->caps.hc};
@@ -39,6 +57,10 @@ static const kda_qmetric *worst_metric(const kda_score *s, const char **name, do
   for (int i = 0; i < 3; i++)
     if (ms[i]->count && (!best || !(ms[i]->worst / caps[i] <= best->worst / *cap)))
       best = ms[i], *name = names[i], *cap = caps[i];
+  for (int b = 0; b < KDA_GRAD_COUNT; b++)
+    if ((s->grad_scored >> b & 1u) && s->grad[b].count &&
+        (!best || !(s->grad[b].worst / s->grad_cap <= best->worst / *cap)))
+      best = &s->grad[b], *name = kda_grad_name(b), *cap = s->grad_cap;
   return best;
 }
 
@@ -64,8 +86,11 @@ static void worst_detail(FILE *f, const kda_score *s) {
     if (m->worst_scale > s->tiny)
       fprintf(f, "    a %s unit there is u M = %.4g: u = %a the class's unit roundoff, M = %.4g "
               "%s (SPEC.md 7.3)\n", cls, m->worst_scale, s->unit, m->worst_scale / s->unit,
-              q[0] == 'o' ? "the magnitude of the terms summed into the element"
-                          : "the largest |S| of the head's state");
+              q[0] == 'o'                             ? "the magnitude of the terms summed into the element"
+              : q[0] != 'd'                           ? "the largest |S| of the head's state"
+              : (!strcmp(q, "dA_log") || !strcmp(q, "ddt_bias")) ? "the sum of the absolute terms summed into the element (SPEC.md 13.7)"
+              : !strcmp(q, "dh0") ? "the largest |dh0| of the head's state (SPEC.md 13.7)"
+                                  : "the largest |gradient| of the head in the element's 64-token window (SPEC.md 13.7)");
     else
       fprintf(f, "    a %s unit there is %.4g, the smallest subnormal of the output format "
               "(u M is below it; SPEC.md 7.3)\n", cls, m->worst_scale);
@@ -78,10 +103,29 @@ static void worst_detail(FILE *f, const kda_score *s) {
             "float32 envelope in class %s\n", cls);
 }
 
+static uint64_t grad_fails(const kda_score *s) {
+  uint64_t n = 0;
+  for (int b = 0; b < KDA_GRAD_COUNT; b++) n += s->grad[b].n_fail;
+  return n;
+}
+
+/* The gradients of a backward report on its line: each scored one's worst / cap. */
+static void grad_line(FILE *f, const kda_score *s) {
+  fprintf(f, " %s", kda_precision_name(s->cls));
+  for (int b = 0; b < KDA_GRAD_COUNT; b++)
+    if (s->grad_scored >> b & 1u) {
+      char t[64];
+      qtext(t, sizeof t, kda_grad_name(b), &s->grad[b], s->grad_cap);
+      fprintf(f, " %s", t);
+    }
+}
+
 void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
   const kda_score *s = &r->score;
   fprintf(f, "%-7s %-12s %-28s", short_verdict(r->verdict), r->backend, r->case_id);
-  if (r->has_score) {
+  if (r->has_score && r->backward) {
+    grad_line(f, s);
+  } else if (r->has_score) {
     char a[64], b[64], c[64];
     qtext(a, sizeof a, "o", &s->o, s->caps.o);
     qtext(b, sizeof b, "ht", &s->ht, s->caps.ht);
@@ -111,7 +155,7 @@ void kda_report_human(FILE *f, const kda_case_report *r, int32_t max_lines) {
   if (r->verdict != KDA_VERDICT_PASS && s->n_lines > n)
     fprintf(f, "    ... %d more failure lines kept, %llu elements over the cap in all\n",
             (int)(s->n_lines - n),
-            (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail));
+            (unsigned long long)(s->o.n_fail + s->ht.n_fail + s->hc.n_fail + grad_fails(s)));
   if (kda_verdict_is_failure(r->verdict) && max_lines > 0) { /* the words of a failure */
     if (r->has_score && s->n_lines > 0) worst_detail(f, s);
     if (r->about[0]) fprintf(f, "    case: %s\n", r->about);
@@ -159,6 +203,35 @@ static json_t *window_series(const kda_score *s) {
                    "worst", worst, "envelope", env, "allowance", allow);
 }
 
+/* A backward report's gradients (SPEC.md §13.7): each scored one's metrics, those not
+ * provided, and (a case of at least 256 tokens) the per-window series of dq dk dv dg. */
+static json_t *grad_json(json_t *j, const kda_score *s) {
+  json_object_set_new(j, "class", json_string(kda_precision_name(s->cls)));
+  json_t *gr = json_object(), *missing = json_array();
+  for (int b = 0; b < KDA_GRAD_COUNT; b++) {
+    if (s->grad_scored >> b & 1u)
+      json_object_set_new(gr, kda_grad_name(b), jmetric(&s->grad[b], s->grad_cap));
+    if (s->grad_missing >> b & 1u) json_array_append_new(missing, json_string(kda_grad_name(b)));
+  }
+  json_object_set_new(j, "gradients", gr);
+  json_object_set_new(j, "not_provided", missing);
+  if (!s->grad_win || s->n_grad_win * KDA_GRAD_WINDOW < KDA_STEP_ALLOWANCE_N0) return j;
+  json_t *series = json_pack("{s:I,s:o}", "size", (json_int_t)KDA_GRAD_WINDOW, "cap",
+                             jnum(s->grad_cap));
+  for (int q = 0; q < 4; q++) {
+    if (!(s->grad_scored >> q & 1u)) continue;
+    json_t *worst = json_array(), *allowed = json_array();
+    for (int64_t w = 0; w < s->n_grad_win; w++) {
+      json_array_append_new(worst, jnum(s->grad_win[(2 * q) * s->n_grad_win + w]));
+      json_array_append_new(allowed, jnum(s->grad_win[(2 * q + 1) * s->n_grad_win + w]));
+    }
+    json_object_set_new(series, kda_grad_name(q),
+                        json_pack("{s:o,s:o}", "worst", worst, "allowed", allowed));
+  }
+  json_object_set_new(j, "grad_window_series", series);
+  return j;
+}
+
 static json_t *report_json(const kda_case_report *r) {
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o}", "case", r->case_id, "backend", r->backend,
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
@@ -181,6 +254,7 @@ static json_t *report_json(const kda_case_report *r) {
     json_object_set_new(j, "baseline", json_string(bstate[r->baseline_state]));
   if (!r->has_score) return j;
   const kda_score *s = &r->score;
+  if (r->backward) return grad_json(j, s);
   json_object_set_new(j, "class", json_string(kda_precision_name(s->cls)));
   json_object_set_new(j, "o", jmetric(&s->o, s->caps.o));
   json_object_set_new(j, "ht", jmetric(&s->ht, s->caps.ht));

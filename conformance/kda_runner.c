@@ -788,6 +788,127 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
 
 void kda_case_report_free(kda_case_report *r) { kda_score_free(&r->score); }
 
+/* ---- Gradient reports ID.backward (SPEC.md §13.7). */
+static void grad_report_init(kda_case_report *r, const kda_case *c, const char *backend,
+                             int32_t cls) {
+  report_init(r, c, backend, "case");
+  size_t n = strlen(r->case_id);
+  snprintf(r->case_id + n, sizeof r->case_id - n, ".backward");
+  r->backward = 1;
+  r->score.cls = cls;
+}
+
+/* Fail over the cap or on NaN / Inf, naming the worst gradient; else a QualityWarning when a
+ * gradient the problem has was not provided; else Pass. */
+static void grad_verdict(kda_case_report *r) {
+  const kda_score *s = &r->score;
+  r->has_score = 1;
+  int worst = -1;
+  uint64_t over = 0, nan = 0, inf = 0;
+  for (int b = 0; b < KDA_GRAD_COUNT; b++) {
+    const kda_qmetric *m = &s->grad[b];
+    if (!(s->grad_scored >> b & 1u)) continue;
+    over += m->n_fail, nan += m->n_nan, inf += m->n_inf;
+    if (worst < 0 || !(m->worst <= s->grad[worst].worst)) worst = b;
+  }
+  char msg[KDA_ERRLEN] = "";
+  if (over || nan || inf) {
+    snprintf(msg, sizeof msg, "%s error %.4g %s units > %g allowed (%llu elements over, %llu NaN, "
+             "%llu Inf)", kda_grad_name(worst), s->grad[worst].worst, kda_precision_name(s->cls),
+             s->grad_cap, (unsigned long long)over, (unsigned long long)nan,
+             (unsigned long long)inf);
+    return set_reason(r, KDA_VERDICT_FAIL, msg);
+  }
+  if (!s->grad_missing) return set_reason(r, KDA_VERDICT_PASS, "");
+  size_t n = (size_t)snprintf(msg, sizeof msg, "not provided:");
+  for (int b = 0; b < KDA_GRAD_COUNT && n < sizeof msg; b++)
+    if (s->grad_missing >> b & 1u)
+      n += (size_t)snprintf(msg + n, sizeof msg - n, " %s", kda_grad_name(b));
+  set_reason(r, KDA_VERDICT_QUALITY_WARNING, msg);
+}
+
+static void grads_free(double **d) {
+  for (int b = 0; b < KDA_GRAD_COUNT; b++) free(d[b]), d[b] = NULL;
+}
+
+/* Scores gradients d (bits have) into r's verdict. */
+static int grad_scored(const kda_case *c, const kda_grad_truth *g, double *const *d,
+                       uint32_t have, kda_case_report *r, char *err, size_t errlen) {
+  int st = kda_grad_score(c, g, d, have, r->score.cls, &r->score, err, errlen);
+  if (st != KDA_OK) return st;
+  for (int b = 0; b < KDA_GRAD_COUNT; b++)
+    if (have >> b & 1u) r->bytes_scored += 2 * 8 * g->n[b];
+  grad_verdict(r);
+  return KDA_OK;
+}
+
+static int target_backward(kda_worker *w, const kda_case_file *f, const kda_conform_opts *o,
+                           kda_case_report *r, char *err, size_t errlen) {
+  const kda_case *c = &f->c;
+  const kda_grad_truth *g = &f->g;
+  const int32_t wcls = kda_worker_class(w);
+  grad_report_init(r, c, kda_worker_label(w), o->cls >= 0 ? o->cls : wcls >= 0 ? wcls : 0);
+  if (f->streamed || !g->present) {
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, f->streamed ? "gradients of a streamed case are "
+               "not scored (SPEC.md 13.7: whole arrays)" : "the case has no seeds (member do)");
+    return KDA_OK;
+  }
+  double *d[KDA_GRAD_COUNT] = {0};
+  int st = KDA_OK;
+  for (int b = 0; b < KDA_GRAD_COUNT && st == KDA_OK; b++)
+    if (g->d[b] && !(d[b] = malloc((size_t)(g->n[b] + 1) * sizeof(double))))
+      st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
+  kda_tensors_f64 in;
+  kda_case_tensors(c, &in);
+  const kda_worker_seeds sd = {g->dout, g->dht, g->dhc};
+  kda_call_result cr;
+  uint32_t wrote = 0;
+  if (st == KDA_OK)
+    st = kda_worker_backward(w, &c->p, &in, &sd, g->has, d, &wrote, &cr, err, errlen);
+  if (st == KDA_OK) {
+    r->seconds = cr.seconds;
+    if (cr.outcome != KDA_CALL_OK) set_reason(r, outcome_verdict(cr.outcome), cr.msg);
+    else st = grad_scored(c, g, d, wrote, r, err, errlen);
+  }
+  grads_free(d);
+  if (st == KDA_OK) st = finish_case(w, r, err, errlen);
+  if (st == KDA_OK) apply_waiver(r, c, o);
+  return st;
+}
+
+int kda_conform_target_backward(kda_target *t, const kda_case_file *f, const kda_conform_opts *o,
+                                kda_case_report *r, char *err, size_t errlen) {
+  int st = target_backward(kda_target_worker(t), f, o, r, err, errlen);
+  report_clean(r);
+  return st;
+}
+
+int kda_conform_candidate_backward(const char *result_path, const kda_case *c,
+                                   const kda_grad_truth *g, int32_t cls,
+                                   const kda_conform_opts *o, kda_case_report *r, char *err,
+                                   size_t errlen) {
+  grad_report_init(r, c, "candidate", cls);
+  double *d[KDA_GRAD_COUNT];
+  uint32_t have = 0;
+  char msg[KDA_ERRLEN] = "";
+  int rs = kda_grad_result_read(result_path, c, g, d, &have, msg, sizeof msg), st = KDA_OK;
+  if (rs == KDA_EUNSUPPORTED) {
+    char why[KDA_ERRLEN];
+    snprintf(why, sizeof why, "candidate: not supported: %.400s", msg);
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, why);
+  } else if (rs != KDA_OK) {
+    set_reason(r, KDA_VERDICT_FAIL, msg);
+  } else if (!have) {
+    set_reason(r, KDA_VERDICT_NOT_SUPPORTED, "candidate: the result file has no gradient members");
+  } else {
+    st = grad_scored(c, g, d, have, r, err, errlen);
+  }
+  grads_free(d);
+  if (st == KDA_OK) apply_waiver(r, c, o);
+  report_clean(r);
+  return st;
+}
+
 /* ---- Candidates' serving prompts (SPEC.md §7.7). */
 
 /* The causal prompt's outputs before the cut against the case's own result: the same bits,

@@ -370,6 +370,9 @@ void kda_score_free(kda_score *s) {
   free(s->win_each); /* the other series live in its allocation */
   s->win_each = s->win_max_each = s->win_env_each = s->win_allow_each = NULL;
   s->n_win_each = 0;
+  free(s->grad_win);
+  s->grad_win = NULL;
+  s->n_grad_win = 0;
 }
 
 int kda_score_within_caps(const kda_score *s) {

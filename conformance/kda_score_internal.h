@@ -175,6 +175,13 @@ const char *kda_stream_path(const struct kda_stream *s);
 kda_npz *kda_stream_npz(const struct kda_stream *s);
 void kda_stream_free(struct kda_stream *s);
 
+/* The gradients of a candidate's result file (kda_grad.c, SPEC.md §13.7): the members dq .. dh0
+ * present and in g->has, checked (dtype, shape) and read into d[b] (allocated, free()); *have
+ * their bits.  The manifest is checked as kda_result_load does (KDA_EUNSUPPORTED with the
+ * reason for not_supported).  Returns KDA_OK or the file's error, naming it. */
+int kda_grad_result_read(const char *path, const kda_case *c, const kda_grad_truth *g,
+                         double **d, uint32_t *have, char *err, size_t errlen);
+
 /* kda_runner.c: scores one case held in memory as a candidate's result file (the truth its
  * float64 reference), filling r (zeroed by the caller; kda_case_report_free after); the
  * engine of kda_conform_outputs (kda_bind.c).  Returns KDA_OK or the error with a message. */

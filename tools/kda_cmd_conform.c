@@ -17,6 +17,7 @@
 #include "kda_conform_shard.h"
 #include "kda_sha256.h"
 #include "kda_files.h"
+#include "kda_npz.h"
 #include "kda_serving.h"
 #include "kda_tool.h"
 
@@ -524,6 +525,13 @@ static int score_candidate(const conform_args *a, const kda_case_file *f, int ma
   s->score_s += now_s() - t0;
   if (st == KDA_OK) s->bytes += r->bytes_scored;
   if (st == KDA_OK) st = emit(s, a, r, err, errlen);
+  if (st == KDA_OK && f->g.present) { /* its gradients, ID.backward (SPEC.md §13.7) */
+    if (!(r = next_report(s))) return snprintf(err, errlen, "out of memory"), KDA_ENOMEM;
+    st = kda_conform_candidate_backward(rp, &f->c, &f->g, a->cls >= 0 ? a->cls
+                                                                        : KDA_PRECISION_FP32,
+                                        &a->opts, r, err, errlen);
+    if (st == KDA_OK) st = emit(s, a, r, err, errlen);
+  }
   if (st == KDA_OK && a->opts.prefix && is_dir) st = score_prompts(a, &f->c, rp, s, err, errlen);
   return st;
 }
@@ -566,11 +574,18 @@ static int score_case(const conform_args *a, const char *path, target *tg, int n
   double t0 = now_s();
   if (main_sel) st = kda_case_file_truth(&f, err, sizeof err); /* a prompt alone: its own */
   s->truth_s += now_s() - t0;
+  /* a gradient case (member do): each backend's backward too, ID.backward (SPEC.md §13.7) */
+  const int grads = main_sel && st == KDA_OK && kda_npz_has(f.z, "do");
+  if (grads) st = kda_case_file_grad_truth(&f, err, sizeof err);
   for (int i = 0; i < nt && st == KDA_OK && main_sel; i++) {
     if (!kda_conform_shard_target(a->shard, i)) continue; /* another shard's */
     kda_case_report *r = next_report(s);
     if (!r) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
     else st = kda_conform_target(tg[i].t, &f, &a->opts, r, err, sizeof err);
+    if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
+    if (st != KDA_OK || !grads) continue;
+    if (!(r = next_report(s))) st = KDA_ENOMEM, snprintf(err, sizeof err, "out of memory");
+    else st = kda_conform_target_backward(tg[i].t, &f, &a->opts, r, err, sizeof err);
     if (st == KDA_OK) st = emit(s, a, r, err, sizeof err);
   }
   if (st == KDA_OK && a->candidate && kda_conform_shard_target(a->shard, nt))

@@ -4,9 +4,11 @@
  *
  * Usage: kda_fixture sampled IN.npz OUT.npz all|runs
  *        kda_fixture generated DESCRIPTION OUT.npz none|all|runs
+ *        kda_fixture grad DESCRIPTION OUT.npz   (a gradient case: grad_fixture.h)
  * make check-l2 and docs/scoring.md (the peak-memory measurement) use it.
  */
 #include "sampled_fixture.h"
+#include "grad_fixture.h"
 
 int main(int argc, char **argv) {
   if (argc == 5 && strcmp(argv[1], "sampled") == 0 &&
@@ -17,6 +19,7 @@ int main(int argc, char **argv) {
                     : strcmp(argv[4], "runs") == 0 ? 2 : -1;
     if (how >= 0) return fixture_generated(argv[2], argv[3], how), 0;
   }
-  fixture_die("usage", "kda_fixture sampled IN OUT all|runs | generated DESC OUT none|all|runs");
+  if (argc == 4 && strcmp(argv[1], "grad") == 0) return fixture_grad(argv[2], argv[3]), 0;
+  fixture_die("usage", "kda_fixture sampled IN OUT all|runs | generated DESC OUT none|all|runs | grad DESC OUT");
   return 2;
 }
