@@ -197,6 +197,10 @@ void kda_truth_free(kda_truth *t);
  * dbeta, of its (sequence, head) for dh0, and the sum of the absolute terms Sum_t |dg| (times
  * the gate's factor for dA_log) for ddt_bias and dA_log. */
 #define KDA_GRAD_WINDOW KDA_ENVELOPE_WINDOW
+/* The KDA_GRAD_* bits of the gradients problem p has (SPEC.md §13.1): dq dk dv dbeta when it
+ * has tokens, dg for a decaying family, dA_log and ddt_bias when the gate reads them, dh0 with
+ * an initial state. */
+uint32_t kda_grad_problem(const kda_problem *p);
 /* The member name of gradient bit b ("dq" .. "dh0"), "?" out of range. */
 const char *kda_grad_name(int b);
 typedef struct kda_grad_truth {

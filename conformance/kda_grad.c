@@ -46,8 +46,7 @@ static uint64_t shape_count(const int64_t *shape, int nd) {
   return n;
 }
 
-/* The gradients the problem has (§13.1). */
-static uint32_t problem_grads(const kda_problem *p) {
+uint32_t kda_grad_problem(const kda_problem *p) {
   uint32_t m = KDA_GRAD_Q | KDA_GRAD_K | KDA_GRAD_V | KDA_GRAD_BETA;
   if (kda_problem_gate_width(p) > 0) m |= KDA_GRAD_G;
   if (kda_problem_uses_A_log(p)) m |= KDA_GRAD_A_LOG;
@@ -379,7 +378,7 @@ int kda_grad_truth_read(const kda_case *c, kda_npz *z, const kda_grad_seeds *see
                         kda_grad_truth *g, char *err, size_t errlen) {
   memset(g, 0, sizeof *g);
   if (z ? !kda_npz_has(z, "do") : !(seeds && seeds->dout)) return KDA_OK;
-  g->has = problem_grads(&c->p);
+  g->has = kda_grad_problem(&c->p);
   g->n_win = n_windows(&c->p);
   int st = read_seeds(c, z, seeds, g, err, errlen);
   if (st == KDA_OK) st = read_truth(c, z, g, err, errlen);

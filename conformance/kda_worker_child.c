@@ -239,17 +239,6 @@ void kda_wchild_call(wchild *c, const wreq *q, wrep *a) {
   rep_set(a, KDA_CALL_OK, KDA_OK, "%s%s", NULL, NULL);
 }
 
-/* The gradients a problem has (kda_backend_grads): dg for a decaying family, dA_log and
- * ddt_bias when the gate reads them, dh0 with an initial state. */
-static uint32_t problem_grads(const kda_problem *p) {
-  uint32_t m = KDA_GRAD_Q | KDA_GRAD_K | KDA_GRAD_V | KDA_GRAD_BETA;
-  if (kda_problem_gate_width(p) > 0) m |= KDA_GRAD_G;
-  if (kda_problem_uses_A_log(p)) m |= KDA_GRAD_A_LOG;
-  if (kda_problem_uses_dt_bias(p)) m |= KDA_GRAD_DT_BIAS;
-  if (p->has_initial_state) m |= KDA_GRAD_H0;
-  return m;
-}
-
 void kda_wchild_backward(wchild *c, const wreq *q, wrep *a) {
   if (c->isolated && child_map(c, q) != 0)
     return rep_set(a, KDA_CALL_ERROR, KDA_ENOMEM, "worker: cannot map the buffers%s%s", 0, 0);
@@ -272,7 +261,7 @@ void kda_wchild_backward(wchild *c, const wreq *q, wrep *a) {
   /* only buffers the runner laid out, of gradients the problem has and the backend offers */
   uint32_t want = 0;
   for (int b = 0; b < KDA_GRAD_COUNT; b++)
-    if (x[B_GRAD + b] && (offered & problem_grads(&q->p) & (1u << b))) want |= 1u << b;
+    if (x[B_GRAD + b] && (offered & kda_grad_problem(&q->p) & (1u << b))) want |= 1u << b;
   if (!want)
     return rep_set(a, KDA_CALL_UNSUPPORTED, KDA_EUNSUPPORTED,
                    "supports_backward offers none of the problem's gradients%s%s", 0, 0);
