@@ -19,6 +19,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <zip.h>
 #include <zlib.h>
@@ -968,6 +969,12 @@ START_TEST(test_sigterm_removes_tmp) {
 }
 END_TEST
 
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
 /* The children of process pid (from /proc), at most cap of them. */
 static int children_of(pid_t pid, pid_t *out, int cap) {
   DIR *d = opendir("/proc");
@@ -1015,18 +1022,29 @@ START_TEST(test_golden_workers_die_with_parent) {
     pid_t pid = fork();
     ck_assert_int_ge(pid, 0);
     if (pid == 0) {
-      int devnull = open("/dev/null", O_WRONLY);
-      dup2(devnull, 1), dup2(devnull, 2);
+      int devnull = open("/dev/null", O_WRONLY), errfd = creat(tpath("golden.err"), 0644);
+      dup2(devnull, 1), dup2(errfd >= 0 ? errfd : devnull, 2);
       execl(kda_test_bin(), "kda", "golden", "--write", "--level", "L1", "--jobs", "2",
             tpath("g"), (char *)NULL);
       _exit(127);
     }
+    /* both workers seen, polled on the clock (a loaded machine), or kda golden's exit and
+     * its message when it ended before they were */
     pid_t kids[8];
-    int n = 0;
-    for (int t = 0; t < 6000 && n < 2; t++) usleep(10000), n = children_of(pid, kids, 8);
-    ck_assert_msg(n == 2, "kda golden --jobs 2 started %d workers", n);
+    int n = 0, status = 0;
+    const double deadline = now_s() + 120;
+    while (n < 2 && now_s() < deadline) {
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        size_t len = 0;
+        char *msg = (char *)kda_test_slurp(tpath("golden.err"), &len);
+        ck_abort_msg("kda golden --jobs 2 ended (status %d) before its workers were seen: %s",
+                     status, msg);
+      }
+      usleep(10000);
+      n = children_of(pid, kids, 8);
+    }
+    ck_assert_msg(n == 2, "kda golden --jobs 2 started %d workers within 120 s", n);
     kill(pid, sigs[k]);
-    int status;
     ck_assert_int_eq(waitpid(pid, &status, 0), pid);
     for (int j = 0; j < n; j++)
       ck_assert_msg(gone(kids[j], 5.0), "worker %d outlived kda golden (signal %d)", (int)kids[j],
@@ -1083,7 +1101,7 @@ static Suite *files_suite(void) {
   suite_add_tcase(s, tc);
   tc = tcase_create("writers");
   tcase_add_checked_fixture(tc, setup, teardown);
-  tcase_set_timeout(tc, 120);
+  tcase_set_timeout(tc, 300); /* a loaded machine: kda golden's workers polled for 120 s */
   tcase_add_test(tc, test_targets_refused);
   tcase_add_test(tc, test_duplicate_case_ids);
   tcase_add_test(tc, test_report_write_failure);
