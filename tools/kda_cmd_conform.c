@@ -4,6 +4,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <getopt.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -409,6 +410,16 @@ typedef struct run_state {
   path_list ids, id_files; /* the case ids met, and their files (unique_id) */
 } run_state;
 
+/* A report file: DIR/NAME under --out, or the explicit path; NULL path when neither.
+ * Reports go through the atomic writer (kda_files.h): written in full or not at all. */
+static const char *out_path(const char *dir, const char *name, const char *explicit_path,
+                            char *buf) {
+  if (explicit_path) return explicit_path;
+  if (!dir) return NULL;
+  snprintf(buf, 4096, "%s/%s", dir, name);
+  return buf;
+}
+
 static kda_case_report *next_report(run_state *s) {
   if (s->n == s->cap) {
     int64_t cap = s->cap ? 2 * s->cap : 64;
@@ -426,9 +437,14 @@ static int emit(run_state *s, const conform_args *a, kda_case_report *r, char *e
   kda_tally_add(&s->tally, r);
   s->n++;
   if (!a->quiet || r->verdict != KDA_VERDICT_PASS) kda_report_human(stdout, r, (int32_t)a->max_lines);
-  if (s->jsonl && kda_report_jsonl(s->jsonl, r) != KDA_OK)
-    return snprintf(err, errlen, "results.jsonl: cannot write the report of case %s", r->case_id),
-           KDA_EIO;
+  errno = 0; /* the stream's write sets it (kda_atomic keeps a failed write's errno) */
+  if (s->jsonl && kda_report_jsonl(s->jsonl, r) != KDA_OK) {
+    char buf[4096];
+    const int e = errno;
+    return snprintf(err, errlen, "%.*s: cannot write the report of case %s: %s", (int)errlen / 2,
+                    out_path(a->out_dir, "results.jsonl", a->jsonl, buf), r->case_id,
+                    e ? strerror(e) : "not encodable as JSON"), KDA_EIO;
+  }
   kda_conform_shard_emitted(a->shard);
   return KDA_OK;
 }
@@ -636,8 +652,34 @@ static int export_prompts(const conform_args *a, const char *dir, path_list *cas
   return rc;
 }
 
+/* Every case's id read from its manifest alone, before anything is written: two cases with
+ * one id are refused with no file exported (a manifest that cannot be read is left to the
+ * export, which names the problem). */
+static int export_ids_unique(const path_list *cases) {
+  path_list ids = {0}, files = {0};
+  int rc = 0;
+  for (int i = 0; i < cases->n && !rc; i++) {
+    char err[KDA_ERRLEN], idbuf[256];
+    kda_npz *z = NULL;
+    kda_case c;
+    json_t *root = NULL;
+    memset(&c, 0, sizeof c);
+    if (kda_npz_open(cases->v[i], &z, err, sizeof err) != KDA_OK) continue;
+    if (kda_case_read_manifest(z, cases->v[i], &c, &root, err, sizeof err) == KDA_OK)
+      rc = unique_id(&ids, &files, c.id && c.id[0] ? c.id : base_id(cases->v[i], idbuf,
+                                                                     sizeof idbuf), cases->v[i]);
+    json_decref(root);
+    kda_case_free(&c);
+    kda_npz_close(z);
+  }
+  free_paths(&ids), free_paths(&files);
+  return rc;
+}
+
 static int export_all(const conform_args *a, const char *dir, path_list *cases,
                       int32_t serving, path_list *ids, path_list *id_files) {
+  int rc0 = export_ids_unique(cases);
+  if (rc0) return rc0;
   mkdir(dir, 0777);
   for (int i = 0; i < cases->n; i++) {
     char err[KDA_ERRLEN], out[4096], idbuf[256];
@@ -667,16 +709,6 @@ static int export_all(const conform_args *a, const char *dir, path_list *cases,
   return 0;
 }
 
-/* A report file: DIR/NAME under --out, or the explicit path; NULL path when neither.
- * Reports go through the atomic writer (kda_files.h): written in full or not at all. */
-static const char *out_path(const char *dir, const char *name, const char *explicit_path,
-                            char *buf) {
-  if (explicit_path) return explicit_path;
-  if (!dir) return NULL;
-  snprintf(buf, 4096, "%s/%s", dir, name);
-  return buf;
-}
-
 typedef int (*report_fn)(FILE *f, const run_state *s);
 
 static int rep_summary(FILE *f, const run_state *s) {
@@ -697,8 +729,25 @@ static int write_report(const char *path, report_fn fn, const run_state *s, kda_
   *at = NULL;
   if (!path) return 0;
   if (kda_atomic_open(path, at, &f, err, sizeof err) != KDA_OK) return kda_tool_fail(SUB, "%s", err);
-  if (fn(f, s) != 0) return kda_tool_fail(SUB, "%s: cannot write the report", path);
+  errno = 0;
+  if (fn(f, s) != 0) {
+    const int e = errno;
+    return kda_tool_fail(SUB, "%s: cannot write the report: %s", path,
+                         e ? strerror(e) : "not encodable as JSON");
+  }
   return 0;
+}
+
+/* 1 when paths a and b name one file: the same directory (resolved) and the same name. */
+static int same_target(const char *a, const char *b) {
+  char da[4096], db[4096], ra[4096], rb[4096];
+  const char *na = strrchr(a, '/'), *nb = strrchr(b, '/');
+  snprintf(da, sizeof da, "%.*s", na ? (int)(na - a) + 1 : 1, na ? a : ".");
+  snprintf(db, sizeof db, "%.*s", nb ? (int)(nb - b) + 1 : 1, nb ? b : ".");
+  na = na ? na + 1 : a, nb = nb ? nb + 1 : b;
+  if (strcmp(na, nb) != 0) return 0;
+  if (!realpath(da, ra) || !realpath(db, rb)) return strcmp(da, db) == 0;
+  return strcmp(ra, rb) == 0;
 }
 
 /* Before any work: no report may replace one of the run's inputs (case files, waivers,
@@ -712,11 +761,17 @@ static int check_report_targets(const conform_args *a, const path_list *cases) {
   if (!in) return kda_tool_fail(SUB, "out of memory");
   for (int i = 0; i < cases->n; i++) in[n++] = cases->v[i];
   in[n++] = a->waivers, in[n++] = a->baseline, in[n++] = a->candidate;
+  char paths[4][4096];
   for (int i = 0; i < 4 && rc == 0; i++) {
     const char *p = names[i] ? out_path(a->out_dir, names[i], explicit_paths[i], buf)
                              : explicit_paths[i];
+    snprintf(paths[i], sizeof paths[i], "%s", p ? p : "");
     if (p && kda_output_check(p, in, n, err, sizeof err) != KDA_OK)
       rc = kda_tool_fail(SUB, "%s", err);
+    for (int j = 0; j < i && rc == 0 && p; j++) /* one report would replace another */
+      if (paths[j][0] && same_target(paths[j], p))
+        rc = kda_tool_fail(SUB, "%s: is also the target of another report; give each report "
+                           "its own file", p);
   }
   free(in);
   return rc;

@@ -1026,7 +1026,7 @@ static int cmd_expand(const gargs *a) {
   kda_case c;
   const char *const in[1] = {a->expand};
   int st = kda_output_check(a->output, in, 1, err, sizeof err);
-  if (st) return kda_tool_fail(SUB, "%s: %s", a->output, err);
+  if (st) return kda_tool_fail(SUB, "%s", err); /* the message names the output */
   st = kda_case_load(a->expand, &c, err, sizeof err);
   if (st) return kda_tool_fail(SUB, "%s", err);
   /* extra_json NULL keeps generator_info; the golden object is not a case manifest key */

@@ -324,6 +324,10 @@ struct kda_atomic {
 static ssize_t atomic_write(void *cookie, const char *buf, size_t n) {
   kda_atomic *a = cookie;
   size_t k = 0;
+  if (kda_test_fail_write(a->path)) { /* the test hook: a full disk at the first write */
+    if (!a->werr) a->werr = ENOSPC;
+    return errno = ENOSPC, -1;
+  }
   while (k < n) {
     ssize_t w = write(a->fd, buf + k, n - k);
     if (w < 0 && errno == EINTR) continue;

@@ -98,9 +98,10 @@ void kda_dir_unlock(int fd);
  * call it holding dir's lock, so that none is another writer's.  Returns how many. */
 int64_t kda_tmp_sweep(const char *dir);
 
-/* Test hook: commits of a target whose path contains the value of the environment variable
- * KDA_TEST_FAIL_WRITE fail as on a full disk (ENOSPC), so that tests can see that no target is
- * left half-written.  Returns 1 when path is to fail. */
+/* Test hook: writes to and commits of a target whose path contains the value of the
+ * environment variable KDA_TEST_FAIL_WRITE fail as on a full disk (ENOSPC), so that tests can
+ * see that no target is left half-written and that the error names ENOSPC.  Returns 1 when
+ * path is to fail. */
 int kda_test_fail_write(const char *path);
 
 #ifdef __cplusplus
