@@ -289,10 +289,26 @@ def _write_npz_atomic(path: str, manifest: Mapping[str, Any],
 
 
 def read_result(path: str) -> Dict[str, Any]:
-    """A result file as {"manifest": dict, "o": ..., "ht": ..., "hc": ...} (for tests)."""
-    with np.load(path, allow_pickle=False) as z:
-        out: Dict[str, Any] = {"manifest": json.loads(bytes(z["manifest.json"]).decode())}
-        for m in z.files:
-            if m != "manifest.json":
-                out[m] = z[m]
+    """A result file as {"manifest": dict, "o": ..., "ht": ..., "hc": ...}; CaseError (naming
+    the file) when it is not one, read within the bounds read_case keeps (SPEC.md §10.1)."""
+    try:
+        with _open_regular(path) as f:
+            with zipfile.ZipFile(f) as zf:
+                _check_sizes(path, zf)
+            f.seek(0)
+            with np.load(f, allow_pickle=False) as z:
+                raw = bytes(z["manifest.json"])
+                if _json_values(raw) > _MAX_MANIFEST_VALUES:
+                    raise CaseError(f"{path}: manifest.json holds more than "
+                                    f"{_MAX_MANIFEST_VALUES} JSON values")
+                out: Dict[str, Any] = {"manifest": json.loads(raw.decode("utf-8"))}
+                for m in z.files:
+                    if m != "manifest.json":
+                        out[m] = z[m]
+    except CaseError:
+        raise
+    except Exception as e:  # whatever numpy, zipfile or json raise: not a result file
+        raise CaseError(f"{path}: not a readable result file ({type(e).__name__})") from None
+    if not isinstance(out["manifest"], dict):
+        raise CaseError(f"{path}: manifest.json is not an object")
     return out

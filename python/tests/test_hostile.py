@@ -125,6 +125,23 @@ def test_manifest_values_refused_before_parsing(tmp_path):
     kc.read_case(path)
 
 
+def test_read_result_bounded_and_case_errors(tmp_path):
+    path = str(tmp_path / "r.npz")
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as z:   # 64 MiB of zeros
+        z.writestr("manifest.json", json.dumps({"schema": "kda-result/1", "case_id": "c"}))
+        z.writestr("o.npy", _npy(np.zeros(8 << 20, "<f8")))
+    with pytest.raises(kc.CaseError, match="zip bomb"):
+        kc.read_result(path)
+    fifo = str(tmp_path / "fifo.npz")
+    os.mkfifo(fifo)
+    with pytest.raises(kc.CaseError, match="not a regular file"):
+        kc.read_result(fifo)
+    with open(path, "wb") as f:
+        f.write(b"PK\x03\x04 not a zip")
+    with pytest.raises(kc.CaseError, match="not a readable result file"):
+        kc.read_result(path)
+
+
 def test_directory_at_result_path_is_that_cases_error(tmp_path):
     prompts, results = tmp_path / "p", tmp_path / "r"
     prompts.mkdir(), results.mkdir()
