@@ -138,8 +138,10 @@ def _check_sizes(path: str, zf: zipfile.ZipFile) -> None:
                         f"more than {_ARCHIVE_RATIO}:1 (zip bomb)")
 
 
-def read_case(path: str) -> Case:
-    """Read a case or prompt file; CaseError (naming the file) when it is malformed."""
+def _read_npz(path: str):
+    """The manifest (a dict) and the arrays of an .npz file, read within the bounds of
+    SPEC.md §10.1 (a regular file, the zip-bomb caps, the manifest's JSON value count); every
+    failure a CaseError naming the file."""
     try:
         with _open_regular(path) as f:
             with zipfile.ZipFile(f) as zf:
@@ -149,21 +151,27 @@ def read_case(path: str) -> Case:
                 names = list(z.files)
                 if "manifest.json" not in names:
                     raise CaseError(f"{path}: no manifest.json member")
-                raw = z["manifest.json"]
+                raw = bytes(z["manifest.json"])
                 arrays = {m: z[m] for m in names if m != "manifest.json"}
     except CaseError:
         raise
     except Exception as e:  # whatever numpy or zipfile raise: the file is unusable
         raise CaseError(f"{path}: not a readable .npz ({type(e).__name__}: {e})") from None
-    if _json_values(bytes(raw)) > _MAX_MANIFEST_VALUES:
+    if _json_values(raw) > _MAX_MANIFEST_VALUES:
         raise CaseError(f"{path}: manifest.json holds more than {_MAX_MANIFEST_VALUES} JSON "
                         "values, more than such a file holds")
     try:
-        man = json.loads(bytes(raw).decode("utf-8"))
+        man = json.loads(raw.decode("utf-8"))
     except Exception as e:  # ValueError, TypeError, RecursionError (nesting) ...
         raise CaseError(f"{path}: manifest.json is not JSON ({type(e).__name__})") from None
     if not isinstance(man, dict):
         raise CaseError(f"{path}: manifest.json is not an object")
+    return man, arrays
+
+
+def read_case(path: str) -> Case:
+    """Read a case or prompt file; CaseError (naming the file) when it is malformed."""
+    man, arrays = _read_npz(path)
     if not str(man.get("schema", "")).startswith("kda-case/"):
         raise CaseError(f"{path}: manifest schema {man.get('schema')!r} is not kda-case/1")
     case_id = man.get("id")
@@ -291,24 +299,5 @@ def _write_npz_atomic(path: str, manifest: Mapping[str, Any],
 def read_result(path: str) -> Dict[str, Any]:
     """A result file as {"manifest": dict, "o": ..., "ht": ..., "hc": ...}; CaseError (naming
     the file) when it is not one, read within the bounds read_case keeps (SPEC.md §10.1)."""
-    try:
-        with _open_regular(path) as f:
-            with zipfile.ZipFile(f) as zf:
-                _check_sizes(path, zf)
-            f.seek(0)
-            with np.load(f, allow_pickle=False) as z:
-                raw = bytes(z["manifest.json"])
-                if _json_values(raw) > _MAX_MANIFEST_VALUES:
-                    raise CaseError(f"{path}: manifest.json holds more than "
-                                    f"{_MAX_MANIFEST_VALUES} JSON values")
-                out: Dict[str, Any] = {"manifest": json.loads(raw.decode("utf-8"))}
-                for m in z.files:
-                    if m != "manifest.json":
-                        out[m] = z[m]
-    except CaseError:
-        raise
-    except Exception as e:  # whatever numpy, zipfile or json raise: not a result file
-        raise CaseError(f"{path}: not a readable result file ({type(e).__name__})") from None
-    if not isinstance(out["manifest"], dict):
-        raise CaseError(f"{path}: manifest.json is not an object")
-    return out
+    man, arrays = _read_npz(path)
+    return dict(arrays, manifest=man)

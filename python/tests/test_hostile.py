@@ -138,7 +138,7 @@ def test_read_result_bounded_and_case_errors(tmp_path):
         kc.read_result(fifo)
     with open(path, "wb") as f:
         f.write(b"PK\x03\x04 not a zip")
-    with pytest.raises(kc.CaseError, match="not a readable result file"):
+    with pytest.raises(kc.CaseError, match="not a readable .npz"):
         kc.read_result(path)
 
 
