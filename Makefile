@@ -233,7 +233,12 @@ $(TEST_HELPER): ALL_CFLAGS += $(CHECK_CFLAGS)
 $(BUILD)/%: %.c $(ALL_A) $(TEST_HELPER) | $(DEPS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) $(DEPFLAGS) -MF $@.d -Itests -o $@ $< $(TEST_HELPER) \
-	  $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) $(CHECK_LIBS) -lm
+	  $(TEST_EXTRA) $(ALL_A) $(ALL_LDFLAGS) $(PKG_LIBS) $(CHECK_LIBS) -lm
+
+# The stored envelope's test calls the annex kda golden sets (tools/kda_golden_envelope.c).
+$(BUILD)/tools/tests/check_envelope_store: $(BUILD)/tools/kda_golden_envelope.o
+$(BUILD)/tools/tests/check_envelope_store: ALL_CFLAGS += -Itools
+$(BUILD)/tools/tests/check_envelope_store: TEST_EXTRA := $(BUILD)/tools/kda_golden_envelope.o
 
 # Unit tests: each Check program runs from the repository root (fixtures are found there);
 # KDA_BIN tells the CLI tests which kda to run.

@@ -142,6 +142,13 @@ void kda_outputs_free(kda_outputs *out);
 #define KDA_ENVELOPE_C 4.0
 #define KDA_ENVELOPE_MEMBERS 8  /* honest evaluations besides ref-f32 */
 #define KDA_ENVELOPE_GATE 16.0
+/* A golden case file may carry its envelope (SPEC.md §10.2, "Stored envelope"): the golden
+ * object's "envelope" {"rule": KDA_ENVELOPE_RULE, ...} and the members envelope_o [n_win]
+ * (after the running maximum), envelope_ht [N], envelope_hc [C] and envelope_last [1 +
+ * members] (each evaluation's last-window mean), hash-checked like every member.  The rule
+ * names the ensemble, the window and the gate above: a change to any of them is a new rule,
+ * and an envelope stored under another rule is recomputed. */
+#define KDA_ENVELOPE_RULE "kda-envelope/1"
 typedef struct kda_envelope {
   double *o;          /* [n_win] the envelope of each window (running maximum), or NULL */
   double *ht, *hc;    /* [N], [C] worst honest state error of each slot (NULL when none) */

@@ -183,13 +183,17 @@ static int cmp_double(const void *a, const void *b) {
   return (x > y) - (x < y);
 }
 
-void kda_envelope_finish(kda_envelope *env) {
+void kda_envelope_median(kda_envelope *env) {
   /* SPEC.md §7.5: the median of the evaluations' last windows */
   int n = 1 + (env->members > 0 ? env->members : 0);
   double v[1 + KDA_ENVELOPE_MEMBERS];
   memcpy(v, env->win_lasts, (size_t)n * sizeof *v);
   qsort(v, (size_t)n, sizeof *v, cmp_double);
   env->win_last = (n & 1) ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+void kda_envelope_finish(kda_envelope *env) {
+  kda_envelope_median(env);
   double run = 0.0;
   for (int64_t w = 0; env->o && w < env->n_win; w++) {
     if (isnan(env->o[w])) continue;

@@ -31,6 +31,15 @@ double kda_envelope_allow_state(const double *each, int64_t sl, double cap, int6
  * window also sees the next one; NaN windows, not held by a sampled truth, stay NaN), and
  * env->win_lasts into their median env->win_last. */
 void kda_envelope_finish(kda_envelope *env);
+/* env->win_lasts (ref-f32's and env->members members') into their median env->win_last. */
+void kda_envelope_median(kda_envelope *env);
+/* The envelope the open golden case file z carries (SPEC.md §10.2, "Stored envelope"), read
+ * into env as kda_envelope_finish leaves it, *found = 1; *found = 0 when z is NULL or c's
+ * golden object declares no envelope of rule KDA_ENVELOPE_RULE.  The caller has verified the
+ * file's member hashes.  KDA_OK, KDA_EFORMAT (a member of the wrong shape or value, naming the
+ * file and member), KDA_ENOTFOUND (a member missing), KDA_ENOMEM. */
+int kda_envelope_stored(kda_npz *z, const kda_case *c, kda_envelope *env, int *found,
+                        char *err, size_t errlen);
 /* Whether the errors in env so far (before kda_envelope_finish) call for members 2 .. E. */
 int kda_envelope_needs_ensemble(const kda_problem *p, const kda_envelope *env);
 /* Called with each evaluation's outputs (n_eval 0: ref-f32, m: member m), for its growth. */

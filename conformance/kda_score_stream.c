@@ -247,6 +247,7 @@ typedef struct ref_pass {
   double *ht64, *hc64; /* ref-f64's (the truth without golden states) */
   kda_score plain;     /* ref-f32 scored without an envelope: its windows and growth */
   kda_score_acc acc;
+  int stored;          /* the file carries its envelope: no ref-f32 (SPEC.md §10.2) */
 } ref_pass;
 
 static float *to_f32(const double *x, uint64_t n) {
@@ -318,6 +319,14 @@ static int ref_pass_chunk(void *ctx, chunk_t *ch, char *err, size_t errlen) {
   const kda_case *c = x->r.c;
   const int64_t len = ch->b - ch->a, S = state_size(&c->p), nck = ch->c1 - ch->c0;
   double *rows = NULL;
+  if (x->stored) { /* the float64 recurrence alone: M and, without golden states, the truth's */
+    int st = ref64_chunk(&x->r, ch, !x->s->golden, err, errlen);
+    if (st == KDA_OK && x->t->mag_rows)
+      memcpy(x->t->mag_rows + x->r.r0 * c->p.HV, x->r.mag,
+             (size_t)((x->r.r1 - x->r.r0) * c->p.HV) * sizeof(double));
+    if (st == KDA_OK) keep_states(c, ch, x->r.S, x->r.hc, x->ht64, x->hc64);
+    return st;
+  }
   double *o32 = malloc(((size_t)(len * c->p.HV * c->p.V) + 1) * sizeof *o32);
   double *hc32 = malloc(((size_t)(nck * S) + 1) * sizeof *hc32);
   if (!o32 || !hc32)
@@ -459,6 +468,7 @@ static int truth_finish(const kda_case *c, kda_truth *t, ref_pass *x, char *err,
     memcpy(t->out.hc, x->hc64, (size_t)(p->n_checkpoints * S) * sizeof(double));
   if (t->out.ht) kda_score_head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
   if (t->out.hc) kda_score_head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
+  if (x->stored) return KDA_OK;
   kda_score_end(&x->acc, c, x->ht32, x->hc32); /* t->env.o still NULL: no envelope */
   kda_envelope *env = &t->env;
   env->growth_kind = x->plain.growth_kind, env->alpha = x->plain.alpha;
@@ -625,11 +635,22 @@ int kda_stream_truth_pass(const kda_case *c, kda_npz *z, int owns_z, int64_t chu
   ref_pass x;
   memset(&x, 0, sizeof x);
   x.s = t->stream, x.t = t, x.r.c = c, x.r.t = t;
+  /* a golden file's own envelope (its hashes verified by stream_open) */
+  kda_envelope stored;
+  memset(&stored, 0, sizeof stored);
+  if (st == KDA_OK && t->stream->golden)
+    st = kda_envelope_stored(z, c, &stored, &x.stored, err, errlen);
   if (st == KDA_OK) st = truth_alloc(c, t, &x, err, errlen);
-  if (st == KDA_OK) st = kda_score_begin(c, t, KDA_PRECISION_FP32, &x.plain, &x.acc, err, errlen);
+  if (st == KDA_OK && !x.stored)
+    st = kda_score_begin(c, t, KDA_PRECISION_FP32, &x.plain, &x.acc, err, errlen);
   if (st == KDA_OK) st = each_chunk(t->stream, c, ref_pass_chunk, &x, err, errlen);
   if (st == KDA_OK) st = truth_finish(c, t, &x, err, errlen);
   ref_pass_free(&x);
+  if (x.stored) {
+    kda_envelope_free(&t->env);
+    t->env = stored;
+    return st;
+  }
   /* as kda_envelope_compute: member 1 always, the others where the gate is met (a second
    * pass, member 1 again, when only member 1's errors meet it: the same result) */
   if (st == KDA_OK && !kda_envelope_needs_ensemble(&c->p, &t->env))

@@ -147,7 +147,9 @@ static int truth_read(const kda_case *c, kda_npz *z, kda_truth *t, int ensemble,
   t->from_golden = golden;
   if (t->out.ht) kda_score_head_max(t->out.ht, p->N, p->HV, p->K * p->V, t->mag_ht);
   if (t->out.hc) kda_score_head_max(t->out.hc, p->n_checkpoints, p->HV, p->K * p->V, t->mag_hc);
-  st = truth_envelope(c, t, ensemble, err, errlen);
+  int stored = 0; /* a golden file's own envelope (SPEC.md §10.2), its hashes verified above */
+  if (golden) st = kda_envelope_stored(z, c, &t->env, &stored, err, errlen);
+  if (st == KDA_OK && !stored) st = truth_envelope(c, t, ensemble, err, errlen);
   if (st != KDA_OK) kda_truth_free(t);
   return st;
 }

@@ -87,6 +87,29 @@ int kda_golden_make(const kda_catalog_entry *e, const char *dir, kda_golden_info
 int kda_golden_set_certifier(int32_t certifier);
 int32_t kda_golden_get_certifier(void);
 
+/* An annex of a production case file (SPEC.md §10.2, "Stored envelope"): float64 vectors
+ * stored as members beside the truth, hash-checked like them (golden.members_sha256), and one
+ * key of the golden object (a JSON object) describing them.  The pipeline stores an annex
+ * without knowing what it means: it is computed from the case file as first written, by the
+ * function set with kda_golden_set_annex (tools/kda_golden_envelope.c: the fp32 envelope, as
+ * the runner computes it), and the file is then written again with it. */
+#define KDA_GOLDEN_ANNEX_MAX 8
+typedef struct kda_golden_annex {
+  char key[32];                          /* the golden object's key */
+  char *json;                            /* its value, a JSON object text (malloc) */
+  int n;                                 /* members */
+  char name[KDA_GOLDEN_ANNEX_MAX][32];   /* member names (without .npy) */
+  int64_t len[KDA_GOLDEN_ANNEX_MAX];     /* values of each (a vector) */
+  double *data[KDA_GOLDEN_ANNEX_MAX];    /* malloc */
+} kda_golden_annex;
+/* Fills a (zeroed by the caller) from the case file at path; KDA_OK or a status with err. */
+typedef int (*kda_golden_annex_fn)(const char *path, kda_golden_annex *a, char *err,
+                                   size_t errlen);
+/* The annex kda_golden_make adds to production cases in this process (and in worker
+ * processes forked after the call); NULL (the default): none. */
+void kda_golden_set_annex(kda_golden_annex_fn fn);
+void kda_golden_annex_free(kda_golden_annex *a);
+
 /* Writes DIR/<level>/manifest.json from the case files already in DIR/<level> and the infos
  * of the level's cases (infos[i] for catalog index i; n = kda_catalog_count()).  Atomic.
  * Returns KDA_OK, KDA_EIO, KDA_EFORMAT (a case file is not what was written), KDA_ENOMEM. */

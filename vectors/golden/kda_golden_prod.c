@@ -20,7 +20,10 @@
  *
  * The record (golden.certification) is that of phase 1: certifier "dd", u_d = 2^-100, the
  * values stored and decided (all of them), the values evaluated and decided over the whole
- * problem, the largest step-norm and relative bounds (SPEC.md §8.10).
+ * problem, the largest step-norm and relative bounds (SPEC.md §8.10).  With an annex set
+ * (kda_golden_set_annex: the kda command's fp32 envelope, SPEC.md §10.2 "Stored envelope"),
+ * the file is written, the annex computed from it, and the file written again with the
+ * annex's members and key.
  */
 #include <jansson.h>
 #include <stdio.h>
@@ -301,15 +304,16 @@ static json_t *generated_json(const prod *x, char *err, size_t errlen) {
   return o;
 }
 
+/* m[0 .. n_truth) the truth's members (o_index first), the annex's after them. */
 static char *manifest(const prod *x, const kda_catalog_entry *e, const pmember *m, int nm,
-                      char *err, size_t errlen) {
+                      int n_truth, const kda_golden_annex *a, char *err, size_t errlen) {
   json_t *sums = json_object(), *outs = json_array();
   for (int i = 0; i < nm; i++) {
     char hex[65], key[64];
     if (npy_sha256(m[i].dtype, m[i].ndim, m[i].shape, m[i].data, hex)) hex[0] = '\0';
     snprintf(key, sizeof key, "%s.npy", m[i].name);
     json_object_set_new(sums, key, json_string(hex));
-    if (i > 0) json_array_append_new(outs, json_string(m[i].name));
+    if (i > 0 && i < n_truth) json_array_append_new(outs, json_string(m[i].name));
   }
   json_t *gen = generated_json(x, err, errlen);
   json_t *g = json_pack(
@@ -320,6 +324,10 @@ static char *manifest(const prod *x, const kda_catalog_entry *e, const pmember *
       kda_precision_file_name(x->c.input_precision), "inputs", "generated", "generated_sha256",
       gen ? gen : json_null(), "o_sampled", 1, "sampling", sampling_json(x), "outputs", outs,
       "certification", cert_json(x), "members_sha256", sums);
+  json_t *annex = a && a->json ? json_loads(a->json, 0, NULL) : NULL;
+  if (a && a->json && (!json_is_object(annex) || !g || json_object_set(g, a->key, annex)))
+    json_decref(g), g = NULL;
+  json_decref(annex);
   json_t *root = json_loads(x->c.manifest_json, 0, NULL);
   char *text = NULL;
   if (gen && root && g && json_object_set(root, "golden", g) == 0)
@@ -329,11 +337,24 @@ static char *manifest(const prod *x, const kda_catalog_entry *e, const pmember *
   return text;
 }
 
-static int write_file(const prod *x, const kda_catalog_entry *e, const char *path, char *err,
-                      size_t errlen) {
-  pmember m[4];
-  const int nm = members(x, m);
-  char *text = manifest(x, e, m, nm, err, errlen);
+static kda_golden_annex_fn annex_fn;
+
+void kda_golden_set_annex(kda_golden_annex_fn fn) { annex_fn = fn; }
+
+void kda_golden_annex_free(kda_golden_annex *a) {
+  free(a->json);
+  for (int i = 0; i < a->n && i < KDA_GOLDEN_ANNEX_MAX; i++) free(a->data[i]);
+  memset(a, 0, sizeof *a);
+}
+
+static int write_file(const prod *x, const kda_catalog_entry *e, const char *path,
+                      const kda_golden_annex *a, char *err, size_t errlen) {
+  pmember m[4 + KDA_GOLDEN_ANNEX_MAX];
+  const int n_truth = members(x, m);
+  int nm = n_truth;
+  for (int i = 0; a && i < a->n; i++)
+    m[nm++] = (pmember){a->name[i], KDA_DTYPE_F64, 1, {a->len[i]}, a->data[i]};
+  char *text = manifest(x, e, m, nm, n_truth, a, err, errlen);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
   kda_npz_writer *w = NULL;
   int st = kda_npz_writer_open(path, &w, err, errlen);
@@ -368,7 +389,16 @@ int kda_golden_prod_make(const kda_catalog_entry *e, const char *path, kda_golde
     info->n_evals = 1;
     info->n_values = x.P * x.c.p.HV * x.c.p.V + (int64_t)(x.s.ht + x.s.hc);
     info->n_decided_fast = info->n_values; /* every stored value (the record has the rest) */
-    st = write_file(&x, e, path, err, errlen);
+    st = write_file(&x, e, path, NULL, err, errlen);
+  }
+  if (!st && annex_fn) { /* the annex is made from the file as first written */
+    kda_golden_annex a;
+    memset(&a, 0, sizeof a);
+    st = annex_fn(path, &a, err, errlen);
+    if (!st && (a.n < 0 || a.n > KDA_GOLDEN_ANNEX_MAX || !a.key[0] || !a.json))
+      st = kda_fail(KDA_EINVAL, err, errlen, "%s: an annex of %d members", path, a.n);
+    if (!st) st = write_file(&x, e, path, &a, err, errlen);
+    kda_golden_annex_free(&a);
   }
   prod_free(&x);
   return st;
