@@ -267,6 +267,7 @@ static const bad_case bad_cases[] = {
     {"forged-trace", "s1", "not the trace of its case file"},
     {"out-in-shard", "s1", "the output is, or is inside, the shard"},
     {"out-level-symlink", "out/L0", "not a directory"},
+    {"many-values", "s1", "more than 4194304 JSON values"},
 };
 
 /* The first unit's file rel of shard dir recorded with its present SHA-256 and size, as
@@ -319,6 +320,15 @@ static void make_bad(int k, const char **args, int *na) {
     kda_test_write_all(kda_test_join(s1, rel), b, len);
     free(b);
     rehash_unit_file(s1, rel);
+  } else if (!strcmp(name, "many-values")) { /* 13 MiB of [] costing a parser 400 MB */
+    const size_t n = ((size_t)1 << 22) + 1;
+    char *b = malloc(3 * n + 16), *q = b;
+    ck_assert_ptr_nonnull(b);
+    q += sprintf(q, "{\"x\":[");
+    for (size_t v = 0; v < n; v++) memcpy(q, "[],", 3), q += 3;
+    strcpy(q - 1, "]}");
+    kda_test_write_all(kda_test_join(s1, "shard.json"), b, strlen(b));
+    free(b);
   } else if (!strcmp(name, "out-level-symlink")) { /* OUT/L0 -> a directory of someone's */
     ck_assert_int_eq(mkdir(P("victim"), 0755), 0);
     kda_test_write_all(P("victim/mine.txt"), "mine", 4);

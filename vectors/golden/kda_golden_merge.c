@@ -27,6 +27,8 @@
 #include "kda_sha256.h"
 
 #define SHARD_JSON_MAX (256 << 20) /* a shard.json larger than this is not one we wrote */
+/* nor one of more JSON values (a unit is about 40): what parsing it allocates stays bounded */
+#define SHARD_JSON_VALUES ((int64_t)1 << 22)
 
 typedef struct copy_file {
   int64_t index;   /* catalog index of its unit */
@@ -343,6 +345,10 @@ static int check_shard(const char *shard, int64_t s, mstate *m, const char *cons
   if (absent || kda_input_read(path, SHARD_JSON_MAX, &text, &len, e2, sizeof e2) != KDA_OK)
     return bad(err, errlen, shard, absent ? "no shard.json (not a shard, or its "
                "writer did not finish)" : "shard.json is not a regular file of sane size");
+  if (kda_json_values_check(text, len, SHARD_JSON_VALUES, "shard.json", e2, sizeof e2)) {
+    free(text);
+    return bad(err, errlen, shard, e2);
+  }
   json_error_t je;
   json_t *root = json_loadb(text, len, JSON_REJECT_DUPLICATES, &je);
   free(text);
