@@ -114,10 +114,11 @@ static const char help_text[] =
     "      --no-stream           never stream (whole arrays in memory)\n"
     "      --chunk N             tokens per chained call when streaming, a multiple of 64\n"
     "                            (default 16384)\n"
-    "      --html DIR            self-contained HTML report DIR/index.html: verdicts\n"
-    "                            and, per case of >= 256 tokens and backend, the o\n"
-    "                            error per 64-token window against the position\n"
-    "                            (log-log, cap and allowance drawn)\n"
+    "      --html DIR            self-contained HTML report DIR/index.html: verdict\n"
+    "                            counts, a case x backend matrix (non-passing first)\n"
+    "                            and per case one plot of every backend's worst o error\n"
+    "                            per 64-token window (per token below 256 tokens)\n"
+    "                            against the position, with cap x allowance\n"
     "  -q, --quiet               print only non-passing cases and the final line\n"
     "      --bench               measure scoring throughput (MB/s of truth + candidate data)\n"
     "      --max-generated N     generate at most N input elements to check a case file whose\n"
@@ -408,6 +409,12 @@ typedef struct run_state {
   int64_t selected; /* cases the -k filter let through */
   int64_t serving_absent, serving_given; /* candidates' serving prompts (SPEC.md §7.7) */
   path_list ids, id_files; /* the case ids met, and their files (unique_id) */
+  /* the header, printed before the first result line (a run that fails before any result
+   * prints only its one-line error) */
+  const path_list *cases;
+  const char *default_dir;
+  const struct target *tg;
+  int nt, header_done;
 } run_state;
 
 /* A report file: DIR/NAME under --out, or the explicit path; NULL path when neither.
@@ -419,6 +426,9 @@ static const char *out_path(const char *dir, const char *name, const char *expli
   snprintf(buf, 4096, "%s/%s", dir, name);
   return buf;
 }
+
+static void print_header(const conform_args *a, const path_list *cases, const char *default_dir,
+                         const struct target *tg, int nt);
 
 static kda_case_report *next_report(run_state *s) {
   if (s->n == s->cap) {
@@ -436,6 +446,8 @@ static int emit(run_state *s, const conform_args *a, kda_case_report *r, char *e
                 size_t errlen) {
   kda_tally_add(&s->tally, r);
   s->n++;
+  if (!a->quiet && !s->header_done) print_header(a, s->cases, s->default_dir, s->tg, s->nt);
+  s->header_done = 1;
   if (!a->quiet || r->verdict != KDA_VERDICT_PASS) kda_report_human(stdout, r, (int32_t)a->max_lines);
   errno = 0; /* the stream's write sets it (kda_atomic keeps a failed write's errno) */
   if (s->jsonl && kda_report_jsonl(s->jsonl, r) != KDA_OK) {
@@ -915,7 +927,7 @@ static void header_reports(const conform_args *a) {
 /* The header: the case set scored (and the golden set's SHA256SUMS digest when it has one),
  * the backends, where the reports go and the legend of the result lines that follow. */
 static void print_header(const conform_args *a, const path_list *cases, const char *default_dir,
-                         const target *tg, int nt) {
+                         const struct target *tg, int nt) {
   char set[4096], hex[65] = "", c[4096];
   const char *first = a->n_paths ? a->paths[0] : default_dir;
   printf("cases: %d case file%s from %s%s", cases->n, cases->n == 1 ? "" : "s",
@@ -1167,7 +1179,7 @@ int kda_cmd_conform(int argc, char **argv) {
       kda_atomic_open(out_path(a.out_dir, "results.jsonl", a.jsonl, buf), &s.jsonl_at, &s.jsonl,
                       err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
-  if (rc == 0 && !a.quiet) print_header(&a, &cases, default_dir, tg, nt);
+  s.cases = &cases, s.default_dir = default_dir, s.tg = tg, s.nt = nt;
   double t0 = now_s();
   for (int i = 0; i < cases.n && rc == 0; i++)
     if (kda_conform_shard_case(a.shard, i)) rc = score_case(&a, cases.v[i], tg, nt, &s);

@@ -275,7 +275,7 @@ START_TEST(test_faults) {
     char spec[4200];
     snprintf(spec, sizeof spec, "%s:fault=%s", kda_test_plugin_path("kda_plugin_faults.so"),
              rows[i][0]);
-    kda_test_run(&r, "conform", "--stream", "--chunk", "1024", "--repeat", "--no-prefix",
+    kda_test_run(&r, "conform", "-q", "--stream", "--chunk", "1024", "--repeat", "--no-prefix",
                  "--max-lines", "0", "-p", spec, "golden/L1/t5000-long.npz", NULL);
     ck_assert_msg(strncmp(r.out, rows[i][1], strlen(rows[i][1])) == 0 && strstr(r.out, rows[i][2]),
                   "fault %s: %s", rows[i][0], r.out);
