@@ -531,6 +531,12 @@ int kda_conform_candidate(const char *result_path, const kda_case *c, const kda_
  * against g in class cls into s (kda_score_free after). */
 int kda_grad_score(const kda_case *c, const kda_grad_truth *g, double *const *obs,
                    uint32_t have, int32_t cls, kda_score *s, char *err, size_t errlen);
+/* --export-prompts of a gradient case (SPEC.md §13.7): the prompt file written at prompt_path
+ * (the case's inputs) gains the case file's seeds do, dht, dhc as stored, rewritten
+ * atomically; nothing happens when the case file has no member do.  Returns KDA_OK or the
+ * files' error naming the file. */
+int kda_grad_prompt_seeds(const char *case_path, const char *prompt_path, char *err,
+                          size_t errlen);
 /* The gradient report of target t on case file f (its gradient truth read, f->g.present):
  * one backward call, scored; NotSupported for a backend without the backward pass, or when the
  * case is streamed.  Returns as kda_conform_target. */

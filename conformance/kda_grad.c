@@ -534,3 +534,37 @@ int kda_grad_result_read(const char *path, const kda_case *c, const kda_grad_tru
   kda_npz_close(z);
   return st;
 }
+
+/* Copies member name of z (as stored: dtype and shape) into writer w. */
+static int copy_member(kda_npz *z, kda_npz_writer *w, const char *name, char *err,
+                       size_t errlen) {
+  kda_array_info in;
+  double *x = NULL;
+  int st = kda_npz_load_f64(z, name, &in, &x, err, errlen);
+  if (st == KDA_OK) st = kda_npz_writer_add_f64(w, name, in.dtype, in.ndim, in.shape, x, err,
+                                                errlen);
+  free(x);
+  return st;
+}
+
+int kda_grad_prompt_seeds(const char *case_path, const char *prompt_path, char *err,
+                          size_t errlen) {
+  kda_npz *src = NULL, *dst = NULL;
+  int st = kda_npz_open(case_path, &src, err, errlen);
+  if (st != KDA_OK || !kda_npz_has(src, "do")) return kda_npz_close(src), st;
+  char *man = NULL;
+  kda_npz_writer *w = NULL;
+  st = kda_npz_open(prompt_path, &dst, err, errlen);
+  if (st == KDA_OK) st = kda_npz_read_blob(dst, "manifest.json", &man, NULL, err, errlen);
+  if (st == KDA_OK) st = kda_npz_writer_open(prompt_path, &w, err, errlen);
+  if (st == KDA_OK) st = kda_npz_writer_set_manifest(w, man, err, errlen);
+  for (int64_t m = 0; st == KDA_OK && m < kda_npz_count(dst); m++)
+    st = copy_member(dst, w, kda_npz_name(dst, m), err, errlen);
+  for (int s = 0; st == KDA_OK && s < 3; s++)
+    if (kda_npz_has(src, seed_names[s])) st = copy_member(src, w, seed_names[s], err, errlen);
+  st = kda_npz_writer_finish(w, st, err, errlen);
+  free(man);
+  kda_npz_close(dst);
+  kda_npz_close(src);
+  return st;
+}

@@ -710,6 +710,7 @@ static int export_all(const conform_args *a, const char *dir, path_list *cases,
       snprintf(out, sizeof out, "%s/%s.npz", dir, c.id);
       st = kda_output_check(out, (const char *const *)cases->v, cases->n, err, sizeof err);
       if (st == KDA_OK) st = kda_case_save(out, &c, NULL, err, sizeof err);
+      if (st == KDA_OK) st = kda_grad_prompt_seeds(cases->v[i], out, err, sizeof err);
       if (st != KDA_OK) return kda_case_free(&c), kda_tool_fail(SUB, "%s", err);
       printf("%s\n", out);
     }

@@ -32,7 +32,7 @@ from .run import NotSupported, RunReport, run
 from .score import (CaseInfo, CaseResult, ScoreError, export_prompts, find_golden, find_kda,
                     golden_root, list_cases, score)
 
-_ADAPTERS = ("fla", "flashkda", "vllm")
+_ADAPTERS = ("fla", "flashkda", "vllm", "torch", "grad")
 
 
 def __getattr__(name: str) -> _Any:
@@ -47,5 +47,5 @@ __all__ = ["check", "suite", "Suite", "declared", "summary", "Case", "CaseError"
            "read_result", "valid_id", "write_result", "Problem", "ProblemError", "reference",
            "NotSupported", "RunReport", "run", "CaseInfo", "CaseResult", "ScoreError",
            "export_prompts", "find_golden", "find_kda", "golden_root", "list_cases", "score",
-           "__version__", "fla", "flashkda", "vllm", "KdaAssertionError", "assert_kda", "gen",
+           "__version__", "fla", "flashkda", "vllm", "torch", "grad", "KdaAssertionError", "assert_kda", "gen",
            "score_outputs"]

@@ -19,6 +19,7 @@ import shutil
 import tempfile
 from typing import Any, List, Optional, Sequence
 
+from . import grad as _grad
 from . import run as _run
 from .one import dtype_name
 from .score import CaseResult, ScoreError, export_prompts, find_golden, find_kda, score
@@ -62,7 +63,8 @@ def check(kernel: Any, level: str = "L1", cls: str = "fp32",
           kda: Optional[str] = None, workdir: Optional[str] = None,
           backend: str = "python", runner_args: Sequence[str] = (),
           input_dtype: Any = None,
-          expect_declines: Optional[Sequence[str]] = None) -> List[CaseResult]:
+          expect_declines: Optional[Sequence[str]] = None,
+          backward: bool = False) -> List[CaseResult]:
     """Score `kernel` (the interface of kda_conform.run) on golden set `level` in precision
     class `cls`; one CaseResult per case and serving prompt, in the runner's order.
 
@@ -74,7 +76,9 @@ def check(kernel: Any, level: str = "L1", cls: str = "fp32",
     NotSupported, as for a plugin with 16-bit input buffers.  `expect_declines`: globs of the
     case ids the kernel is expected to decline; given, any other decline is a Fail; not
     given, declining every case raises ScoreError.  `runner_args`: more `kda conform`
-    options (e.g. ["--strict"]).  Raises ScoreError when kda or the golden set is missing or
+    options (e.g. ["--strict"]).  `backward`: `kernel` is a backward kernel
+    (kda_conform.grad; kda_conform.torch.autograd_adapter makes one) whose gradients are
+    scored too, in a report `ID.backward` per gradient case (SPEC.md §13.7).  Raises ScoreError when kda or the golden set is missing or
     nothing was scored; a kernel exception is that case's Fail, with its message."""
     _check_args(cls, expect_declines, input_dtype)
     if isinstance(cases, str):
@@ -91,7 +95,8 @@ def check(kernel: Any, level: str = "L1", cls: str = "fp32",
         for d in (results, report_dir):
             os.makedirs(d, exist_ok=True)
         export_prompts(gold, prompts, exe, filters=cases)
-        ran = _run.run(kernel, prompts, results, backend=backend, input_dtype=input_dtype)
+        runner = _grad.run if backward else _run.run
+        ran = runner(kernel, prompts, results, backend=backend, input_dtype=input_dtype)
         rep = score(results, gold, report_dir, cls=cls, filters=cases, kda=exe,
                     extra=runner_args)
     finally:

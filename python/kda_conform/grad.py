@@ -1,0 +1,143 @@
+# kda_conform.grad: gradient cases from Python (SPEC.md §13.7): seeds in, gradients out.
+# SPDX-License-Identifier: MIT
+"""A gradient case is a case file that also holds the seeds `do` (shaped as o), `dht` (as ht)
+and `dhc` (as hc); `kda conform --export-prompts` copies them into its prompt file.  A backward
+kernel returns, with o, ht, hc, the gradients of
+
+    L = sum(do * o) + sum(dht * ht) + sum(dhc * hc)
+
+with respect to every input the problem reads, named `dq dk dv dg dbeta dA_log ddt_bias dh0`
+and shaped as q k v g beta A_log dt_bias h0 (SPEC.md §13.1).  The runner scores them in the
+report `ID.backward` of each case.
+
+The backward kernel interface (what kda_conform.torch.autograd_adapter makes)::
+
+    def kernel(problem, inputs, seeds) -> dict
+
+`inputs` as for kda_conform.run; `seeds` maps `do` (and `dht`, `dhc` where the problem has
+them) to float64 arrays, or is None for a prompt without seeds (a serving prompt, a case that
+is not a gradient case), when only o, ht, hc are asked for.
+"""
+from __future__ import annotations
+
+import os
+import traceback
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from . import files as _files
+from .files import CaseError, read_case
+from .problem import Problem
+from .run import NotSupported, RunReport, _prompt_files, selected
+
+SEEDS = ("do", "dht", "dhc")
+INPUTS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0")
+GRADS = tuple("d" + m for m in INPUTS)
+
+
+def seed_shapes(p: Problem) -> Dict[str, tuple]:
+    """The seeds a problem has, with their shapes (those of o, ht, hc)."""
+    r = _files.result_shapes(p)
+    return {s: r[m] for s, m in zip(SEEDS, ("o", "ht", "hc")) if m in r}
+
+
+def grad_shapes(p: Problem) -> Dict[str, tuple]:
+    """The gradients a problem has (SPEC.md §13.1), with their shapes (their inputs')."""
+    shapes = _files._expected_shapes(p)
+    used = _files._used(p)
+    out = {}
+    for m in INPUTS:
+        if used[m] and (p.T > 0 or m == "h0"):
+            out["d" + m] = shapes[m]
+    return out
+
+
+def read_seeds(path: str, p: Problem) -> Optional[Dict[str, np.ndarray]]:
+    """The seeds of a case or prompt file as float64 (None when it has no `do`); CaseError
+    naming the file for a seed of the wrong dtype or shape or a non-finite one."""
+    with np.load(path, allow_pickle=False) as z:
+        if "do" not in z.files:
+            return None
+        out = {}
+        for s, shape in seed_shapes(p).items():
+            if s not in z.files:
+                out[s] = np.zeros(shape)   # an absent seed is zero (SPEC.md §13.7)
+                continue
+            x = z[s]
+            if x.dtype.str not in ("<f8", "<f4") or tuple(x.shape) != shape:
+                raise CaseError(f"{path}: seed {s!r} is {x.dtype.str} {tuple(x.shape)}, "
+                                f"expected <f4/<f8 {shape}")
+            if not np.all(np.isfinite(x)):
+                raise CaseError(f"{path}: seed {s!r} holds a non-finite value")
+            out[s] = x.astype(np.float64)
+    return out
+
+
+def write_grad_result(path: str, case_id: str, problem: Problem, ret: Mapping[str, Any],
+                      backend: Optional[str] = None) -> None:
+    """One result file with o, ht, hc and the gradients of `ret` (those the problem has;
+    one it lacks is left out and reported as not provided), written atomically."""
+    unknown = set(ret) - {"o", "ht", "hc"} - set(GRADS)
+    if unknown:
+        raise TypeError(f"backward kernel returned unknown keys {sorted(unknown)}")
+    if not _files.valid_id(case_id):
+        raise CaseError(f"{path}: case id {case_id!r} cannot name a result file")
+    man: Dict[str, Any] = {"schema": _files.RESULT_SCHEMA, "case_id": case_id}
+    if backend:
+        man["backend"] = str(backend)
+    members: Dict[str, np.ndarray] = {}
+    for m, shape in _files.result_shapes(problem).items():
+        if ret.get(m) is None:
+            raise CaseError(f"{path}: the problem needs result member {m!r}")
+        members[m] = _files._as_member(m, ret[m], shape)
+    for m, shape in grad_shapes(problem).items():
+        if ret.get(m) is not None:
+            members[m] = _files._as_member(m, ret[m], shape)
+    _files._write_npz_atomic(path, man, members)
+
+
+def run_case(kernel: Any, path: str, results: str, report: RunReport,
+             backend: str = "python", input_dtype: Any = None) -> None:
+    """kda_conform.run.run_case for a backward kernel: seeds read from the prompt file."""
+    from .one import inexact_inputs
+    case = read_case(path)
+    out = os.path.join(results, case.id + ".npz")
+    try:
+        try:
+            why = inexact_inputs(case, input_dtype) if input_dtype is not None else ""
+            if why:
+                raise NotSupported(why)
+            ret = kernel(case.problem, dict(case.inputs), read_seeds(path, case.problem))
+        except NotSupported as e:
+            _files.write_result(out, case.id, not_supported=e.reason, backend=backend)
+            report.not_supported[case.id] = e.reason
+            return
+        if not isinstance(ret, Mapping):
+            raise TypeError(f"a backward kernel returns a dict, got {type(ret).__name__}")
+        write_grad_result(out, case.id, case.problem, ret, backend)
+        report.written.append(out)
+    except Exception as e:  # the kernel's failure is that case's result, not the run's end
+        if os.path.isfile(out) and not os.path.islink(out):
+            os.unlink(out)
+        last = traceback.extract_tb(e.__traceback__)[-1:]
+        where = f" at {os.path.basename(last[0].filename)}:{last[0].lineno}" if last else ""
+        report.errors[case.id] = f"{type(e).__name__}: {e}{where}"
+
+
+def run(kernel: Any, prompts: Union[str, Iterable[str]], results: str, *,
+        cases: Optional[Sequence[str]] = None, backend: str = "python",
+        input_dtype: Any = None) -> RunReport:
+    """kda_conform.run.run for a backward kernel (the interface above)."""
+    os.makedirs(results, exist_ok=True)
+    report = RunReport()
+    for path in _prompt_files(prompts):
+        cid = os.path.basename(path)[:-4] if path.endswith(".npz") else None
+        if cid is not None and not selected(cid, cases):
+            continue
+        run_case(kernel, path, results, report, backend, input_dtype)
+    return report
+
+
+__all__ = ["SEEDS", "GRADS", "INPUTS", "seed_shapes", "grad_shapes", "read_seeds",
+           "write_grad_result", "run", "run_case"]
