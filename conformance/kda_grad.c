@@ -497,6 +497,7 @@ int kda_grad_score(const kda_case *c, const kda_grad_truth *g, double *const *ob
   s->caps = caps, s->grad_cap = caps.o;
   s->unit = kda_class_unit(cls), s->tiny = kda_class_tiny(cls);
   s->n_grad_win = g->n_win;
+  s->win_tokens = c->p.T; /* the tokens the windows cover (the plots) */
   s->grad_win = malloc((size_t)(8 * g->n_win + 1) * sizeof(double));
   int64_t *seq = NULL;
   int st = s->grad_win ? token_seqs(c, &seq, err, errlen) : KDA_ENOMEM;

@@ -81,7 +81,13 @@ static void verdict_table(FILE *f, const kda_case_report *rs, int64_t n) {
     fputs("</td><td>", f);
     esc(f, r->backend);
     fprintf(f, "</td><td>%s</td>", kda_verdict_name(r->verdict));
-    if (r->has_score) {
+    if (r->has_score && r->backward) {
+      fprintf(f, "<td>%s</td><td class=\"num\">", kda_class_name(s->cls) ? kda_class_name(s->cls) : "?");
+      for (int b = 0; b < KDA_GRAD_COUNT; b++)
+        if (s->grad_scored >> b & 1u)
+          fprintf(f, "%s %.3g/%g ", kda_grad_name(b), s->grad[b].worst, s->grad_cap);
+      fputs("</td><td>-</td><td>-</td><td>-</td>", f);
+    } else if (r->has_score) {
       fprintf(f, "<td>%s</td>", kda_class_name(s->cls) ? kda_class_name(s->cls) : "?");
       metric_cell(f, &s->o, s->caps.o);
       metric_cell(f, &s->ht, s->caps.ht);
@@ -128,9 +134,9 @@ static void decade_ticks(FILE *f, const axes *a) {
   }
 }
 
-/* The middle position (tokens, 1-based) of window w. */
-static double win_mid(const kda_score *s, int64_t w, int64_t T) {
-  const int64_t a = w * s->window, b = a + s->window < T ? a + s->window : T;
+/* The middle position (tokens, 1-based) of window w of `window` tokens. */
+static double win_mid(int64_t window, int64_t w, int64_t T) {
+  const int64_t a = w * window, b = a + window < T ? a + window : T;
   return 0.5 * (double)(a + 1 + b);
 }
 
@@ -150,20 +156,28 @@ static axes plot_axes(const kda_score *s, int64_t T) {
   return a;
 }
 
+/* A series: n_win values of windows of `window` tokens over T tokens. */
+typedef struct win_series {
+  const double *y;
+  int64_t n_win, window, T;
+} win_series;
+
 /* One polyline of class cls per run of windows where y (scale times series) has a value. */
-static void series(FILE *f, const axes *a, const kda_score *s, int64_t T, const double *y,
-                   double scale, const char *cls, const char *style) {
-  for (int64_t w = 0; w < s->n_win_each;) {
+static void series(FILE *f, const axes *a, const win_series *ws, double scale, const char *cls,
+                   const char *style) {
+  const double *y = ws->y;
+  for (int64_t w = 0; w < ws->n_win;) {
     if (isnan(y[w])) {
       w++;
       continue;
     }
     fprintf(f, "<polyline class=\"%s\" fill=\"none\" %s points=\"", cls, style);
     const int64_t first = w;
-    for (; w < s->n_win_each && !isnan(y[w]); w++) {
+    for (; w < ws->n_win && !isnan(y[w]); w++) {
       const double e = isfinite(y[w]) && scale * y[w] > ERR_FLOOR ? scale * y[w]
                        : isinf(y[w]) ? pow(10, a->y1) : ERR_FLOOR;
-      fprintf(f, "%s%.1f,%.1f", w > first ? " " : "", px(a, win_mid(s, w, T)), py(a, e));
+      fprintf(f, "%s%.1f,%.1f", w > first ? " " : "", px(a, win_mid(ws->window, w, ws->T)),
+              py(a, e));
     }
     fputs("\"/>\n", f);
   }
@@ -183,11 +197,14 @@ static void plot(FILE *f, const kda_case_report *r, int64_t T) {
   fprintf(f, "<line class=\"cap\" x1=\"%.1f\" x2=\"%.1f\" y1=\"%.1f\" y2=\"%.1f\" stroke=\"#b00\" "
              "stroke-dasharray=\"6 3\"/>\n", px(&a, 1.0), px(&a, (double)T), py(&a, s->caps.o),
           py(&a, s->caps.o));
-  series(f, &a, s, T, s->win_allow_each, s->caps.o, "allowance",
+  const win_series allow = {s->win_allow_each, s->n_win_each, s->window, T};
+  const win_series worst = {s->win_max_each, s->n_win_each, s->window, T};
+  const win_series mean = {s->win_each, s->n_win_each, s->window, T};
+  series(f, &a, &allow, s->caps.o, "allowance",
          "stroke=\"#b00\" stroke-dasharray=\"1 3\" stroke-width=\"2\"");
-  series(f, &a, s, T, s->win_max_each, 1.0, "worst",
+  series(f, &a, &worst, 1.0, "worst",
          "stroke=\"#7a9fd8\" stroke-dasharray=\"4 2\" stroke-width=\"1\"");
-  series(f, &a, s, T, s->win_each, 1.0, "err", "stroke=\"#1f5fbf\" stroke-width=\"1.5\"");
+  series(f, &a, &mean, 1.0, "err", "stroke=\"#1f5fbf\" stroke-width=\"1.5\"");
   fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">token position (log)</text>\n",
           (PLOT_W + PAD_L) / 2, PLOT_H - 6);
   fprintf(f, "<text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">"
@@ -205,6 +222,48 @@ static void plot(FILE *f, const kda_case_report *r, int64_t T) {
           ERR_FLOOR, ERR_FLOOR);
 }
 
+/* A backward report's plot (SPEC.md §13.7): the worst error of dq, dk, dv, dg per 64-token window
+ * without allowance, each with what was allowed there (cap x allowance), by colour and dash. */
+static void grad_plot(FILE *f, const kda_case_report *r, int64_t T) {
+  static const char *const colour[4] = {"#1f5fbf", "#2a8a2a", "#8a2a8a", "#b06000"};
+  static const char *const dash[4] = {"", "6 2", "2 2", "8 2 2 2"};
+  const kda_score *s = &r->score;
+  const int64_t n = s->n_grad_win;
+  axes a = {0.0, log10((double)T), log10(ERR_FLOOR), log10(s->grad_cap)};
+  for (int64_t i = 0; i < 8 * n; i++) raise_top(&a, s->grad_win[i]);
+  a.y1 = ceil(a.y1 + 0.01), a.y0 = floor(a.y0);
+  if (a.x1 <= a.x0) a.x1 = a.x0 + 1;
+  fprintf(f, "<figure><svg xmlns=\"http://www.w3.org/2000/svg\" role=\"img\" width=\"%d\" "
+             "height=\"%d\" aria-label=\"gradient error per window of ", PLOT_W, PLOT_H);
+  esc(f, r->backend);
+  fputs("\">\n", f);
+  decade_ticks(f, &a);
+  fprintf(f, "<rect x=\"%d\" y=\"%d\" width=\"%d\" height=\"%d\" fill=\"none\" stroke=\"#000\"/>\n",
+          PAD_L, PAD_T, PLOT_W - PAD_L - PAD_R, PLOT_H - PAD_T - PAD_B);
+  for (int q = 0; q < 4; q++) {
+    if (!(s->grad_scored >> q & 1u)) continue;
+    char style[160];
+    const win_series worst = {s->grad_win + 2 * q * n, n, KDA_GRAD_WINDOW, T};
+    const win_series allow = {s->grad_win + (2 * q + 1) * n, n, KDA_GRAD_WINDOW, T};
+    snprintf(style, sizeof style, "stroke=\"%s\" stroke-dasharray=\"1 3\" stroke-width=\"2\"",
+             colour[q]);
+    series(f, &a, &allow, 1.0, "allowance", style);
+    snprintf(style, sizeof style, "stroke=\"%s\" stroke-dasharray=\"%s\" stroke-width=\"1.5\"",
+             colour[q], dash[q]);
+    series(f, &a, &worst, 1.0, kda_grad_name(q), style);
+  }
+  fprintf(f, "<text x=\"%d\" y=\"%d\" text-anchor=\"middle\">token position (log)</text>\n"
+             "<text x=\"12\" y=\"%d\" transform=\"rotate(-90 12 %d)\" text-anchor=\"middle\">"
+             "gradient error, %s units (log)</text>\n</svg><figcaption>",
+          (PLOT_W + PAD_L) / 2, PLOT_H - 6, PLOT_H / 2, PLOT_H / 2, kda_class_name(s->cls));
+  esc(f, r->backend);
+  fprintf(f, " (%s): the worst error per %d-token window, without allowance, of dq (blue, "
+             "solid), dk (green, dashed), dv (purple, dotted), dg (orange, dash-dot); dotted in "
+             "the same colour: cap %g &times; the allowance used there (SPEC.md &sect;13.7). "
+             "Errors below %g are drawn at %g.</figcaption></figure>\n",
+          kda_verdict_name(r->verdict), KDA_GRAD_WINDOW, s->grad_cap, ERR_FLOOR, ERR_FLOOR);
+}
+
 /* Reports come case by case (every backend of a case in a row): one section per long case. */
 static void plots(FILE *f, const kda_case_report *rs, int64_t n) {
   fputs("<h2>Error along the sequence (long cases)</h2>\n", f);
@@ -215,14 +274,18 @@ static void plots(FILE *f, const kda_case_report *rs, int64_t n) {
     int started = 0;
     for (int64_t k = i; k < j; k++) {
       const kda_score *s = &rs[k].score;
-      if (!rs[k].has_score || s->n_win_each < 1 || s->win_tokens < KDA_STEP_ALLOWANCE_N0) continue;
+      const int grad = rs[k].backward && s->grad_win && s->n_grad_win > 0;
+      if (!rs[k].has_score || (s->n_win_each < 1 && !grad) ||
+          s->win_tokens < KDA_STEP_ALLOWANCE_N0)
+        continue;
       if (!started) {
         fputs("<section class=\"case\"><h3>", f);
         esc(f, rs[i].case_id);
         fprintf(f, " (%lld tokens)</h3>\n<div class=\"plots\">\n", (long long)s->win_tokens);
         started = any = 1;
       }
-      plot(f, &rs[k], s->win_tokens);
+      if (grad) grad_plot(f, &rs[k], s->win_tokens);
+      else plot(f, &rs[k], s->win_tokens);
     }
     if (started) fputs("</div></section>\n", f);
     i = j;

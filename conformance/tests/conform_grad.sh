@@ -9,7 +9,8 @@
 #  3. every gradient mutant fails at least one gradient report: the kill table (mutant, the
 #     case with the largest kill, worst error / allowed);
 #  4. a backend without the backward pass (the ABI 1 plugin) is NotSupported on gradients;
-#     a write past a gradient is a Crash, a changed seed a Fail; JSON Lines carry the gradients.
+#     a write past a gradient is a Crash, a changed seed a Fail; JSON Lines carry the gradients;
+#     the HTML report plots the gradients of the long case along the sequence.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_grad.sh
 set -u
 kda=${KDA_BIN:-build/kda}
@@ -54,6 +55,7 @@ PY
 "$kda" conform -q --no-prefix --max-lines 3 -b ref-f64 -b ref-f32 -p "$grad" \
   -p "$grad:order=rev" -p "$grad:order=pair" -p "$grad:order=f64" -p "$grad:order=fma" \
   -p "$grad:gates=chunk" -p "$grad:gates=chunk order=fma" --jsonl "$tmp/honest.jsonl" \
+  --html "$tmp/html" \
   "$tmp/cases" >"$tmp/honest.txt" 2>&1 || { cat "$tmp/honest.txt"; fail "an honest backward fails"; }
 n=$(grep -c '\.backward"' "$tmp/honest.jsonl")
 [ "$n" = 54 ] || fail "expected 54 gradient reports (9 backends x 6 cases), got $n"
@@ -95,4 +97,6 @@ long = [r for r in rs if r["case"] == "g-lowrank-long.backward" and r["backend"]
 s = long["grad_window_series"]
 assert s["size"] == 64 and len(s["dq"]["worst"]) == 16 and len(s["dv"]["allowed"]) == 16
 PY
+n=$(grep -c 'aria-label="gradient error per window of' "$tmp/html/index.html")
+[ "$n" = 9 ] || fail "the HTML report has $n gradient plots, expected 9 (g-lowrank-long)"
 echo "conform_grad: NotSupported without the slot; Crash past dq; Fail on a changed seed; JSON Lines"

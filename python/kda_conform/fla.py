@@ -140,6 +140,13 @@ class Adapter:
         return hc
 
 
+def backward_adapter(fn: Callable, **kw: Any) -> Any:
+    """chunk_kda scored forward and backward (check(..., backward=True)):
+    kda_conform.fla_grad.backward_adapter(fn, dtype=..., device=..., safe_gate=..., extra=...)."""
+    from .fla_grad import backward_adapter as make
+    return make(fn, **kw)
+
+
 def adapter(fn: Callable, **kw: Any) -> Adapter:
     """`Adapter(fn, **kw)`: kernel='chunk'|'recurrent' (default: from fn's name),
     dtype (torch dtype or its name, default float32), device (default cuda),
