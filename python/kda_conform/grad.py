@@ -54,23 +54,24 @@ def grad_shapes(p: Problem) -> Dict[str, tuple]:
 
 
 def read_seeds(path: str, p: Problem) -> Optional[Dict[str, np.ndarray]]:
-    """The seeds of a case or prompt file as float64 (None when it has no `do`); CaseError
-    naming the file for a seed of the wrong dtype or shape or a non-finite one."""
-    with np.load(path, allow_pickle=False) as z:
-        if "do" not in z.files:
-            return None
-        out = {}
-        for s, shape in seed_shapes(p).items():
-            if s not in z.files:
-                out[s] = np.zeros(shape)   # an absent seed is zero (SPEC.md §13.7)
-                continue
-            x = z[s]
-            if x.dtype.str not in ("<f8", "<f4") or tuple(x.shape) != shape:
-                raise CaseError(f"{path}: seed {s!r} is {x.dtype.str} {tuple(x.shape)}, "
-                                f"expected <f4/<f8 {shape}")
-            if not np.all(np.isfinite(x)):
-                raise CaseError(f"{path}: seed {s!r} holds a non-finite value")
-            out[s] = x.astype(np.float64)
+    """The seeds of a case or prompt file as float64 (None when it has no `do`), read within
+    the bounds of every reader (files._read_npz); CaseError naming the file for a seed of the
+    wrong dtype or shape or a non-finite one."""
+    _, arrays = _files._read_npz(path)
+    if "do" not in arrays:
+        return None
+    out = {}
+    for s, shape in seed_shapes(p).items():
+        if s not in arrays:
+            out[s] = np.zeros(shape)       # an absent seed is zero (SPEC.md §13.7)
+            continue
+        x = arrays[s]
+        if x.dtype.str not in ("<f8", "<f4") or tuple(x.shape) != shape:
+            raise CaseError(f"{path}: seed {s!r} is {x.dtype.str} {tuple(x.shape)}, "
+                            f"expected <f4/<f8 {shape}")
+        if not np.all(np.isfinite(x)):
+            raise CaseError(f"{path}: seed {s!r} holds a non-finite value")
+        out[s] = x.astype(np.float64)
     return out
 
 
