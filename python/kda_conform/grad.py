@@ -20,16 +20,15 @@ is not a gradient case), when only o, ht, hc are asked for.
 """
 from __future__ import annotations
 
-import os
-import traceback
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
 from . import files as _files
-from .files import CaseError, read_case
+from .files import CaseError
 from .problem import Problem
-from .run import NotSupported, RunReport, _prompt_files, selected
+from . import run as _run
+from .run import RunReport
 
 SEEDS = ("do", "dht", "dhc")
 INPUTS = ("q", "k", "v", "g", "beta", "A_log", "dt_bias", "h0")
@@ -79,6 +78,8 @@ def write_grad_result(path: str, case_id: str, problem: Problem, ret: Mapping[st
                       backend: Optional[str] = None) -> None:
     """One result file with o, ht, hc and the gradients of `ret` (those the problem has;
     one it lacks is left out and reported as not provided), written atomically."""
+    if not isinstance(ret, Mapping):
+        raise TypeError(f"a backward kernel returns a dict, got {type(ret).__name__}")
     unknown = set(ret) - {"o", "ht", "hc"} - set(GRADS)
     if unknown:
         raise TypeError(f"backward kernel returned unknown keys {sorted(unknown)}")
@@ -98,47 +99,13 @@ def write_grad_result(path: str, case_id: str, problem: Problem, ret: Mapping[st
     _files._write_npz_atomic(path, man, members)
 
 
-def run_case(kernel: Any, path: str, results: str, report: RunReport,
-             backend: str = "python", input_dtype: Any = None) -> None:
-    """kda_conform.run.run_case for a backward kernel: seeds read from the prompt file."""
-    from .one import inexact_inputs
-    case = read_case(path)
-    out = os.path.join(results, case.id + ".npz")
-    try:
-        try:
-            why = inexact_inputs(case, input_dtype) if input_dtype is not None else ""
-            if why:
-                raise NotSupported(why)
-            ret = kernel(case.problem, dict(case.inputs), read_seeds(path, case.problem))
-        except NotSupported as e:
-            _files.write_result(out, case.id, not_supported=e.reason, backend=backend)
-            report.not_supported[case.id] = e.reason
-            return
-        if not isinstance(ret, Mapping):
-            raise TypeError(f"a backward kernel returns a dict, got {type(ret).__name__}")
-        write_grad_result(out, case.id, case.problem, ret, backend)
-        report.written.append(out)
-    except Exception as e:  # the kernel's failure is that case's result, not the run's end
-        if os.path.isfile(out) and not os.path.islink(out):
-            os.unlink(out)
-        last = traceback.extract_tb(e.__traceback__)[-1:]
-        where = f" at {os.path.basename(last[0].filename)}:{last[0].lineno}" if last else ""
-        report.errors[case.id] = f"{type(e).__name__}: {e}{where}"
-
-
 def run(kernel: Any, prompts: Union[str, Iterable[str]], results: str, *,
         cases: Optional[Sequence[str]] = None, backend: str = "python",
         input_dtype: Any = None) -> RunReport:
     """kda_conform.run.run for a backward kernel (the interface above)."""
-    os.makedirs(results, exist_ok=True)
-    report = RunReport()
-    for path in _prompt_files(prompts):
-        cid = os.path.basename(path)[:-4] if path.endswith(".npz") else None
-        if cid is not None and not selected(cid, cases):
-            continue
-        run_case(kernel, path, results, report, backend, input_dtype)
-    return report
+    return _run.run(kernel, prompts, results, cases=cases, backend=backend,
+                    input_dtype=input_dtype, backward=True)
 
 
 __all__ = ["SEEDS", "GRADS", "INPUTS", "seed_shapes", "grad_shapes", "read_seeds",
-           "write_grad_result", "run", "run_case"]
+           "write_grad_result", "run"]

@@ -77,9 +77,12 @@ def _prompt_files(prompts: Union[str, Iterable[str]]) -> List[str]:
 
 
 def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
-             backend: str = "python", input_dtype: Any = None) -> None:
+             backend: str = "python", input_dtype: Any = None, backward: bool = False) -> None:
     """Run the kernel on one prompt file and write `results/<id>.npz` (or record why not).
-    With `input_dtype`, a case whose inputs are not exact in it is declined unseen."""
+    With `input_dtype`, a case whose inputs are not exact in it is declined unseen.  With
+    `backward`, the kernel is a backward kernel (kda_conform.grad: it gets the prompt's seeds
+    and returns gradients too)."""
+    from . import grad
     from .one import inexact_inputs
     case = read_case(path)
     out = os.path.join(results, case.id + ".npz")
@@ -88,12 +91,18 @@ def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
             why = inexact_inputs(case, input_dtype) if input_dtype is not None else ""
             if why:
                 raise NotSupported(why)
-            ret = kernel(case.problem, dict(case.inputs))
+            if backward:
+                ret = kernel(case.problem, dict(case.inputs), grad.read_seeds(path, case.problem))
+            else:
+                ret = kernel(case.problem, dict(case.inputs))
         except NotSupported as e:
             write_result(out, case.id, not_supported=e.reason, backend=backend)
             report.not_supported[case.id] = e.reason
             return
-        write_result(out, case.id, problem=case.problem, backend=backend, **_outputs(ret))
+        if backward:
+            grad.write_grad_result(out, case.id, case.problem, ret, backend)
+        else:
+            write_result(out, case.id, problem=case.problem, backend=backend, **_outputs(ret))
         report.written.append(out)
     except Exception as e:  # the kernel's failure is that case's result, not the run's end
         if os.path.isfile(out) and not os.path.islink(out):
@@ -105,7 +114,7 @@ def run_case(kernel: Kernel, path: str, results: str, report: RunReport,
 
 def run(kernel: Kernel, prompts: Union[str, Iterable[str]], results: str, *,
         cases: Optional[Sequence[str]] = None, backend: str = "python",
-        input_dtype: Any = None) -> RunReport:
+        input_dtype: Any = None, backward: bool = False) -> RunReport:
     """Call `kernel` on each prompt file (a directory or a list of files) whose id the
     `cases` globs select, writing `results/<id>.npz` atomically.  A kernel that raises
     NotSupported gets a `not_supported` result; one that raises anything else gets no
@@ -117,7 +126,7 @@ def run(kernel: Kernel, prompts: Union[str, Iterable[str]], results: str, *,
         cid = os.path.basename(path)[:-4] if path.endswith(".npz") else None
         if cid is not None and not selected(cid, cases):
             continue
-        run_case(kernel, path, results, report, backend, input_dtype)
+        run_case(kernel, path, results, report, backend, input_dtype, backward)
     return report
 
 

@@ -5,7 +5,7 @@
 import pytest
 
 import kda_conform as kc
-from test_grad import DESCS, by_case, make_grad_case
+from test_grad import by_case, grad_set  # noqa: F401 (the fixture)
 
 torch = pytest.importorskip("torch")
 
@@ -52,27 +52,18 @@ def torch_chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_fin
     return o, (torch.stack(finals).float() if output_final_state else None)
 
 
-@pytest.fixture(scope="module")
-def fla_set(kda, tmp_path_factory):
-    d = tmp_path_factory.mktemp("flagrad") / "set"
-    d.mkdir()
-    for desc in DESCS:
-        make_grad_case(kda, desc, d / (desc.split("id=")[1] + ".npz"))
-    return str(d)
-
-
-def test_fla_backward_adapter(fla_set):
+def test_fla_backward_adapter(grad_set):
     kernel = kc.fla.backward_adapter(torch_chunk_kda, dtype="float64", device="cpu")
-    res = by_case(kc.check(kernel, golden=fla_set, cls="fp32", backward=True,
+    res = by_case(kc.check(kernel, golden=grad_set, cls="fp32", backward=True,
                            runner_args=["--serving", "off"]))
     assert {"gs-soft.backward", "gs-lb.backward", "gs-gdn.backward"} <= set(res)
     assert all(r.verdict == "Pass" for r in res.values()), kc.summary(list(res.values()))
 
 
-def test_fla_backward_detached_l2_fails(fla_set):
+def test_fla_backward_detached_l2_fails(grad_set):
     kernel = kc.fla.backward_adapter(torch_chunk_kda, dtype="float64", device="cpu",
                                      extra={"detach_l2": True})
-    res = by_case(kc.check(kernel, golden=fla_set, cls="fp32", backward=True,
+    res = by_case(kc.check(kernel, golden=grad_set, cls="fp32", backward=True,
                            cases=["gs-soft"], runner_args=["--serving", "off"]))
     assert res["gs-soft"].verdict == "Pass"
     assert res["gs-soft.backward"].verdict == "Fail"
