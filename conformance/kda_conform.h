@@ -399,6 +399,11 @@ typedef struct kda_score {
    * of §7.3 used there (ref-f32's worst over the window and its stored neighbours; NaN
    * without an envelope) and the largest allowance used in the window. */
   double *win_max_each, *win_env_each, *win_allow_each;
+  /* A case shorter than KDA_STEP_ALLOWANCE_N0 tokens has too few windows to plot: per token
+   * instead (SPEC.md §7.9), its worst o error without allowance and its allowance, NaN for a
+   * token not scored (one allocation, owned); NULL and 0 for longer cases. */
+  double *tok_each, *tok_allow_each;
+  int64_t n_tok_each;
   int32_t n_lines;          /* failure lines kept, first failing elements in index order */
   int32_t growth_beyond;    /* growth against the class emulation's on the case (§7.5): 1
                                beyond it, 0 not beyond (the case's own drift), -1 no emulation

@@ -232,6 +232,20 @@ static json_t *grad_json(json_t *j, const kda_score *s) {
   return j;
 }
 
+/* The per-token series of a short case (SPEC.md §7.9): the scored tokens, each with its
+ * position, worst o error without allowance and allowance. */
+static json_t *token_series(const kda_score *s) {
+  json_t *idx = json_array(), *worst = json_array(), *allow = json_array();
+  for (int64_t t = 0; t < s->n_tok_each; t++) {
+    if (isnan(s->tok_each[t])) continue;
+    json_array_append_new(idx, json_integer((json_int_t)t));
+    json_array_append_new(worst, jnum(s->tok_each[t]));
+    json_array_append_new(allow, jnum(s->tok_allow_each[t]));
+  }
+  return json_pack("{s:I,s:o,s:o,s:o,s:o}", "tokens", (json_int_t)s->n_tok_each, "cap",
+                   jnum(s->caps.o), "index", idx, "worst", worst, "allowance", allow);
+}
+
 static json_t *report_json(const kda_case_report *r) {
   json_t *j = json_pack("{s:s,s:s,s:s,s:s,s:o}", "case", r->case_id, "backend", r->backend,
                         "verdict", kda_verdict_name(r->verdict), "reason", r->reason, "seconds",
@@ -279,6 +293,7 @@ static json_t *report_json(const kda_case_report *r) {
                                                           : json_null());
   if (s->n_win_each > 0 && s->win_tokens >= KDA_STEP_ALLOWANCE_N0)
     json_object_set_new(j, "window_series", window_series(s));
+  if (s->n_tok_each > 0) json_object_set_new(j, "token_series", token_series(s));
   if (r->prefix_done)
     json_object_set_new(j, "prefix", json_pack("{s:I,s:o,s:b,s:b}", "P", (json_int_t)r->prefix_P,
                                                "worst", jnum(r->prefix_worst), "causal",

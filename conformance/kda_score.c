@@ -156,10 +156,19 @@ static void window_alloc(kda_score *s, int64_t T) {
   s->win_max_each = s->win_each + n, s->win_env_each = s->win_each + 2 * n;
   s->win_allow_each = s->win_each + 3 * n;
   for (int64_t i = 0; i < 4 * n; i++) s->win_each[i] = NAN;
+  if (T <= 0 || T >= KDA_STEP_ALLOWANCE_N0) return;
+  s->tok_each = malloc(2 * (size_t)T * sizeof *s->tok_each);
+  if (!s->tok_each) return;
+  s->n_tok_each = T, s->tok_allow_each = s->tok_each + T;
+  for (int64_t i = 0; i < 2 * T; i++) s->tok_each[i] = NAN;
 }
 
 /* Token tt's worst error without allowance, its envelope value and its allowance. */
 static void window_note(kda_score *s, const kda_envelope *env, int64_t tt, double raw, double L) {
+  if (tt < s->n_tok_each) {
+    if (!(s->tok_each[tt] >= raw)) s->tok_each[tt] = raw;
+    if (!(s->tok_allow_each[tt] >= L)) s->tok_allow_each[tt] = L;
+  }
   const int64_t w = tt / s->window;
   if (w >= s->n_win_each) return;
   if (!(s->win_max_each[w] >= raw)) s->win_max_each[w] = raw;
@@ -373,6 +382,9 @@ void kda_score_free(kda_score *s) {
   free(s->grad_win);
   s->grad_win = NULL;
   s->n_grad_win = 0;
+  free(s->tok_each); /* with tok_allow_each */
+  s->tok_each = s->tok_allow_each = NULL;
+  s->n_tok_each = 0;
 }
 
 int kda_score_within_caps(const kda_score *s) {

@@ -1,10 +1,13 @@
-/* kda_cmd_explore.c: `kda explore`, one self-contained HTML page that steps one head's state
- * token by token (SPEC.md §3.1), beside the plain accumulator on the same inputs.
+/* kda_cmd_explore.c: `kda explore`, one self-contained HTML page: a notebook of a small head
+ * whose inputs the reader edits (three memories on one token stream, the sub-steps of SPEC.md
+ * §3.1, a KV cache against the fixed state) and, given a case, a player that steps one head of
+ * it token by token beside the plain accumulator on the same inputs.
  * SPDX-License-Identifier: MIT
  *
- * The page (tools/kda_explore_page.c) has no network access and no external script: the data
- * of the head, traced by kda_trace_head (the step function of kda trace and the L0 traces), is
- * embedded as JSON.  The file is written atomically.
+ * The page (tools/explore/explorer.html) has no network access and no external script; the
+ * notebook computes with its own port of the float64 step.  The data of the case's head,
+ * traced by kda_trace_head (the step function of kda trace and the L0 traces), is embedded as
+ * JSON in place of the page's marker (null without a case).  The file is written atomically.
  */
 #include <getopt.h>
 #include <math.h>
@@ -25,14 +28,22 @@
 #define MAX_CELLS 65536 /* tokens x K x V embedded: about 2 MB of page */
 #define MAX_DIM 64      /* K and V shown as a heatmap */
 
-extern const char kda_explore_page_head[], kda_explore_page_tail[]; /* kda_explore_page.c */
+extern const char kda_explore_page[]; /* kda_explore_page.c */
+#define DATA_MARKER "<!--KDA-DATA-->"
 
 static const char help_text[] =
-    "Usage: kda explore CASE.npz -o EXPLORER.html [--seq N] [--head HV]\n"
+    "Usage: kda explore [CASE.npz] -o EXPLORER.html [--seq N] [--head HV]\n"
     "                   [--tokens A:B] [--result RESULT.npz]\n"
     "\n"
-    "Writes one self-contained HTML file (no network, no external scripts; the data\n"
-    "is embedded as JSON) that steps the state of one value head token by token:\n"
+    "Writes one self-contained HTML file (no network, no external scripts).  Its\n"
+    "notebook is a 4 x 4 head whose inputs you edit: a forget dial per key channel\n"
+    "(KDA), one dimmer (Gated DeltaNet), beta, the next token's key and value or a\n"
+    "'next fact' preset; KDA, Gated DeltaNet and the plain accumulator side by side on\n"
+    "the same token stream with their memory mass ||S||_F and the read-back error of a\n"
+    "chosen fact; the four sub-steps of one token with the changed cells marked; and a\n"
+    "KV cache's size against the fixed state over the conversation length.  Every\n"
+    "number there is computed in the page by a port of the float64 step.  With\n"
+    "CASE.npz the page also steps the state of one value head of it token by token:\n"
     "the K x V state as a heatmap with its numbers, the four sub-steps of SPEC.md\n"
     "section 3.1 (decay, erase, write, readout) highlighted in turn, the per-channel\n"
     "decay factors as bars, the prediction, correction and output vectors, and the\n"
@@ -82,10 +93,11 @@ static int parse_args(int argc, char **argv, explore_args *a) {
       default: return kda_tool_bad_option(SUB, c, argv);
     }
   }
-  if (optind != argc - 1)
-    return kda_tool_usage(SUB, optind >= argc ? "missing CASE.npz" : "exactly one CASE.npz");
+  if (optind < argc - 1) return kda_tool_usage(SUB, "at most one CASE.npz");
   if (!a->output) return kda_tool_usage(SUB, "missing -o EXPLORER.html");
-  a->path = argv[optind];
+  a->path = optind < argc ? argv[optind] : NULL;
+  if (!a->path && (a->result || a->tokens || a->seq || a->head))
+    return kda_tool_usage(SUB, "--seq, --head, --tokens and --result need a CASE.npz");
   return 0;
 }
 
@@ -94,7 +106,10 @@ typedef struct page {
   kda_sbuf b;
   kda_study *st;
   int64_t tok_a, tok_b;
-  double *lin;      /* [K][V] the plain accumulator on the same inputs */
+  double *lin;      /* [2][K][V] the plain accumulator on the same inputs; then its state
+                       before the first token shown */
+  double *prev;     /* [2][K][V] the delta rule's state before the current token; then
+                       before the first token shown */
   int64_t stride;   /* outside the shown tokens, the mass is kept every stride tokens */
   int first;
 } page;
@@ -128,13 +143,20 @@ static int on_token(void *ctx, const kda_trace_token *tk) {
   const kda_trace_f64 *s = tk->s64;
   const int64_t K = s->K, V = s->V;
   kda_sbuf *b = &pg->b;
+  const size_t KV = (size_t)(K * V);
   if (tk->initial) {
-    memcpy(pg->lin, s->S, (size_t)(K * V) * sizeof *pg->lin);
+    memcpy(pg->lin, s->S, KV * sizeof *pg->lin);
+    memcpy(pg->prev, s->S, KV * sizeof *pg->prev);
     return 0;
   }
+  const int shown = tk->pos >= pg->tok_a && tk->pos < pg->tok_b;
+  if (shown && tk->pos == pg->tok_a) { /* the first token shown: both states before it */
+    memcpy(pg->prev + KV, pg->prev, KV * sizeof *pg->prev);
+    memcpy(pg->lin + KV, pg->lin, KV * sizeof *pg->lin);
+  }
+  memcpy(pg->prev, s->S, KV * sizeof *pg->prev);
   /* the plain accumulator: no decay, no erase, S += b k^ v^T (SPEC.md §5, family linear) */
   for (int64_t e = 0; e < K * V; e++) pg->lin[e] = pg->lin[e] + s->kk[e / V] * (s->b * s->v[e % V]);
-  const int shown = tk->pos >= pg->tok_a && tk->pos < pg->tok_b;
   if (!shown && tk->pos % pg->stride != 0) return 0;
   const double mass = frob(s->S, K * V), lmass = frob(pg->lin, K * V);
   kda_sbuf_printf(b, "%s{\"t\":%lld,\"pos\":%lld,\"mass\":", pg->first ? "" : ",\n",
@@ -221,7 +243,6 @@ static int build(const explore_args *a, kda_study *st, page *pg) {
                          (long long)(pg->tok_b - pg->tok_a), (long long)p->K, (long long)p->V,
                          MAX_CELLS);
   kda_sbuf *b = &pg->b;
-  kda_sbuf_printf(b, "%s", kda_explore_page_head);
   kda_sbuf_printf(b, "{\"case\":");
   kda_study_json_str(b, st->c.id ? st->c.id : "");
   kda_sbuf_printf(b, ",\"family\":\"%s\",\"gate\":\"%s\",\"beta\":\"%s\",\"K\":%lld,\"V\":%lld,"
@@ -239,18 +260,34 @@ static int build(const explore_args *a, kda_study *st, page *pg) {
     if (rc) return rc;
   }
   kda_sbuf_printf(b, ",\"steps\":[\n");
-  pg->lin = malloc((size_t)(p->K * p->V) * sizeof *pg->lin);
-  if (!pg->lin) return kda_tool_fail(SUB, "out of memory");
+  const int64_t KV = p->K * p->V;
+  pg->lin = malloc(2 * (size_t)KV * sizeof *pg->lin);
+  pg->prev = malloc(2 * (size_t)KV * sizeof *pg->prev);
+  int st_rc = pg->lin && pg->prev ? 0 : KDA_ENOMEM;
   pg->first = 1;
   pg->stride = curve_stride(len);
-  char err[KDA_ERRLEN];
-  int st_rc = kda_trace_head(p, &st->ts, st->n, st->hv, on_token, pg, err, sizeof err);
-  free(pg->lin);
+  char err[KDA_ERRLEN] = "out of memory";
+  if (!st_rc) st_rc = kda_trace_head(p, &st->ts, st->n, st->hv, on_token, pg, err, sizeof err);
+  if (!st_rc) { /* the states before the first token shown (SPEC.md §3.1: S_{t-1}) */
+    kda_sbuf_printf(b, "],");
+    arr(b, "Sb", pg->prev + KV, KV);
+    kda_sbuf_printf(b, ",");
+    arr(b, "Lb", pg->lin + KV, KV);
+    kda_sbuf_printf(b, "}");
+  }
+  free(pg->lin), free(pg->prev);
   if (st_rc) return kda_tool_fail(SUB, "%s: %s", a->path, err);
-  kda_sbuf_printf(b, "]}");
-  kda_sbuf_printf(b, "%s", kda_explore_page_tail);
   if (b->oom) return kda_tool_fail(SUB, "out of memory building the page");
   return 0;
+}
+
+/* The page with the data (or null) in place of its marker. */
+static int compose(const char *data, kda_sbuf *out) {
+  const char *m = strstr(kda_explore_page, DATA_MARKER);
+  if (!m) return kda_tool_fail(SUB, "the built-in page has no data marker");
+  kda_sbuf_printf(out, "%.*s%s%s", (int)(m - kda_explore_page), kda_explore_page, data,
+                  m + strlen(DATA_MARKER));
+  return out->oom ? kda_tool_fail(SUB, "out of memory building the page") : 0;
 }
 
 int kda_cmd_explore(int argc, char **argv) {
@@ -259,18 +296,20 @@ int kda_cmd_explore(int argc, char **argv) {
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
   char err[KDA_ERRLEN];
   const char *inputs[2] = {a.path, a.result ? a.result : a.path};
-  if (kda_output_check(a.output, inputs, 2, err, sizeof err) != KDA_OK) /* never an input */
-    return kda_tool_fail(SUB, "%s", err);
-  kda_study st;
-  rc = kda_study_open(SUB, a.path, a.seq, a.head, &st);
-  if (rc) return rc;
+  if (a.path && kda_output_check(a.output, inputs, 2, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err); /* never an input */
   page pg;
   memset(&pg, 0, sizeof pg);
+  kda_study st;
+  memset(&st, 0, sizeof st);
+  if (a.path && (rc = kda_study_open(SUB, a.path, a.seq, a.head, &st)) != 0) return rc;
   pg.st = &st;
-  rc = build(&a, &st, &pg);
-  if (!rc && kda_atomic_write(a.output, pg.b.s, pg.b.len, err, sizeof err) != KDA_OK)
+  rc = a.path ? build(&a, &st, &pg) : 0;
+  kda_sbuf html = {0};
+  if (!rc) rc = compose(a.path ? pg.b.s : "null", &html);
+  if (!rc && kda_atomic_write(a.output, html.s, html.len, err, sizeof err) != KDA_OK)
     rc = kda_tool_fail(SUB, "%s", err);
-  free(pg.b.s);
-  kda_study_close(&st);
+  free(pg.b.s), free(html.s);
+  if (a.path) kda_study_close(&st);
   return rc;
 }

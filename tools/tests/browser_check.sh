@@ -2,11 +2,12 @@
 # browser_check.sh: the study pages in a real browser (make check-browser).
 # SPDX-License-Identifier: MIT
 #
-# Writes a kda explore page and a kda conform --html report, loads each in headless Chromium
+# Writes kda explore pages and a kda conform --html report, loads each in headless Chromium
 # and checks that it renders: the page's own error list (#kda-errors, filled by window.onerror)
-# is empty, body[data-ready] is set, nothing was logged as an uncaught error on the console,
-# and, for the explorer, that stepping (explorer.html#step=N) changes the state shown.  Keeps
-# screenshots at 1280x800 in OUT (build/browser/*.png) as artefacts.
+# is empty, body[data-ready] is set, nothing was logged as an uncaught error on the console.
+# The explorer is then driven by tools/tests/browser_drive.py (inputs set, buttons and keys
+# pressed, what is shown read back); the report's matrix and summary must count the verdicts
+# of its results.jsonl.  Keeps screenshots in OUT (build/browser/*.png) as artefacts.
 #
 # Usage: browser_check.sh OUT   with KDA_BIN the kda to run.  Chromium is $CHROMIUM, else
 # chromium or chromium-browser on PATH; without one the check is skipped with a message
@@ -53,32 +54,56 @@ dump() {
   fi
 }
 
-# The explorer on a small case, with a float32 result to compare.
-CASE=golden/L1/disc-exp2.npz
-"$KDA" ref --backend ref-f32 "$CASE" -o "$OUT/result-f32.npz"
-"$KDA" explore "$CASE" --result "$OUT/result-f32.npz" -o "$OUT/explorer.html"
+# The explorer: the notebook alone, and a player of the README's example case (K = 16: the
+# decay bars' labels must not overlap), with the page's dump checked as above; then driven as
+# a reader would (tools/tests/browser_drive.py): the page's port of the step against kda
+# trace's float64 bits on every family, each interactive of the notebook, the player's
+# sub-steps and keys.  Screenshots of each in OUT.
+"$KDA" gen "seed=7 T=64 H=2 HV=4 K=16 V=8 gate=softplus beta=logit l2=fla prec=bf16" -o "$OUT/t64.npz"
+"$KDA" ref --backend ref-f32 "$OUT/t64.npz" -o "$OUT/result-f32.npz"
+"$KDA" explore -o "$OUT/notebook.html"
+"$KDA" explore "$OUT/t64.npz" --result "$OUT/result-f32.npz" -o "$OUT/explorer.html"
+dump "file://$OUT/notebook.html" notebook
 URL="file://$OUT/explorer.html"
-dump "$URL#step=0" step0
 dump "$URL#step=9" step9
 grep -q 'data-step="9"' "$OUT/step9.dom" || bad "explorer: #step=9 did not select step 9"
 grep -q 'token t=2 (position 2), sub-step 2/4 erase' "$OUT/step9.dom" ||
   bad "explorer: #step=9 does not show token 2, sub-step erase"
-heat() { tr '\n' ' ' <"$1" | grep -o '<div id="heat-delta">.*</div>' | sed 's|</table>.*|</table>|'; }
-h0=$(heat "$OUT/step0.dom")
-h9=$(heat "$OUT/step9.dom")
-[ -n "$h0" ] && [ -n "$h9" ] || bad "explorer: no state heatmap in the page"
-[ "$h0" != "$h9" ] || bad "explorer: stepping from step 0 to step 9 did not change the state shown"
-chrome --screenshot="$OUT/explorer.png" "$URL#step=11" >/dev/null
-[ -s "$OUT/explorer.png" ] || bad "explorer: no screenshot"
+for c in "$OUT/t64.npz" golden/L1/t17-gdn.npz golden/L0/l0-linear-accumulate.npz \
+         golden/L0/l0-delta-overwrite.npz golden/L0/l0-varlen-h0.npz; do
+  "$KDA" trace --json --no-certify "$c" >"$OUT/trace-$(basename "$c" .npz).json"
+done
+python3 tools/tests/browser_drive.py "$BROWSER" "$OUT/notebook.html" "$OUT/explorer.html" "$OUT" \
+  "$OUT"/trace-*.json >"$OUT/drive.log" 2>&1 || bad "explorer: $(grep -v '^ok' "$OUT/drive.log" | head -8)"
+chrome --screenshot="$OUT/notebook.png" "file://$OUT/notebook.html" >/dev/null
+[ -s "$OUT/notebook.png" ] || bad "notebook: no screenshot"
 
-# The conformance report with a long case (plots) and a short one (table only).
-"$KDA" conform -q -b ref-f64 -b ref-f32 --no-prefix --html "$OUT/report" \
-  golden/L1/t5000-long.npz "$CASE" >/dev/null
+# The conformance report: a long case (windows), a short one (tokens) and the README's T = 64
+# example, three backends; the matrix must count what results.jsonl holds, verdict by verdict,
+# and every case gets one plot with one error curve per backend.
+"$KDA" conform -q -b ref-f64 -b ref-f32 -b simd --no-prefix --html "$OUT/report" \
+  --jsonl "$OUT/report.jsonl" golden/L1/t5000-long.npz golden/L1/prod-lowrank-mixed.npz \
+  golden/L1/disc-exp2.npz "$OUT/t64.npz" >/dev/null
 dump "file://$OUT/report/index.html" report
-[ "$(grep -o '<svg' "$OUT/report.dom" | wc -l)" -eq 2 ] || bad "report: want 2 plots (t5000-long x 2 backends)"
-grep -q '<table id="verdicts">' "$OUT/report.dom" || bad "report: no verdict table"
+sed 's/>/>\n/g' "$OUT/report.dom" >"$OUT/report.lines"
+for v in Pass Fail QualityWarning NotSupported Waived Crash Timeout; do
+  want=$(grep -c "\"verdict\":\"$v\"" "$OUT/report.jsonl" || true)
+  got=$(grep -c "<td class=\"[a-z]*\" data-verdict=\"$v\"" "$OUT/report.lines" || true)
+  shown=$(grep -o "data-verdict=\"$v\">$v: [0-9]*<" "$OUT/report.dom" | grep -o '[0-9]*' | tail -1)
+  [ "$got" = "$want" ] && [ "$shown" = "$want" ] ||
+    bad "report: $v: the matrix has $got cells, the summary says $shown, results.jsonl has $want"
+done
+grep -q 'data-verdict="QualityWarning">QualityWarning: 1<' "$OUT/report.dom" ||
+  bad "report: the summary does not count ref-f64's warning on prod-lowrank-mixed"
+first=$(grep -o '<th scope="row"><a href="#case-0">[^<]*' "$OUT/report.dom" | sed 's/.*>//')
+[ "$first" = prod-lowrank-mixed ] || bad "report: the first row is '$first', not the warned case"
+[ "$(grep -c '<figure>' "$OUT/report.lines")" = 4 ] || bad "report: want 4 plots (one per case)"
+[ "$(grep -o '<polyline class="err"' "$OUT/report.dom" | wc -l)" -ge 12 ] ||
+  bad "report: want an error curve per backend in each plot"
+sed -n '/id="case-[0-9]*"><h3>gen-/,/<\/section>/p' "$OUT/report.dom" | grep -q '<polyline class="err"' ||
+  bad "report: the T = 64 case (the README's --html example) has no error curve"
 chrome --screenshot="$OUT/report.png" "file://$OUT/report/index.html" >/dev/null
 [ -s "$OUT/report.png" ] || bad "report: no screenshot"
 
 [ "$fail" = 0 ] || exit 1
-echo "browser check: explorer and report render in $(basename "$BROWSER") without errors; stepping changes the state; screenshots $OUT/explorer.png, $OUT/report.png"
+echo "browser check: explorer and report in $(basename "$BROWSER"): $(grep -c '^ok' "$OUT/drive.log") driven checks of the explorer pass, the report's matrix counts results.jsonl; screenshots in $OUT"

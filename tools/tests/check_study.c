@@ -335,8 +335,21 @@ START_TEST(test_explore_page) {
   ck_assert_int_eq((int)json_array_size(json_object_get(last, "S")), (int)(p.K * p.V));
   ck_assert_int_eq((int)json_array_size(json_object_get(last, "L")), (int)(p.K * p.V));
   ck_assert(json_number_value(json_object_get(last, "mass")) > 0);
+  /* the states before the first token shown, for its decay and erase sub-steps */
+  ck_assert_int_eq((int)json_array_size(json_object_get(j, "Sb")), (int)(p.K * p.V));
+  ck_assert_int_eq((int)json_array_size(json_object_get(j, "Lb")), (int)(p.K * p.V));
   json_decref(j);
   free(html);
+  /* without a case: the notebook alone, its data null; the case options then need a case */
+  kda_test_run(&r, "explore", "-o", kda_test_path("nb.html"), NULL);
+  kda_test_expect_ok(&r, "kda explore -o");
+  expect_self_contained(kda_test_path("nb.html"));
+  html = (char *)kda_test_read_all(kda_test_path("nb.html"), NULL);
+  ck_assert_ptr_nonnull(strstr(html, "id=\"kda-data\">\nnull\n</script>"));
+  ck_assert_ptr_nonnull(strstr(html, "<script id=\"kda-step\">"));
+  free(html);
+  kda_test_run(&r, "explore", "--head", "1", "-o", kda_test_path("nb.html"), NULL);
+  kda_test_expect_error(&r, "--head without a case", "kda explore: ", "need a CASE.npz", NULL);
   kda_test_result_free(&r);
 }
 END_TEST
@@ -371,7 +384,17 @@ static int count_of(const char *s, const char *what) {
   return n;
 }
 
-/* A row per report, a plot per backend of the long case only, a point per 64-token window. */
+/* A matrix row per case and a table row per report; one plot per case with both backends: a
+ * point per 64-token window of the long case, a point per token of the short one. */
+static int points_of(const char *html, const char *section) {
+  const char *pts = strstr(strstr(html, section), "class=\"err\"");
+  ck_assert_ptr_nonnull(pts);
+  pts = strstr(pts, "points=\"") + 8;
+  int n = 1;
+  for (; *pts != '"'; pts++) n += *pts == ' ';
+  return n;
+}
+
 START_TEST(test_conform_html) {
   kda_test_result r = {0};
   kda_test_run(&r, "conform", "-q", "-b", "ref-f64", "-b", "ref-f32", "--no-prefix", "--html",
@@ -379,18 +402,17 @@ START_TEST(test_conform_html) {
   ck_assert_msg(r.status == 0, "kda conform --html: exit %d: %s", r.status, r.err);
   expect_self_contained(kda_test_path("rep/index.html"));
   char *html = (char *)kda_test_read_all(kda_test_path("rep/index.html"), NULL);
-  ck_assert_int_eq(count_of(html, "<tr>") + count_of(html, "<tr class"), 1 + 4);
-  ck_assert_int_eq(count_of(html, "<svg"), 2);
-  ck_assert_int_eq(count_of(html, "<section class=\"case\"><h3>t5000-long"), 1);
-  ck_assert_int_eq(count_of(html, "disc-exp2 ("), 0);
+  ck_assert_int_eq(count_of(html, "<tr><th scope=\"row\">"), 2);
+  ck_assert_int_eq(count_of(html, "<td class=\"pass\" data-verdict=\"Pass\""), 4);
+  ck_assert_int_eq(count_of(html, "<tr>") + count_of(html, "<tr class"), 3 + 1 + 4);
+  ck_assert_int_eq(count_of(html, "<svg xmlns"), 2);
+  ck_assert_int_eq(count_of(html, "\"><h3>t5000-long (5000 tokens)"), 1);
+  ck_assert_int_eq(count_of(html, "\"><h3>disc-exp2 ("), 1);
   ck_assert_int_eq(count_of(html, "class=\"cap\""), 2);
-  ck_assert_int_eq(count_of(html, "class=\"allowance\""), 2);
-  const char *pts = strstr(html, "class=\"err\"");
-  ck_assert_ptr_nonnull(pts);
-  pts = strstr(pts, "points=\"") + 8;
-  int n = 1;
-  for (; *pts != '"'; pts++) n += *pts == ' ';
-  ck_assert_int_eq(n, (5000 + 63) / 64);
+  ck_assert_int_eq(count_of(html, "<polyline class=\"allowance\""), 4);
+  ck_assert_int_eq(count_of(html, "<polyline class=\"err\""), 4);
+  ck_assert_int_eq(points_of(html, "<h3>t5000-long"), (5000 + 63) / 64);
+  ck_assert_int_eq(points_of(html, "<h3>disc-exp2"), 16);
   free(html);
   kda_test_run(&r, "conform", "-q", "-b", "ref-f64", "--html", kda_test_path("none/sub"),
                "golden/L1/disc-exp2.npz", NULL);
