@@ -10,6 +10,7 @@
  */
 #include <errno.h>
 #include <jansson.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -723,10 +724,11 @@ static int merge_run(mstate *m, const char *out) {
 int kda_conform_merge_main(int argc, char **argv) {
   if (argc < 4) return kda_tool_usage(SUB, "--merge needs OUTDIR and a shard output directory");
   const char *out = argv[2];
-  struct stat so, ss;
-  for (int k = 3; k < argc && stat(out, &so) == 0; k++)
-    if (stat(argv[k], &ss) == 0 && ss.st_dev == so.st_dev && ss.st_ino == so.st_ino)
-      return kda_tool_fail(SUB, "%s: the output is one of the shards", out);
+  char ro[PATH_MAX], rs[PATH_MAX];
+  kda_path_resolved(out, ro);
+  for (int k = 3; k < argc && ro[0]; k++) /* a shard is read, never written into */
+    if (realpath(argv[k], rs) && kda_path_within(ro, rs))
+      return kda_tool_fail(SUB, "%s: the output is, or is inside, the shard %s", out, argv[k]);
   mstate m = {calloc((size_t)(argc - 3), sizeof(cshard)), argc - 3, 0, 0, "", NULL, NULL, 0,
               NULL, NULL, 0};
   if (!m.sh) return kda_tool_fail(SUB, "out of memory");

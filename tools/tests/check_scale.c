@@ -593,6 +593,7 @@ static const bad_case conform_bad[] = {
     {"foreign-run", "f0", "another run"},
     {"no-manifest", "s1", "no shard.json"},
     {"tampered-plan", "s1", "does not have its plan_sha256"},
+    {"out-in-shard", "s1", "the output is, or is inside, the shard"},
 };
 
 START_TEST(conform_bad_shard) {
@@ -639,6 +640,7 @@ START_TEST(conform_bad_shard) {
     kda_test_result_free(&r);
     args[5] = P("f0");
   } else if (!strcmp(name, "no-manifest")) ck_assert(unlink(P("s1/shard.json")) == 0);
+  else if (!strcmp(name, "out-in-shard")) args[2] = P("s1/out");
   else if (!strcmp(name, "tampered-plan")) {
     json_t *root = load_json(P("s1/shard.json"));
     json_array_append_new(json_object_get(json_object_get(root, "plan"), "targets"),
@@ -649,7 +651,8 @@ START_TEST(conform_bad_shard) {
   kda_test_run_argv(&r, args);
   const char *named = !strcmp(conform_bad[_i].shard, "s") ? "" : P(conform_bad[_i].shard);
   kda_test_expect_error(&r, name, "kda conform: ", named, conform_bad[_i].phrase, NULL);
-  ck_assert_msg(!kda_test_exists(P("out")), "%s: the merge wrote something", name);
+  ck_assert_msg(!kda_test_exists(P("out")) && !kda_test_exists(P("s1/out")),
+                "%s: the merge wrote something", name);
   kda_test_run(&r, "conform", "-b", "ref-f64", "--shard", "0/2", "golden/L0", NULL);
   kda_test_expect_error(&r, "--shard without --out", "kda conform: ", "--shard needs --out",
                         NULL);

@@ -7,6 +7,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <signal.h>
@@ -231,6 +232,28 @@ int64_t kda_tmp_sweep(const char *dir) {
   }
   closedir(d);
   return n;
+}
+
+/* ---- Paths. */
+
+void kda_path_resolved(const char *dir, char *buf) {
+  char tmp[4400], *slash;
+  if (realpath(dir, buf)) return;
+  snprintf(tmp, sizeof tmp, "%s", dir);
+  while ((slash = strrchr(tmp, '/')) && slash[1] == 0 && slash > tmp) *slash = 0;
+  slash = strrchr(tmp, '/');
+  const char *last = slash ? slash + 1 : tmp;
+  char parent[PATH_MAX];
+  if (!realpath(slash ? (slash == tmp ? "/" : (*slash = 0, tmp)) : ".", parent)) {
+    buf[0] = 0;
+    return;
+  }
+  snprintf(buf, PATH_MAX, "%.2000s/%.1000s", strcmp(parent, "/") ? parent : "", last);
+}
+
+int kda_path_within(const char *a, const char *b) {
+  size_t n = strlen(b);
+  return n && strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
 }
 
 /* ---- JSON text. */

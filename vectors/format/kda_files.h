@@ -80,6 +80,12 @@ int kda_input_read(const char *path, size_t max, char **buf, size_t *len, char *
  * become U+FFFD), cut on a character boundary.  Returns the length written. */
 size_t kda_text_clean(char *dst, size_t cap, const char *src, int multiline);
 
+/* The absolute, resolved path of dir (PATH_MAX bytes at buf), or of its parent joined with
+ * its last component when dir does not exist yet; "" when neither resolves. */
+void kda_path_resolved(const char *dir, char *buf);
+/* 1 when resolved path a is b or inside it (an output inside an input directory). */
+int kda_path_within(const char *a, const char *b);
+
 /* What parsing JSON text costs is bounded by the bytes present only up to a parser's cost
  * per value (an empty object is 3 bytes of text and a hundred of memory): returns KDA_OK when
  * text (len bytes) holds at most max values, counted as the '{', '[', ',' and ':' outside

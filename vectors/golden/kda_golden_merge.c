@@ -474,29 +474,6 @@ static int make_out_dirs(const char *out, uint32_t mask, char *err, size_t errle
   return st;
 }
 
-/* The absolute, resolved path of dir, or of its parent joined with its last component when
- * dir does not exist yet; "" when neither resolves. */
-static void resolved(const char *dir, char *buf) {
-  char tmp[4400], *slash;
-  if (realpath(dir, buf)) return;
-  snprintf(tmp, sizeof tmp, "%s", dir);
-  while ((slash = strrchr(tmp, '/')) && slash[1] == 0 && slash > tmp) *slash = 0;
-  slash = strrchr(tmp, '/');
-  const char *last = slash ? slash + 1 : tmp;
-  char parent[PATH_MAX];
-  if (!realpath(slash ? (slash == tmp ? "/" : (*slash = 0, tmp)) : ".", parent)) {
-    buf[0] = 0;
-    return;
-  }
-  snprintf(buf, PATH_MAX, "%.2000s/%.1000s", strcmp(parent, "/") ? parent : "", last);
-}
-
-/* 1 when resolved path a is b or inside it. */
-static int within(const char *a, const char *b) {
-  size_t n = strlen(b);
-  return n && strncmp(a, b, n) == 0 && (a[n] == 0 || a[n] == '/');
-}
-
 /* OUT may not be one of the shards or inside one, and no shard may be inside one of OUT's
  * level directories (its shard.json would end up in SHA256SUMS, or the merge would replace
  * and remove files it reads).  A shard elsewhere inside OUT is fine (kda-mpi's
@@ -508,14 +485,14 @@ static int check_out(const char *out, const char *const *shards, int64_t n, char
   if (lstat(out, &so) == 0 && !S_ISDIR(so.st_mode))
     return kda_fail(KDA_EIO, err, errlen, "%s: not a directory (a symbolic link is not "
                     "followed)", out);
-  resolved(out, ro);
+  kda_path_resolved(out, ro);
   for (int64_t s = 0; s < n; s++) {
     if (!realpath(shards[s], rs)) continue; /* named missing by its check */
-    int bad_place = ro[0] && within(ro, rs);
+    int bad_place = ro[0] && kda_path_within(ro, rs);
     for (int32_t l = 0; ro[0] && l < KDA_LEVEL_COUNT; l++) {
       char lv[PATH_MAX + 8];
       snprintf(lv, sizeof lv, "%.4000s/%s", ro, kda_level_name(l));
-      bad_place |= within(rs, lv);
+      bad_place |= kda_path_within(rs, lv);
     }
     if (bad_place)
       return kda_fail(KDA_EINVAL, err, errlen, "%s: the output is, or is inside, the shard %s "
