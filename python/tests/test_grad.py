@@ -100,3 +100,12 @@ def test_torch_autograd(grad_set):
                            runner_args=["--serving", "off"]))
     assert all(r.verdict == "Pass" for r in res.values()), kc.summary(list(res.values()))
     assert "gs-lb.backward" in res
+
+
+def test_forward_kernel_on_gradient_cases(grad_set):
+    """A forward kernel checked on gradient cases: its outputs are scored, and the cases'
+    gradient reports (which it cannot pass) are not its results."""
+    res = by_case(kc.check(kc.reference, golden=grad_set, cls="fp64", expect_declines=[],
+                           runner_args=["--serving", "off"]))
+    assert set(res) == {"gs-soft", "gs-lb", "gs-gdn"}
+    assert all(r.verdict == "Pass" for r in res.values()), kc.summary(list(res.values()))
