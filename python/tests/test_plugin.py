@@ -21,6 +21,7 @@ def _run(pytester, body, *args):
                                          *args)
 
 
+@pytest.mark.slow
 def test_the_author_kernel_passes_l1(pytester, tmp_path):
     out = tmp_path / "reports"
     r = _run(pytester, 'test_l1 = kda_conform.suite(author.kernel, level="L1", cls="fp32")\n',
@@ -76,20 +77,41 @@ def test_flags_are_keywords_and_x_stops(pytester):
     assert r.ret == 1
 
 
+def test_last_failed_reruns_only_the_failed_prompts(pytester):
+    """--lf (pytest's cache): a run with the transposed-state bug, then --lf runs exactly the
+    prompts that failed, by the same names."""
+    pytester.makepyfile(test_author=HEADER + "test_l1 = kda_conform.suite("
+                        "author.buggy('transposed_state'), cases=['*-vk', 'disc-transposed*'])\n")
+    args = ("-p", "no:hypothesispytest", "-q", "-rf")
+    r = pytester.runpytest_subprocess(*args)
+    failed = sorted(re.findall(r"^FAILED test_author.py::test_l1::(\S+)", r.stdout.str(), re.M))
+    outcomes = r.parseoutcomes()
+    assert failed and outcomes.get("passed", 0) > 0 and len(failed) == outcomes["failed"]
+    r = pytester.runpytest_subprocess(*args, "--lf")
+    r.assert_outcomes(failed=len(failed), deselected=outcomes["passed"])
+    assert sorted(re.findall(r"^FAILED test_author.py::test_l1::(\S+)", r.stdout.str(),
+                             re.M)) == failed
+    assert "disc-transposed-state" in failed
+
+
 # The case designed to catch each bug (or, where no case names the mistake, one that shows it).
 DESIGNED = {"no_decay": "disc-decay-value-axis", "l2_eps": "disc-l2-convention",
             "transposed_state": "disc-transposed-state", "beta_raw": "beta-neg-eigval",
             "checkpoint_late": "t64-softplus-h0"}
 
 
-def _first_bad(case_id, bug, golden_l1, kda, tmp_path):
-    """Where the buggy kernel first leaves the float64 reference, found here, independently
-    of the runner: the member, the text of its failure line's location and the case."""
+def _run_bug(case_id, bug, golden_l1, kda, tmp_path):
+    """The case, the buggy kernel's outputs and the float64 reference's, computed here,
+    independently of the runner."""
     d = tmp_path / case_id
     kc.export_prompts(golden_l1, str(d), kda, filters=[case_id, f"!{case_id}.*"])
     c = kc.read_case(str(d / f"{case_id}.npz"))
-    got = author.kernel(c.problem, c.inputs, bug=bug)
-    ref = kc.reference(c.problem, c.inputs)
+    return c, author.kernel(c.problem, c.inputs, bug=bug), kc.reference(c.problem, c.inputs)
+
+
+def _first_bad(c, got, ref):
+    """Where the buggy kernel first leaves the reference: the text of its failure line's
+    location."""
     cu = np.asarray(c.inputs.get("cu_seqlens", [0, c.problem.T]))
     for m in ("o", "ht", "hc"):
         if m not in got:
@@ -101,14 +123,41 @@ def _first_bad(case_id, bug, golden_l1, kda, tmp_path):
         if m == "o":
             t, hv, j = (int(x) for x in idx)
             seq = int(np.searchsorted(cu, t, side="right") - 1)
-            return c, f"o[t={t} seq={seq} hv={hv} j={j}]"
+            return f"o[t={t} seq={seq} hv={hv} j={j}]"
         a, hv, x, y = (int(v) for v in idx)
         i, j = (y, x) if c.problem.state_layout == "vk" else (x, y)
-        return c, f"{m}[{'seq' if m == 'ht' else 'ckpt'}={a} hv={hv} i={i} j={j}]"
-    raise AssertionError(f"{bug} changes nothing on {case_id}")
+        return f"{m}[{'seq' if m == 'ht' else 'ckpt'}={a} hv={hv} i={i} j={j}]"
+    raise AssertionError(f"the bug changes nothing on {c.id}")
+
+
+WORST = re.compile(r"^    worst (o|ht|hc)\[(?:t|seq|ckpt)=(\d+) (?:seq=\d+ )?hv=(\d+) "
+                   r"(?:i=(\d+) )?j=(\d+)\]  expected (\S+) \(\S+\)  observed (\S+) \(\S+\)  "
+                   r"error (\S+) fp32 units, allowed (\S+) = cap 64 x allowance (\S+)$", re.M)
+
+
+def _check_worst(msg, c, got, ref):
+    """The worst line names an element where the kernel's value and the reference's are the
+    ones printed (observed exactly: the kernel's float64 result is scored as written)."""
+    m = WORST.search(msg)
+    assert m, msg
+    q, a, hv, i, j = m.group(1), int(m.group(2)), int(m.group(3)), m.group(4), int(m.group(5))
+    if q == "o":
+        idx = (a, hv, j)
+    else:
+        i = int(i)
+        idx = (a, hv, j, i) if c.problem.state_layout == "vk" else (a, hv, i, j)
+    expected, observed = float.fromhex(m.group(6)), float.fromhex(m.group(7))
+    assert observed == got[q][idx], (m.group(0), got[q][idx])
+    scale = 1.0 + np.abs(ref[q]).max()
+    assert abs(expected - ref[q][idx]) < 1e-9 * scale, (m.group(0), ref[q][idx])
+    assert float(m.group(8)) > float(m.group(9)) >= 64 and float(m.group(10)) >= 1
 
 
 def test_five_bugs_fail_naming_where_and_the_case_intent(pytester, golden_l1, kda, tmp_path):
+    """Each bug fails its case with the runner's words: the first failing elements (token,
+    sequence, head, channel), the worst one with expected and observed values, its error and
+    what was allowed (cap x allowance), what a unit is there, ref-f32's error near it, and the
+    case's comment, flags and, for a disc-* case, the defect it was designed to catch."""
     body = "".join(f"test_{b} = kda_conform.suite(author.buggy({b!r}), "
                    f"cases=[{cid!r}, '!{cid}.*'])\n" for b, cid in DESIGNED.items())
     r = _run(pytester, body, "-q", "-rN")
@@ -119,15 +168,21 @@ def test_five_bugs_fail_naming_where_and_the_case_intent(pytester, golden_l1, kd
         head = f"_ test_{bug}::{cid} _"
         assert head in text, text[-3000:]
         msg = text.split(head, 1)[1].split("\n____", 1)[0].split("\n====", 1)[0]
-        case, where = _first_bad(cid, bug, golden_l1, kda, tmp_path)
-        assert where in msg, f"{bug}: {where} not in\n{msg}"
+        c, got, ref = _run_bug(cid, bug, golden_l1, kda, tmp_path)
+        where = _first_bad(c, got, ref)
+        assert f"\n    {where}  expected " in msg, f"{bug}: {where} not in\n{msg}"
+        _check_worst(msg, c, got, ref)
         assert f"FAIL    candidate    {cid}" in msg, msg
-        assert cases[cid].comment and cases[cid].comment in msg, msg
-        for flag in cases[cid].flags:
-            assert flag in msg, msg
+        assert re.search(r"^    a fp32 unit there is (u M = \S+: u = 0x1p-24 the class's unit "
+                         r"roundoff|\S+, the smallest subnormal of the output format)", msg,
+                         re.M), msg
+        assert re.search(r"^    ref-f32 on the same prompt: \S+ fp32 units near that element",
+                         msg, re.M), msg
+        case_line = f"    case: {cases[cid].comment} (flags: {', '.join(cases[cid].flags)})"
+        assert case_line in msg, msg
         if cid.startswith("disc-"):
             assert cases[cid].intent.startswith(cases[cid].flags[-1] + ": Exposes")
-            assert cases[cid].intent in msg, msg
+            assert f"{case_line}; designed to catch: {cases[cid].intent}" in msg, msg
 
 
 def test_a_missing_golden_set_fails(pytester, tmp_path, monkeypatch):
