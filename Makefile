@@ -7,7 +7,7 @@
 #   make check           every suite of the list below (`check:`), the unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer included
 #   make check-certifier the fast certifier against MPFR on every L0 and L1 case (slow)
-#   make check-l2, check-zoo, check-scale   the slow suites, not in make check
+#   make check-l2, check-zoo, check-scale, check-python-l1   the slow suites, not in make check
 #   make example         kda ref on the bundled example, then kda inspect of its result
 #   make check-symbols   libkda.so and libkda-oracle.so export exactly the functions of their
 #                        installed headers, each compiles on its own; libkda needs no MPFR
@@ -486,12 +486,17 @@ fuzz-py:
 	else echo "make fuzz-py: atheris cannot be installed with pip; skipped"; fi
 
 # The Python package kda-conform (python/): its wheel built (carrying this kda, libkda.so and
-# golden L0/L1), installed into a fresh venv $(BUILD)/python-venv, then its pytest suite on the
-# CPU with numpy kernels, the plugin's included.  Skipped (saying why) without pytest,
-# hypothesis or scikit-build-core, unless KDA_REQUIRE_PYTEST=1 (as in CI).
-.PHONY: check-python
+# golden L0/L1), installed into a fresh venv $(BUILD)/python-SUITE/venv, then its pytest suite
+# on the CPU with numpy kernels, run from outside the repository.  check-python (in make
+# check): every test but the slow ones (the plugin, five bugs, failing closed, -k, -x, --lf,
+# xdist, collection time); check-python-l1 (.ci/run runs it after make check): the slow ones,
+# whole golden sets through the plugin and the adapters.  Skipped (saying why) without pytest,
+# hypothesis, pytest-xdist or scikit-build-core, unless KDA_REQUIRE_PYTEST=1 (as in CI).
+.PHONY: check-python check-python-l1
 check-python: $(KDA) $(LIBSO)
-	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh
+	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh fast
+check-python-l1: $(KDA) $(LIBSO)
+	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh l1
 
 # ---- The CUDA backend plugin (conformance/backends/cuda, docs/cuda.md): built with nvcc
 # when it is on the PATH, skipped with a message otherwise.  Never linked into kda or libkda.

@@ -16,6 +16,12 @@ import kda_conform  # noqa: E402
 pytest_plugins = ["pytester"]
 
 
+def pytest_configure(config):
+    # make check-python runs `-m "not slow"`; make check-python-l1 runs the slow ones: whole
+    # golden sets through the plugin, the example and the adapters (python/README.md, Tests).
+    config.addinivalue_line("markers", "slow: scores a whole golden set (make check-python-l1)")
+
+
 @pytest.fixture(scope="session")
 def kda():
     return kda_conform.find_kda()
@@ -28,6 +34,15 @@ def golden_l1(kda):
 
 @pytest.fixture(scope="session")
 def prompts(kda, golden_l1, tmp_path_factory):
+    """The prompts of two cases of golden/L1 (a gdn case, a vk layout with h0)."""
     d = str(tmp_path_factory.mktemp("prompts"))
+    kda_conform.export_prompts(golden_l1, d, kda, filters=["t17-gdn", "t65-lower-bound-vk"])
+    return d
+
+
+@pytest.fixture(scope="session")
+def all_prompts(kda, golden_l1, tmp_path_factory):
+    """Every prompt of golden/L1 (its cases and their serving prompts)."""
+    d = str(tmp_path_factory.mktemp("all_prompts"))
     kda_conform.export_prompts(golden_l1, d, kda)
     return d

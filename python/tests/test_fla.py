@@ -122,6 +122,7 @@ def test_numpy_arrays_need_no_torch():
         fla.adapter(lambda **kw: None, array="numpy")
 
 
+@pytest.mark.slow
 def test_l1_through_the_runner(kda):
     # The 65536-token drift cases are left to test_check (the fakes loop in Python).
     res = kc.check(fla.adapter(fakes.chunk_kda, array="numpy", dtype="float64"), cls="fp32",

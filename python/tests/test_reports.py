@@ -81,6 +81,7 @@ def test_history_appends_once(tmp_path):
         ["| a | 1 |", "| b | 2 |", "| c | 3 |"]
 
 
+@pytest.mark.slow
 def test_stand_in_runs_every_set(kda, tmp_path):
     p = _run("report_sglang.py", kda, tmp_path, "-k", "t17-gdn", "-k", "t1-softplus-gqa",
              "-k", "p32-softplus-2k", "-k", "p32-lb-2k", "-k", "p32-softplus-64k",
@@ -125,6 +126,7 @@ if __name__ == "__main__":
 '''
 
 
+@pytest.mark.slow
 def test_a_wrong_kernel_reaches_the_tables(kda, tmp_path):
     script = tmp_path / "report_broken.py"
     script.write_text(BROKEN.format(tools=TOOLS))

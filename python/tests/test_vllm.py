@@ -88,6 +88,7 @@ def test_a_kernel_that_reads_or_writes_the_wrong_slot_is_caught():
         vllm.adapter(scribbles, array="numpy", dtype="float64")(p, a)
 
 
+@pytest.mark.slow
 def test_l1_through_the_runner(kda):
     fn = vllm.adapter(fakes.fused_recurrent_kda_fwd, array="numpy", dtype="float64",
                       precompute=True)
