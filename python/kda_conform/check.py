@@ -107,7 +107,7 @@ def check(kernel: Any, level: str = "L1", cls: str = "fp32",
         results = [r for r in results if not r.case.endswith(".backward")]
     for r in results:
         if r.case in ran.errors:       # no result file: the exception is the whole story
-            r.reason = f"kernel raised {ran.errors[r.case]}"
+            r.reason, r.text = f"kernel raised {ran.errors[r.case]}", ""
     _judge(results, expect_declines)
     return results
 
@@ -145,8 +145,9 @@ def suite(kernel: Any, level: str = "L1", cls: str = "fp32",
 
 
 def summary(results: Sequence[CaseResult]) -> str:
-    """One line per non-passing case and the runner's count line, for an assertion message."""
-    bad = [r.message for r in results if not r.ok and not r.skipped]
+    """The runner's count line, then the runner's report of each failing case (its failure
+    detail, as `kda conform` prints it), for an assertion message."""
+    bad = [r.text or r.message for r in results if not r.ok and not r.skipped]
     skipped = sum(r.skipped for r in results)
     passed = sum(r.ok for r in results)
     head = f"{passed} passed, {len(bad)} failed" + (f", {skipped} skipped" if skipped else "")

@@ -21,7 +21,7 @@ import numpy as np
 
 from .files import read_case, write_result
 from .run import NotSupported, _outputs
-from .score import CaseInfo, CaseResult, ScoreError, export_prompts, runner_text, score
+from .score import CaseInfo, CaseResult, ScoreError, export_prompts, score
 
 # Names a kernel may declare its input dtype by, and the runner's name of each (SPEC.md §10.3).
 _DTYPES = {"float64": "fp64", "fp64": "fp64", "f64": "fp64", "double": "fp64",
@@ -146,6 +146,6 @@ def run_one(kernel: Any, case: CaseInfo, prompt: str, work: Workspace, *, cls: s
         if len(mine) != 1:
             raise ScoreError(f"kda conform --candidate -k {prompt}: {len(mine)} reports of "
                              f"{prompt} among {[r.case for r in rep.results]}")
-        return Outcome(prompt, mine[0], runner_text(rep.stdout, prompt), declined=why)
+        return Outcome(prompt, mine[0], mine[0].text, declined=why)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -32,6 +32,7 @@ class CaseResult:
     verdict: str
     reason: str = ""
     record: Dict[str, Any] = dataclasses.field(default_factory=dict)
+    text: str = ""      # the runner's human report of the case (its failure detail), if printed
 
     @property
     def base_case(self) -> str:
@@ -60,12 +61,12 @@ class CaseResult:
 
     def check(self) -> None:
         """In a pytest test: skip a NotSupported case, fail a failing one with the runner's
-        message, return on a pass."""
+        report of it, return on a pass."""
         if self.skipped:
             import pytest
             pytest.skip(self.message)
         if not self.ok:
-            raise AssertionError(self.message)
+            raise AssertionError(self.text or self.message)
 
     def __str__(self) -> str:
         return self.message
@@ -265,6 +266,8 @@ def score(results_dir: str, cases: str, out_dir: Optional[str] = None, *, cls: s
     results = parse_jsonl(path) if os.path.exists(path) else []
     if not results:          # exit 5 without a report: nothing was selected (§12.2)
         raise ScoreError(f"kda conform --candidate scored nothing: {_stderr_line(p)}")
+    for r in results:
+        r.text = runner_text(p.stdout, r.case)
     summary = None
     sp = os.path.join(out_dir, "summary.json") if out_dir is not None else None
     if sp and os.path.exists(sp):

@@ -42,6 +42,15 @@ def test_broken_kernels_fail(kda):
     res = [r for r in res if not r.serving]
     assert [r.case for r in res] == ["large-h0", "t65-lower-bound-vk"]
     assert all(r.verdict == "Fail" and "ht" in r.reason for r in res), kc.summary(res)
+    # The runner's words, as `kda conform` prints them: its verdict line, the worst element,
+    # the case; summary() and CaseResult.check() show them.
+    text = kc.summary(res)
+    for r in res:
+        assert r.text.startswith(f"FAIL    candidate    {r.case} ") and r.text in text, text
+        assert "\n    worst ht[seq=0 hv=" in r.text and "\n    case: " in r.text, r.text
+        with pytest.raises(AssertionError) as e:
+            r.check()
+        assert str(e.value) == r.text
 
 
 def test_only_the_selected_prompts_run(kda):
@@ -65,6 +74,7 @@ def test_kernel_errors_carry_only_the_kernel_message(kda):
     assert res[0].verdict == "Fail"
     assert res[0].reason.startswith("kernel raised ValueError: no linear here at ")
     assert "runner" not in res[0].reason and "cannot open" not in res[0].reason
+    assert res[0].text == "" and "cannot open" not in kc.summary(res)
 
 
 def test_declining_everything_fails_unless_declared(kda):
