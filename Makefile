@@ -7,7 +7,8 @@
 #   make check           every suite of the list below (`check:`), the unit tests again under
 #                        AddressSanitizer + UndefinedBehaviorSanitizer included
 #   make check-certifier the fast certifier against MPFR on every L0 and L1 case (slow)
-#   make check-l2, check-zoo, check-scale, check-python-l1   the slow suites, not in make check
+#   make check-l2, check-zoo, check-scale, check-python-l1, check-python-install   the slow
+#                        suites, not in make check
 #   make example         kda ref on the bundled example, then kda inspect of its result
 #   make check-symbols   libkda.so and libkda-oracle.so export exactly the functions of their
 #                        installed headers, each compiles on its own; libkda needs no MPFR
@@ -492,11 +493,16 @@ fuzz-py:
 # xdist, collection time); check-python-l1 (.ci/run runs it after make check): the slow ones,
 # whole golden sets through the plugin and the adapters.  Skipped (saying why) without pytest,
 # hypothesis, pytest-xdist or scikit-build-core, unless KDA_REQUIRE_PYTEST=1 (as in CI).
-.PHONY: check-python check-python-l1
+# check-python-install (.ci/run runs it too; needs the package index): `pip install ./python`
+# into a bare venv as an author runs it (an isolated build that compiles kda again), then the
+# plugin on one case and one bug from outside the repository.
+.PHONY: check-python check-python-l1 check-python-install
 check-python: $(KDA) $(LIBSO)
 	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh fast
 check-python-l1: $(KDA) $(LIBSO)
 	@KDA_BIN=$(abspath $(KDA)) PYTHON=$(PYTHON) sh python/tests/check_python.sh l1
+check-python-install:
+	@BUILD=$(BUILD) PYTHON=$(PYTHON) sh python/tests/check_python_install.sh
 
 # ---- The CUDA backend plugin (conformance/backends/cuda, docs/cuda.md): built with nvcc
 # when it is on the PATH, skipped with a message otherwise.  Never linked into kda or libkda.
