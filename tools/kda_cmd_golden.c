@@ -26,6 +26,7 @@
 #include "kda_catalog.h"
 #include "kda_files.h"
 #include "kda_golden.h"
+#include "kda_golden_grad.h"
 #include "kda_golden_shard.h"
 #include "kda_cert.h"
 #include "kda_mpfr.h"
@@ -644,6 +645,33 @@ static int cmd_merge(const gargs *a) {
   return KDA_EXIT_OK;
 }
 
+/* The gradient sets (SPEC.md §13.9) go with the committed levels L0 and L1 together. */
+static int grad_on(const gargs *a) {
+  return !a->shard_n && level_on(a, KDA_LEVEL_L0) && level_on(a, KDA_LEVEL_L1);
+}
+
+/* DIR/grad: every gradient case, L0 traces and the level manifests; stale files removed. */
+static int write_grad(const char *dir, double *wall) {
+  char path[4096], err[KDA_ERRLEN];
+  snprintf(path, sizeof path, "%s/grad", dir);
+  if (kda_golden_grad_write_all(path, wall, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  for (int32_t l = KDA_LEVEL_L0; l <= KDA_LEVEL_L1; l++) {
+    char lp[4200];
+    snprintf(lp, sizeof lp, "%s/%s", path, kda_level_name(l));
+    DIR *d = opendir(lp);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL) {
+      if (e->d_name[0] == '.' || kda_golden_grad_owns(kda_level_name(l), e->d_name)) continue;
+      char f[8192];
+      snprintf(f, sizeof f, "%s/%s", lp, e->d_name);
+      if (unlink(f) == 0) printf("removed %s (no longer a gradient case)\n", f);
+    }
+    if (d) closedir(d);
+  }
+  return KDA_EXIT_OK;
+}
+
 static int cmd_write(const gargs *a) {
   kda_golden_set_certifier(a->certifier);
   int64_t n0 = kda_catalog_count();
@@ -682,6 +710,8 @@ static int cmd_write(const gargs *a) {
     return rc;
   }
   if (rc == KDA_EXIT_OK) rc = write_manifests(a->dir, a, infos);
+  double grad_wall = -1;
+  if (rc == KDA_EXIT_OK && grad_on(a)) rc = write_grad(a->dir, &grad_wall);
   for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++)
     if (level_on(a, l) && !kda_level_committed(l) &&
         kda_golden_write_pins(a->dir, l, err, sizeof err) != KDA_OK)
@@ -692,6 +722,9 @@ static int cmd_write(const gargs *a) {
   }
   for (int32_t l = 0; rc == KDA_EXIT_OK && l < KDA_LEVEL_COUNT; l++)
     if (level_on(a, l)) print_level_summary(l, infos, wall[l]);
+  if (rc == KDA_EXIT_OK && grad_wall >= 0)
+    printf("grad: %lld gradient cases (L0, L1) certified and written in %.1f s\n",
+           (long long)kda_golden_grad_count(), grad_wall);
   if (rc == KDA_EXIT_OK) printf("wrote %s (jobs %lld; %s)\n", a->dir, (long long)a->jobs,
                                 kda_golden_versions());
   free(idx);
@@ -778,6 +811,36 @@ static void compare_levels(const gargs *a, const char *tmp, vstate *v) {
   }
 }
 
+/* DIR/grad against a fresh copy: every file byte for byte (the level manifests up to their
+ * platform-dependent fields), and no file the gradient sets do not own. */
+static void compare_grad(const gargs *a, const char *tmp, vstate *v) {
+  char c1[8192], c2[8192], msg[KDA_ERRLEN];
+  for (int32_t l = KDA_LEVEL_L0; l <= KDA_LEVEL_L1; l++) {
+    const char *lv = kda_level_name(l);
+    snprintf(c1, sizeof c1, "%s/grad/%s", a->dir, lv);
+    DIR *d = opendir(c1);
+    struct dirent *e;
+    while (d && (e = readdir(d)) != NULL)
+      if (e->d_name[0] != '.' && !kda_golden_grad_owns(lv, e->d_name)) {
+        snprintf(msg, sizeof msg, "%.300s/%.150s: not a gradient case (stale file)", c1, e->d_name);
+        mismatch(v, msg);
+      }
+    if (d) closedir(d);
+    snprintf(c1, sizeof c1, "%s/grad/%s/manifest.json", a->dir, lv);
+    snprintf(c2, sizeof c2, "%s/grad/%s/manifest.json", tmp, lv);
+    compare_one(v, c1, c2, 1);
+  }
+  for (int64_t i = 0; i < kda_golden_grad_count(); i++) {
+    const kda_catalog_entry *e = kda_golden_grad_entry(i);
+    const char *lv = kda_level_name(e->level);
+    for (int txt = 0; txt <= (e->level == KDA_LEVEL_L0); txt++) {
+      snprintf(c1, sizeof c1, "%s/grad/%s/%s.%s", a->dir, lv, e->id, txt ? "txt" : "npz");
+      snprintf(c2, sizeof c2, "%s/grad/%s/%s.%s", tmp, lv, e->id, txt ? "txt" : "npz");
+      compare_one(v, c1, c2, 0);
+    }
+  }
+}
+
 /* Generator-made case files outside the level directories (such as golden/example). */
 static void compare_generated(const char *dir, const char *rel, const char *tmp, vstate *v) {
   char path[4096];
@@ -787,6 +850,7 @@ static void compare_generated(const char *dir, const char *rel, const char *tmp,
   while (d && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
     if (!*rel && kda_level_parse(e->d_name, NULL) == KDA_OK) continue;
+    if (!*rel && strcmp(e->d_name, "grad") == 0) continue; /* compare_grad */
     char sub[4096], full[8192], out[8192], err[KDA_ERRLEN];
     snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", e->d_name);
     snprintf(full, sizeof full, "%s/%s", dir, sub);
@@ -840,7 +904,10 @@ static int cmd_verify(const gargs *a) {
     if (report_failures(infos, idx, n) > 0) rc = KDA_EXIT_USAGE;
   }
   if (rc == KDA_EXIT_OK) rc = write_manifests(tmp, a, infos);
+  const int grad = grad_on(a);
+  if (rc == KDA_EXIT_OK && grad) rc = write_grad(tmp, NULL);
   if (rc == KDA_EXIT_OK) {
+    if (grad) compare_grad(a, tmp, &v);
     compare_levels(a, tmp, &v);
     compare_generated(a->dir, "", tmp, &v);
   }

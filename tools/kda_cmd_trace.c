@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "kda_golden.h"
+#include "kda_golden_grad.h"
 #include "kda_ref.h"
 #include "kda_sbuf.h"
 #include "kda_study.h"
@@ -27,6 +28,7 @@ static const char help_text[] =
     "Usage: kda trace CASE.npz [--seq N] [--head HV] [--tokens A:B]\n"
     "                          [--channels A:B] [--json] [--no-certify]\n"
     "       kda trace --l0 CASE.npz\n"
+    "       kda trace --backward GRAD.npz\n"
     "\n"
     "Prints every step of one value head as SPEC.md section 3.1 defines it: the\n"
     "gate and beta after their modes (g_eff, a = exp(g_eff), b), the normalised q^\n"
@@ -50,6 +52,12 @@ static const char help_text[] =
     "      --no-certify    skip the MPFR certification\n"
     "      --l0            print the golden L0 trace of a golden/L0 case file: byte\n"
     "                      for byte golden/L0/<id>.txt (exact hex floats)\n"
+    "      --backward      print the adjoint (SPEC.md section 13.2) of a golden\n"
+    "                      gradient file (golden/grad/<level>/<id>.npz) step by step\n"
+    "                      for every sequence and value head, then the gradients of\n"
+    "                      the inputs; for golden/grad/L0 byte for byte its <id>.txt\n"
+    "                      (every number exact, equal to the certified gradients);\n"
+    "                      needs l2 off, gate log and beta prob\n"
     "  -h, --help          print this help and exit\n"
     "\n"
     "Exit status:\n"
@@ -59,16 +67,17 @@ static const char help_text[] =
 typedef struct trace_args {
   const char *path, *tokens, *channels;
   int64_t seq, head;
-  int json, certify, l0;
+  int json, certify, l0, backward;
 } trace_args;
 
 static int parse_args(int argc, char **argv, trace_args *a) {
-  enum { O_NOCERT = 256, O_L0 };
+  enum { O_NOCERT = 256, O_L0, O_BACKWARD };
   static const struct option longopts[] = {
       {"seq", required_argument, NULL, 's'},      {"head", required_argument, NULL, 'H'},
       {"tokens", required_argument, NULL, 't'},   {"channels", required_argument, NULL, 'c'},
       {"json", no_argument, NULL, 'j'},           {"no-certify", no_argument, NULL, O_NOCERT},
       {"l0", no_argument, NULL, O_L0},            {"help", no_argument, NULL, 'h'},
+      {"backward", no_argument, NULL, O_BACKWARD},
       {NULL, 0, NULL, 0}};
   memset(a, 0, sizeof *a);
   a->certify = 1;
@@ -84,6 +93,7 @@ static int parse_args(int argc, char **argv, trace_args *a) {
       case 'j': a->json = 1; break;
       case O_NOCERT: a->certify = 0; break;
       case O_L0: a->l0 = 1; break;
+      case O_BACKWARD: a->backward = 1; break;
       case 'h': fputs(help_text, stdout); return -1;
       default: return kda_tool_bad_option(SUB, c, argv);
     }
@@ -350,6 +360,15 @@ static int print_l0(const char *path) {
   return KDA_EXIT_OK;
 }
 
+static int print_backward(const char *path) {
+  char *text = NULL, err[KDA_ERRLEN];
+  if (kda_golden_grad_trace_file(path, &text, err, sizeof err) != KDA_OK)
+    return kda_tool_fail(SUB, "%s", err);
+  fputs(text, stdout);
+  free(text);
+  return KDA_EXIT_OK;
+}
+
 static int trace(const trace_args *a, kda_study *st) {
   const kda_problem *p = &st->c.p;
   walk w;
@@ -381,6 +400,7 @@ int kda_cmd_trace(int argc, char **argv) {
   int rc = parse_args(argc, argv, &a);
   if (rc) return rc < 0 ? KDA_EXIT_OK : rc;
   if (a.l0) return print_l0(a.path);
+  if (a.backward) return print_backward(a.path);
   kda_study st;
   rc = kda_study_open(SUB, a.path, a.seq, a.head, &st);
   if (rc) return rc;

@@ -178,6 +178,37 @@ START_TEST(test_null_seeds) {
 }
 END_TEST
 
+/* The worked example of docs/math.md ("The backward pass, by hand"): two tokens, K = V = 2,
+ * h0, do = ((1, 0), (0, 1)), dht = [[0, 0], [1, 0]]; every gradient a dyadic rational. */
+START_TEST(test_worked_example) {
+  kda_problem p;
+  kda_problem_init(&p, 2, 1, 1, 2, 2);
+  p.scale = 0.5;
+  p.has_initial_state = 1;
+  const double q[] = {1, 1, 2, 0}, k[] = {1, 0, 0, 1}, v[] = {3, 1, -1, 2};
+  const double g[] = {0.0, log(0.5), log(0.5), log(0.25)}, beta[] = {0.5, 1.0};
+  const double h0[] = {1, 2, 0, 4}, dout[] = {1, 0, 0, 1}, dht[] = {0, 0, 1, 0};
+  double o[4], ht[4], dq[4], dk[4], dv[4], dg[4], dbeta[2], dh0[4];
+  kda_tensors_f64 t = {q, k, v, g, beta, NULL, NULL, h0, NULL, NULL, o, ht, NULL};
+  kda_grads_f64 d = {dout, dht, NULL, dq, dk, dv, dg, dbeta, NULL, NULL, dh0};
+  char err[KDA_ERRLEN] = "";
+  ck_assert_int_eq(kda_ref_forward_f64(&p, &t, err, sizeof err), KDA_OK);
+  ck_assert(o[0] == 1 && o[1] == 1.75 && o[2] == 1 && o[3] == 0.75);
+  ck_assert_int_eq(kda_ref_backward_f64(&p, &t, &d, err, sizeof err), KDA_OK);
+  const double want_dq[] = {1, 0, 0.375, 1}, want_dk[] = {-0.5, 0, 0.5, -1};
+  const double want_dv[] = {0.25, 0.25, 1, 0}, want_dg[] = {0.75, 0, 0.75, 0};
+  const double want_dbeta[] = {0.5, -1}, want_dh0[] = {0.25, 0.25, 0.25, 0};
+  for (int e = 0; e < 4; e++) {
+    ck_assert_msg(dq[e] == want_dq[e], "dq[%d] = %g", e, dq[e]);
+    ck_assert_msg(dk[e] == want_dk[e], "dk[%d] = %g", e, dk[e]);
+    ck_assert_msg(dv[e] == want_dv[e], "dv[%d] = %g", e, dv[e]);
+    ck_assert_msg(dg[e] == want_dg[e], "dg[%d] = %g", e, dg[e]);
+    ck_assert_msg(dh0[e] == want_dh0[e], "dh0[%d] = %g", e, dh0[e]);
+  }
+  ck_assert(dbeta[0] == want_dbeta[0] && dbeta[1] == want_dbeta[1]);
+}
+END_TEST
+
 int main(void) {
   Suite *s = suite_create("backward");
   TCase *tc = tcase_create("backward");
@@ -185,6 +216,7 @@ int main(void) {
   tcase_add_loop_test(tc, test_f32_twin, 0, NCONF);
   tcase_add_test(tc, test_errors);
   tcase_add_test(tc, test_null_seeds);
+  tcase_add_test(tc, test_worked_example);
   suite_add_tcase(s, tc);
   return kda_test_main(s, CK_NORMAL, CK_FORK_GETENV);
 }

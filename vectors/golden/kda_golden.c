@@ -34,25 +34,15 @@
 
 #define JSON_FLAGS (JSON_INDENT(1) | JSON_REAL_PRECISION(17))
 
-/* ---- Members of a golden file. */
-typedef struct gmember {
-  const char *name;
-  int32_t dtype;
-  int32_t ndim;
-  int64_t shape[4];
-  const double *f;  /* float members (converted to dtype when written) */
-  const int64_t *i; /* index members (I64) */
-} gmember;
-
 #define GM_MAX 13
 
-static int32_t prec_dtype(int32_t prec) {
+int32_t kda_golden_prec_dtype(int32_t prec) {
   return prec == KDA_PRECISION_FP64 ? KDA_DTYPE_F64 : prec == KDA_PRECISION_FP16 ? KDA_DTYPE_F16
                                                                        : KDA_DTYPE_F32;
 }
 
-static void gm_set(gmember *m, const char *name, int32_t dtype, int ndim, const int64_t *shape,
-                   const double *f, const int64_t *ix) {
+void kda_golden_member_set(kda_gmember *m, const char *name, int32_t dtype, int ndim,
+                           const int64_t *shape, const double *f, const int64_t *ix) {
   m->name = name;
   m->dtype = dtype;
   m->ndim = ndim;
@@ -62,49 +52,50 @@ static void gm_set(gmember *m, const char *name, int32_t dtype, int ndim, const 
 }
 
 /* The members of case c with outputs gold (o, ht, hc consecutive), in file order. */
-static int golden_members(const kda_case *c, const double *gold, gmember *m) {
+int kda_golden_members(const kda_case *c, const double *gold, kda_gmember *m) {
   const kda_problem *p = &c->p;
   const int64_t GW = kda_problem_gate_width(p) > 0 ? kda_problem_gate_width(p) : 1;
   const int vk = p->state_layout == KDA_STATE_VK;
   const int64_t sa = vk ? p->V : p->K, sb = vk ? p->K : p->V;
   const int32_t in = c->input_precision;
   int n = 0;
-  gm_set(&m[n++], "q", prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->q, NULL);
-  gm_set(&m[n++], "k", prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->k, NULL);
-  gm_set(&m[n++], "v", prec_dtype(in), 3, (int64_t[]){p->T, p->HV, p->V}, c->v, NULL);
+  kda_golden_member_set(&m[n++], "q", kda_golden_prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->q, NULL);
+  kda_golden_member_set(&m[n++], "k", kda_golden_prec_dtype(in), 3, (int64_t[]){p->T, p->H, p->K}, c->k, NULL);
+  kda_golden_member_set(&m[n++], "v", kda_golden_prec_dtype(in), 3, (int64_t[]){p->T, p->HV, p->V}, c->v, NULL);
   if (kda_problem_uses_g(p))
-    gm_set(&m[n++], "g", prec_dtype(in), 3, (int64_t[]){p->T, p->HV, GW}, c->g, NULL);
-  gm_set(&m[n++], "beta", prec_dtype(in), 2, (int64_t[]){p->T, p->HV}, c->beta, NULL);
+    kda_golden_member_set(&m[n++], "g", kda_golden_prec_dtype(in), 3, (int64_t[]){p->T, p->HV, GW}, c->g, NULL);
+  kda_golden_member_set(&m[n++], "beta", kda_golden_prec_dtype(in), 2, (int64_t[]){p->T, p->HV}, c->beta, NULL);
   if (kda_problem_uses_A_log(p))
-    gm_set(&m[n++], "A_log", prec_dtype(kda_case_member_prec(KDA_M_A_LOG, in)), 1,
+    kda_golden_member_set(&m[n++], "A_log", kda_golden_prec_dtype(kda_case_member_prec(KDA_M_A_LOG, in)), 1,
            (int64_t[]){p->HV}, c->A_log, NULL);
   if (kda_problem_uses_dt_bias(p))
-    gm_set(&m[n++], "dt_bias", prec_dtype(kda_case_member_prec(KDA_M_DT_BIAS, in)), 2,
+    kda_golden_member_set(&m[n++], "dt_bias", kda_golden_prec_dtype(kda_case_member_prec(KDA_M_DT_BIAS, in)), 2,
            (int64_t[]){p->HV, GW}, c->dt_bias, NULL);
-  gm_set(&m[n++], "cu_seqlens", KDA_DTYPE_I64, 1, (int64_t[]){p->N + 1}, NULL, c->cu_seqlens);
+  kda_golden_member_set(&m[n++], "cu_seqlens", KDA_DTYPE_I64, 1, (int64_t[]){p->N + 1}, NULL, c->cu_seqlens);
   if (p->has_initial_state)
-    gm_set(&m[n++], "h0", prec_dtype(in), 4, (int64_t[]){p->N, p->HV, sa, sb}, c->h0, NULL);
+    kda_golden_member_set(&m[n++], "h0", kda_golden_prec_dtype(in), 4, (int64_t[]){p->N, p->HV, sa, sb}, c->h0, NULL);
   if (p->n_checkpoints > 0)
-    gm_set(&m[n++], "checkpoints", KDA_DTYPE_I64, 1, (int64_t[]){p->n_checkpoints}, NULL,
+    kda_golden_member_set(&m[n++], "checkpoints", KDA_DTYPE_I64, 1, (int64_t[]){p->n_checkpoints}, NULL,
            c->checkpoints);
+  if (!gold) return n;
   const uint64_t no = (uint64_t)(p->T * p->HV * p->V), ns = (uint64_t)(p->N * p->HV * p->K * p->V);
-  gm_set(&m[n++], "o", KDA_DTYPE_F64, 3, (int64_t[]){p->T, p->HV, p->V}, gold, NULL);
+  kda_golden_member_set(&m[n++], "o", KDA_DTYPE_F64, 3, (int64_t[]){p->T, p->HV, p->V}, gold, NULL);
   if (p->want_final_state)
-    gm_set(&m[n++], "ht", KDA_DTYPE_F64, 4, (int64_t[]){p->N, p->HV, sa, sb}, gold + no, NULL);
+    kda_golden_member_set(&m[n++], "ht", KDA_DTYPE_F64, 4, (int64_t[]){p->N, p->HV, sa, sb}, gold + no, NULL);
   if (p->n_checkpoints > 0)
-    gm_set(&m[n++], "hc", KDA_DTYPE_F64, 4, (int64_t[]){p->n_checkpoints, p->HV, sa, sb},
+    kda_golden_member_set(&m[n++], "hc", KDA_DTYPE_F64, 4, (int64_t[]){p->n_checkpoints, p->HV, sa, sb},
            gold + no + (p->want_final_state ? ns : 0), NULL);
   return n;
 }
 
-static uint64_t gm_count(const gmember *m) {
+static uint64_t gm_count(const kda_gmember *m) {
   uint64_t n = 1;
   for (int d = 0; d < m->ndim; d++) n *= (uint64_t)m->shape[d];
   return n;
 }
 
 /* Little-endian bits of element e of m, as the npz writer encodes it. */
-static uint64_t gm_bits(const gmember *m, uint64_t e) {
+static uint64_t gm_bits(const kda_gmember *m, uint64_t e) {
   if (m->i) return (uint64_t)m->i[e];
   double x = m->f[e];
   uint64_t b = 0;
@@ -122,7 +113,7 @@ static uint64_t gm_bits(const gmember *m, uint64_t e) {
 }
 
 /* SHA-256 of the member's bytes as stored: the .npy header, then the data. */
-static int gm_sha256(const gmember *m, char hex[65]) {
+int kda_golden_member_sha256(const kda_gmember *m, char hex[65]) {
   kda_array_info info;
   memset(&info, 0, sizeof info);
   info.dtype = m->dtype;
@@ -153,7 +144,7 @@ static int gm_sha256(const gmember *m, char hex[65]) {
   return 0;
 }
 
-static int gm_add(kda_npz_writer *w, const gmember *m, char *err, size_t errlen) {
+int kda_golden_member_add(kda_npz_writer *w, const kda_gmember *m, char *err, size_t errlen) {
   if (m->i) return kda_npz_writer_add(w, m->name, KDA_DTYPE_I64, m->ndim, m->shape, m->i, err,
                                       errlen);
   return kda_npz_writer_add_f64(w, m->name, m->dtype, m->ndim, m->shape, m->f, err, errlen);
@@ -184,11 +175,11 @@ static json_t *cert_json(const kda_mpfr_report *r) {
 }
 
 static json_t *golden_json(const kda_catalog_entry *e, const kda_case *c,
-                           const kda_mpfr_report *r, const gmember *m, int nm) {
+                           const kda_mpfr_report *r, const kda_gmember *m, int nm) {
   json_t *sums = json_object(), *outs = json_array();
   for (int i = 0; sums && outs && i < nm; i++) {
     char hex[65], key[64];
-    if (gm_sha256(&m[i], hex) != 0) {
+    if (kda_golden_member_sha256(&m[i], hex) != 0) {
       json_decref(sums);
       json_decref(outs);
       return NULL;
@@ -291,7 +282,7 @@ static int job_certify(job *j, kda_golden_info *info, char *err, size_t errlen) 
 }
 
 /* The case manifest with the golden object appended. */
-static char *job_manifest(const job *j, const gmember *m, int nm) {
+static char *job_manifest(const job *j, const kda_gmember *m, int nm) {
   json_t *root = json_loads(j->c.manifest_json, 0, NULL);
   json_t *g = golden_json(j->e, &j->c, &j->rep, m, nm);
   char *text = NULL;
@@ -302,15 +293,15 @@ static char *job_manifest(const job *j, const gmember *m, int nm) {
 }
 
 static int job_write_npz(const job *j, const char *path, char *err, size_t errlen) {
-  gmember m[GM_MAX];
-  const int nm = golden_members(&j->c, j->gold, m);
+  kda_gmember m[GM_MAX];
+  const int nm = kda_golden_members(&j->c, j->gold, m);
   if (kda_id_check(j->c.id, "golden case id", err, errlen) != KDA_OK) return KDA_EINVAL;
   char *text = job_manifest(j, m, nm);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
   kda_npz_writer *w = NULL;
   int st = kda_npz_writer_open(path, &w, err, errlen);
   if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
-  for (int i = 0; !st && i < nm; i++) st = gm_add(w, &m[i], err, errlen);
+  for (int i = 0; !st && i < nm; i++) st = kda_golden_member_add(w, &m[i], err, errlen);
   free(text);
   if (!w) return st;
   if (st) {

@@ -52,4 +52,28 @@ int64_t kda_golden_prod_runs(int64_t T, int64_t row, const unsigned char *decide
                              int64_t want[KDA_GOLDEN_PROD_MAX_RUNS],
                              int64_t at[KDA_GOLDEN_PROD_MAX_RUNS], char *err, size_t errlen);
 
+/* ---- Members of a golden file (kda_golden.c): a name, its stored dtype and shape, and its
+ * values (float members converted to dtype when written; index members I64). */
+struct kda_npz_writer;
+typedef struct kda_gmember {
+  const char *name;
+  int32_t dtype;
+  int32_t ndim;
+  int64_t shape[4];
+  const double *f;
+  const int64_t *i;
+} kda_gmember;
+/* The stored dtype of a value of input precision prec: f64, f32 (bf16 stored as f4), f16. */
+int32_t kda_golden_prec_dtype(int32_t prec);
+void kda_golden_member_set(kda_gmember *m, const char *name, int32_t dtype, int ndim,
+                           const int64_t *shape, const double *f, const int64_t *ix);
+/* The members of case c in file order: its inputs as a case file stores them, then (when gold
+ * is not NULL) the certified o, ht, hc held consecutively in gold.  Returns their number
+ * (at most 13). */
+int kda_golden_members(const kda_case *c, const double *gold, kda_gmember *m);
+/* SHA-256 (hex) of the member's bytes as stored: .npy header, then data.  0 or -1. */
+int kda_golden_member_sha256(const kda_gmember *m, char hex[65]);
+int kda_golden_member_add(struct kda_npz_writer *w, const kda_gmember *m, char *err,
+                          size_t errlen);
+
 #endif
