@@ -836,6 +836,7 @@ static void compare_grad(const gargs *a, const char *tmp, vstate *v) {
     for (int txt = 0; txt <= (e->level == KDA_LEVEL_L0); txt++) {
       snprintf(c1, sizeof c1, "%s/grad/%s/%s.%s", a->dir, lv, e->id, txt ? "txt" : "npz");
       snprintf(c2, sizeof c2, "%s/grad/%s/%s.%s", tmp, lv, e->id, txt ? "txt" : "npz");
+      if (!txt && kda_golden_check_members(c1, msg, sizeof msg) != KDA_OK) mismatch(v, msg);
       compare_one(v, c1, c2, 0);
     }
   }

@@ -472,17 +472,12 @@ static void gate_back(geval *w, int64_t t, int64_t hv) {
   }
 }
 
-/* The adjoint of token t (SPEC.md §13.2) on balls; dS in, dS out. */
-static void step_back(geval *w, int64_t t, int64_t hv, const ball *Sp) {
+/* Readout and write of the adjoint (SPEC.md §13.2 steps 4, 3): dqq = Sn do, dS += qq do^T,
+ * dr = dS^T kk, dkk = dS r, db = dr . e, dv = beta dr. */
+static void readout_write_back(geval *w, size_t ov) {
   gctx *c = &w->c;
-  const kda_problem *p = w->p;
-  const int64_t K = p->K, V = p->V;
-  const int64_t h = p->head_map == KDA_HEADMAP_DIV ? hv / (p->HV / p->H) : hv % p->H;
-  const size_t ov = ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)V;
-  coefs(w, t, hv);
-  advance(w, t, hv, Sp);
-  for (int64_t j = 0; j < V; j++) ball_set_d(&w->dout[j], w->d->dout[ov + (size_t)j]);
-  for (int64_t i = 0; i < K; i++) { /* readout */
+  const int64_t K = w->p->K, V = w->p->V;
+  for (int64_t i = 0; i < K; i++) {
     dot_begin(c);
     for (int64_t j = 0; j < V; j++) dot_term(c, &w->Sn[i * V + j], &w->dout[j], 0);
     dot_end(c, &w->dqq[i]);
@@ -493,23 +488,29 @@ static void step_back(geval *w, int64_t t, int64_t hv, const ball *Sp) {
       dot_end(c, &w->dS[i * V + j]);
     }
   }
-  for (int64_t j = 0; j < V; j++) { /* write: dr = dS^T kk */
+  for (int64_t j = 0; j < V; j++) {
     dot_begin(c);
     for (int64_t i = 0; i < K; i++) dot_term(c, &w->dS[i * V + j], &w->kk[i], 0);
     dot_end(c, &w->dr[j]);
   }
-  for (int64_t i = 0; i < K; i++) { /* dkk = dS r */
+  for (int64_t i = 0; i < K; i++) {
     dot_begin(c);
     for (int64_t j = 0; j < V; j++) dot_term(c, &w->dS[i * V + j], &w->r[j], 0);
     dot_end(c, &w->dkk[i]);
   }
-  dot_begin(c); /* db = dr . e; dv = beta dr */
-  for (int64_t j = 0; j < V; j++) {
-    dot_term(c, &w->dr[j], &w->e[j], 0);
-  }
+  dot_begin(c);
+  for (int64_t j = 0; j < V; j++) dot_term(c, &w->dr[j], &w->e[j], 0);
   dot_end(c, &w->db);
-  for (int64_t j = 0; j < V; j++) ball_mul(c, &w->out[w->o_dv + (int64_t)ov + j], &w->beta, &w->dr[j]);
-  if (p->family != KDA_FAMILY_LINEAR) { /* erase: dp = -beta dr */
+  for (int64_t j = 0; j < V; j++)
+    ball_mul(c, &w->out[w->o_dv + (int64_t)ov + j], &w->beta, &w->dr[j]);
+}
+
+/* Erase and decay of the adjoint (steps 2, 1): dp = -beta dr, dkk += Sd dp, dS += kk dp^T;
+ * dgeff = rows of Sd * dS, dS = Diag(a) dS. */
+static void erase_decay_back(geval *w, int64_t t, int64_t hv) {
+  gctx *c = &w->c;
+  const int64_t K = w->p->K, V = w->p->V;
+  if (w->p->family != KDA_FAMILY_LINEAR) {
     for (int64_t j = 0; j < V; j++) {
       ball_mul(c, &w->dr[j], &w->beta, &w->dr[j]);
       mpfr_neg(w->dr[j].m, w->dr[j].m, MPFR_RNDN);
@@ -527,35 +528,47 @@ static void step_back(geval *w, int64_t t, int64_t hv, const ball *Sp) {
       }
     }
   }
-  if (w->GW > 0) { /* decay */
-    for (int64_t i = 0; i < K; i++) {
-      dot_begin(c);
-      for (int64_t j = 0; j < V; j++) dot_term(c, &w->Sd[i * V + j], &w->dS[i * V + j], 0);
-      dot_end(c, &w->dgeff[i]);
-      for (int64_t j = 0; j < V; j++) ball_mul(c, &w->dS[i * V + j], &w->a[i], &w->dS[i * V + j]);
-    }
-    if (w->GW == 1) {
-      dot_begin(c);
-      for (int64_t i = 0; i < K; i++) dot_add(c, &w->dgeff[i]);
-      dot_end(c, &w->dgeff[0]);
-    }
-    gate_back(w, t, hv);
+  if (w->GW == 0) return;
+  for (int64_t i = 0; i < K; i++) {
+    dot_begin(c);
+    for (int64_t j = 0; j < V; j++) dot_term(c, &w->Sd[i * V + j], &w->dS[i * V + j], 0);
+    dot_end(c, &w->dgeff[i]);
+    for (int64_t j = 0; j < V; j++) ball_mul(c, &w->dS[i * V + j], &w->a[i], &w->dS[i * V + j]);
   }
-  const size_t oqk = ((size_t)t * (size_t)p->H + (size_t)h) * (size_t)K;
+  if (w->GW == 1) {
+    dot_begin(c);
+    for (int64_t i = 0; i < K; i++) dot_add(c, &w->dgeff[i]);
+    dot_end(c, &w->dgeff[0]);
+  }
+  gate_back(w, t, hv);
+}
+
+/* The adjoint of token t (SPEC.md §13.2) on balls; dS in, dS out. */
+static void step_back(geval *w, int64_t t, int64_t hv, const ball *Sp) {
+  gctx *c = &w->c;
+  const kda_problem *p = w->p;
+  const int64_t h = p->head_map == KDA_HEADMAP_DIV ? hv / (p->HV / p->H) : hv % p->H;
+  const size_t ov = ((size_t)t * (size_t)p->HV + (size_t)hv) * (size_t)p->V;
+  coefs(w, t, hv);
+  advance(w, t, hv, Sp);
+  for (int64_t j = 0; j < p->V; j++) ball_set_d(&w->dout[j], w->d->dout[ov + (size_t)j]);
+  readout_write_back(w, ov);
+  erase_decay_back(w, t, hv);
+  const size_t oqk = ((size_t)t * (size_t)p->H + (size_t)h) * (size_t)p->K;
   l2_back(w, w->xq, w->dqq, w->dq + oqk, &w->scale);
   l2_back(w, w->xk, w->dkk, w->dk + oqk, &w->one);
   ball *dbeta = &w->out[w->o_dbeta + (int64_t)((size_t)t * (size_t)p->HV + (size_t)hv)];
   if (p->beta_mode == KDA_BETA_PROB) {
     ball_set(dbeta, &w->db);
-  } else {
-    ball_set_d(&w->s1, w->t->beta[(size_t)t * (size_t)p->HV + (size_t)hv]);
-    sig_slope(w, &w->s2, &w->s1);
-    if (p->beta_mode == KDA_BETA_LOGIT_NEG) {
-      mpfr_mul_2ui(w->s2.m, w->s2.m, 1, MPFR_RNDN);
-      mpfr_mul_2ui(w->s2.r, w->s2.r, 1, MPFR_RNDU);
-    }
-    ball_mul(c, dbeta, &w->s2, &w->db);
+    return;
   }
+  ball_set_d(&w->s1, w->t->beta[(size_t)t * (size_t)p->HV + (size_t)hv]);
+  sig_slope(w, &w->s2, &w->s1);
+  if (p->beta_mode == KDA_BETA_LOGIT_NEG) {
+    mpfr_mul_2ui(w->s2.m, w->s2.m, 1, MPFR_RNDN);
+    mpfr_mul_2ui(w->s2.r, w->s2.r, 1, MPFR_RNDU);
+  }
+  ball_mul(c, dbeta, &w->s2, &w->db);
 }
 
 /* One (sequence n, head hv): forward states as balls, then the adjoint. */
@@ -631,19 +644,16 @@ static double *gbuf(const kda_grads_f64 *d, int k) {
   return b[k];
 }
 
-/* Declared in kda_mpfr_impl.h. */
-int kda_mpfr_grad_eval(const kda_problem *p, const kda_tensors_f64 *t, const kda_grads_f64 *d,
-                    const int64_t *cu, mpfr_prec_t prec, double *val, unsigned char *proven,
-                    int64_t *n_unproven, double *need, double *max_rel) {
-  geval w;
-  memset(&w, 0, sizeof w);
-  w.p = p, w.t = t, w.d = d, w.cu = cu, w.GW = kda_problem_gate_width(p);
-  for (int64_t n = 0; n < p->N; n++)
-    if (cu[n + 1] - cu[n] > w.L) w.L = cu[n + 1] - cu[n];
-  const int64_t K = p->K, V = p->V, KV = K * V;
-  glayout gl;
-  layout_of(p, &gl);
-  gctx *c = &w.c;
+/* The scratch of one evaluation at precision prec.  Returns KDA_OK or KDA_ENOMEM (call
+ * geval_free in both cases). */
+#define KBALLS(w) {&(w)->xq, &(w)->xk, &(w)->lq, &(w)->qq, &(w)->kk, &(w)->a, &(w)->geff, \
+                   &(w)->dqq, &(w)->dkk, &(w)->dgeff, &(w)->tmpK}
+#define VBALLS(w) {&(w)->pr, &(w)->e, &(w)->r, &(w)->dr, &(w)->dout}
+#define SBALLS(w) {&(w)->beta, &(w)->db, &(w)->one, &(w)->scale, &(w)->eps, &(w)->s1, \
+                   &(w)->s2, &(w)->s3}
+static int geval_init(geval *w, const glayout *gl, mpfr_prec_t prec) {
+  const int64_t K = w->p->K, V = w->p->V, KV = K * V;
+  gctx *c = &w->c;
   c->prec = prec;
   mpfr_inits2(prec, c->t1, c->t2, (mpfr_ptr)0);
   mpfr_inits2(prec + 64, c->lo, c->hi, (mpfr_ptr)0);
@@ -653,77 +663,94 @@ int kda_mpfr_grad_eval(const kda_problem *p, const kda_tensors_f64 *t, const kda
   c->nmax = (K > V ? K : V) + 4;
   c->prod = malloc((size_t)c->nmax * sizeof *c->prod);
   c->pprod = malloc((size_t)c->nmax * sizeof *c->pprod);
-  int st = KDA_OK;
-  if (!c->prod || !c->pprod) st = KDA_ENOMEM;
-  if (!st)
+  int ok = c->prod && c->pprod;
+  if (ok)
     for (int64_t i = 0; i < c->nmax; i++) mpfr_init2(c->prod[i], 2 * prec + 2);
-  const size_t nK = (size_t)K, nV = (size_t)V;
-  w.St = balls_new((size_t)(w.L > 0 ? w.L : 1) * (size_t)KV, prec);
-  w.S = balls_new((size_t)KV, prec), w.Sd = balls_new((size_t)KV, prec);
-  w.Sn = balls_new((size_t)KV, prec), w.dS = balls_new((size_t)KV, prec);
-  ball **kb[] = {&w.xq, &w.xk, &w.lq, &w.qq, &w.kk, &w.a, &w.geff, &w.dqq, &w.dkk, &w.dgeff,
-                 &w.tmpK};
-  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; i++) *kb[i] = balls_new(nK, prec);
-  ball **vb[] = {&w.pr, &w.e, &w.r, &w.dr, &w.dout};
-  for (size_t i = 0; i < sizeof vb / sizeof vb[0]; i++) *vb[i] = balls_new(nV, prec);
-  w.out = balls_new((size_t)gl.total, prec);
-  ball *sc[] = {&w.beta, &w.db, &w.one, &w.scale, &w.eps, &w.s1, &w.s2, &w.s3};
+  w->St = balls_new((size_t)(w->L > 0 ? w->L : 1) * (size_t)KV, prec);
+  w->S = balls_new((size_t)KV, prec), w->Sd = balls_new((size_t)KV, prec);
+  w->Sn = balls_new((size_t)KV, prec), w->dS = balls_new((size_t)KV, prec);
+  ball **kb[] = KBALLS(w), **vb[] = VBALLS(w), *sc[] = SBALLS(w);
+  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; i++) ok = (*kb[i] = balls_new((size_t)K, prec)) && ok;
+  for (size_t i = 0; i < sizeof vb / sizeof vb[0]; i++) ok = (*vb[i] = balls_new((size_t)V, prec)) && ok;
   for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) ball_init(sc[i], prec);
-  int ok = w.St && w.S && w.Sd && w.Sn && w.dS && w.out;
-  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; i++) ok = ok && *kb[i];
-  for (size_t i = 0; i < sizeof vb / sizeof vb[0]; i++) ok = ok && *vb[i];
-  if (!ok) st = KDA_ENOMEM;
+  w->out = balls_new((size_t)gl->total, prec);
+  ok = ok && w->St && w->S && w->Sd && w->Sn && w->dS && w->out;
   int64_t off[8], o = 0;
-  for (int k = 0; k < 8; k++) off[k] = o, o += gl.n[k];
-  w.dq = w.out ? w.out + off[0] : NULL, w.dk = w.out ? w.out + off[1] : NULL;
-  w.o_dv = off[2], w.o_dg = off[3], w.o_dbeta = off[4], w.o_dh0 = off[7];
-  w.dA_log = w.out ? w.out + off[5] : NULL, w.ddt_bias = w.out ? w.out + off[6] : NULL;
-  if (!st) {
-    ball_set_d(&w.one, 1.0);
-    ball_set_d(&w.scale, p->scale);
-    ball_set_d(&w.eps, p->l2_eps);
-    int64_t c_end = 0;
-    for (int64_t n = 0; n < p->N; n++) {
-      while (c_end < p->n_checkpoints && t->checkpoints[c_end] < cu[n + 1]) c_end++;
-      for (int64_t hv = 0; hv < p->HV; hv++) head_back(&w, n, hv, cu[n], cu[n + 1], c_end);
-    }
-    /* Round: value = RN64(m), proven when RN64(m - r) = RN64(m + r). */
-    *n_unproven = 0, *need = 0, *max_rel = 0;
-    for (int64_t e = 0; e < gl.total; e++) {
-      ball *b = &w.out[e];
-      val[e] = kda_mpfr_round_binary64(b->m, c->t1);
-      mpfr_sub(c->lo, b->m, b->r, MPFR_RNDD);
-      mpfr_add(c->hi, b->m, b->r, MPFR_RNDU);
-      const double lo = kda_mpfr_round_binary64(c->lo, c->t1);
-      const double hi = kda_mpfr_round_binary64(c->hi, c->t1);
-      proven[e] = mpfr_number_p(b->r) && kda_mpfr_bits(lo) == kda_mpfr_bits(hi);
-      if (!mpfr_zero_p(b->m) && mpfr_number_p(b->r)) {
-        mpfr_div(c->b1, b->r, b->m, MPFR_RNDU);
-        const double rel = fabs(mpfr_get_d(c->b1, MPFR_RNDU));
-        if (rel > *max_rel) *max_rel = rel;
-      }
-      if (proven[e]) continue;
-      (*n_unproven)++;
-      double miss = INFINITY; /* log2(r / (2^-60 |m|)): the bits the ball is too wide by */
-      if (mpfr_number_p(b->r) && !mpfr_zero_p(b->m)) {
-        const double lr = log2(mpfr_get_d(b->r, MPFR_RNDU)) - (double)mpfr_get_exp(b->m);
-        miss = lr + 60.0;
-      }
-      if (miss > *need) *need = miss;
-    }
-  }
-  balls_free(w.St, (size_t)(w.L > 0 ? w.L : 1) * (size_t)KV);
-  balls_free(w.S, (size_t)KV), balls_free(w.Sd, (size_t)KV);
-  balls_free(w.Sn, (size_t)KV), balls_free(w.dS, (size_t)KV);
-  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; i++) balls_free(*kb[i], nK);
-  for (size_t i = 0; i < sizeof vb / sizeof vb[0]; i++) balls_free(*vb[i], nV);
-  balls_free(w.out, (size_t)gl.total);
+  for (int k = 0; k < 8; k++) off[k] = o, o += gl->n[k];
+  w->dq = w->out ? w->out + off[0] : NULL, w->dk = w->out ? w->out + off[1] : NULL;
+  w->o_dv = off[2], w->o_dg = off[3], w->o_dbeta = off[4], w->o_dh0 = off[7];
+  w->dA_log = w->out ? w->out + off[5] : NULL, w->ddt_bias = w->out ? w->out + off[6] : NULL;
+  ball_set_d(&w->one, 1.0);
+  ball_set_d(&w->scale, w->p->scale);
+  ball_set_d(&w->eps, w->p->l2_eps);
+  return ok ? KDA_OK : KDA_ENOMEM;
+}
+
+static void geval_free(geval *w, const glayout *gl) {
+  const size_t K = (size_t)w->p->K, V = (size_t)w->p->V, KV = K * V;
+  gctx *c = &w->c;
+  balls_free(w->St, (size_t)(w->L > 0 ? w->L : 1) * KV);
+  balls_free(w->S, KV), balls_free(w->Sd, KV), balls_free(w->Sn, KV), balls_free(w->dS, KV);
+  ball **kb[] = KBALLS(w), **vb[] = VBALLS(w), *sc[] = SBALLS(w);
+  for (size_t i = 0; i < sizeof kb / sizeof kb[0]; i++) balls_free(*kb[i], K);
+  for (size_t i = 0; i < sizeof vb / sizeof vb[0]; i++) balls_free(*vb[i], V);
   for (size_t i = 0; i < sizeof sc / sizeof sc[0]; i++) ball_clear(sc[i]);
+  balls_free(w->out, (size_t)gl->total);
   if (c->prod && c->pprod)
     for (int64_t i = 0; i < c->nmax; i++) mpfr_clear(c->prod[i]);
   free(c->prod);
   free(c->pprod);
   mpfr_clears(c->t1, c->t2, c->lo, c->hi, c->b1, c->b2, c->racc, c->ss, c->sq, (mpfr_ptr)0);
+}
+
+/* val = RN64(m), proven when RN64(m - r) = RN64(m + r) (SPEC.md §8.6), for every ball of out. */
+static void round_out(geval *w, int64_t total, double *val, unsigned char *proven,
+                      int64_t *n_unproven, double *need, double *max_rel) {
+  gctx *c = &w->c;
+  *n_unproven = 0, *need = 0, *max_rel = 0;
+  for (int64_t e = 0; e < total; e++) {
+    ball *b = &w->out[e];
+    val[e] = kda_mpfr_round_binary64(b->m, c->t1);
+    mpfr_sub(c->lo, b->m, b->r, MPFR_RNDD);
+    mpfr_add(c->hi, b->m, b->r, MPFR_RNDU);
+    const double lo = kda_mpfr_round_binary64(c->lo, c->t1);
+    const double hi = kda_mpfr_round_binary64(c->hi, c->t1);
+    proven[e] = mpfr_number_p(b->r) && kda_mpfr_bits(lo) == kda_mpfr_bits(hi);
+    if (!mpfr_zero_p(b->m) && mpfr_number_p(b->r)) {
+      mpfr_div(c->b1, b->r, b->m, MPFR_RNDU);
+      const double rel = fabs(mpfr_get_d(c->b1, MPFR_RNDU));
+      if (rel > *max_rel) *max_rel = rel;
+    }
+    if (proven[e]) continue;
+    (*n_unproven)++;
+    double miss = INFINITY; /* log2(r / (2^-60 |m|)): the bits the ball is too wide by */
+    if (mpfr_number_p(b->r) && !mpfr_zero_p(b->m))
+      miss = log2(mpfr_get_d(b->r, MPFR_RNDU)) - (double)mpfr_get_exp(b->m) + 60.0;
+    if (miss > *need) *need = miss;
+  }
+}
+
+/* Declared in kda_mpfr_impl.h. */
+int kda_mpfr_grad_eval(const kda_problem *p, const kda_tensors_f64 *t, const kda_grads_f64 *d,
+                       const int64_t *cu, mpfr_prec_t prec, double *val, unsigned char *proven,
+                       int64_t *n_unproven, double *need, double *max_rel) {
+  geval w;
+  memset(&w, 0, sizeof w);
+  w.p = p, w.t = t, w.d = d, w.cu = cu, w.GW = kda_problem_gate_width(p);
+  for (int64_t n = 0; n < p->N; n++)
+    if (cu[n + 1] - cu[n] > w.L) w.L = cu[n + 1] - cu[n];
+  glayout gl;
+  layout_of(p, &gl);
+  int st = geval_init(&w, &gl, prec);
+  if (!st) {
+    int64_t c_end = 0;
+    for (int64_t n = 0; n < p->N; n++) {
+      while (c_end < p->n_checkpoints && t->checkpoints[c_end] < cu[n + 1]) c_end++;
+      for (int64_t hv = 0; hv < p->HV; hv++) head_back(&w, n, hv, cu[n], cu[n + 1], c_end);
+    }
+    round_out(&w, gl.total, val, proven, n_unproven, need, max_rel);
+  }
+  geval_free(&w, &gl);
   return st;
 }
 

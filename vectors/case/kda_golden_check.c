@@ -13,11 +13,15 @@
 #include "kda_sha256.h"
 #include "kda_zip_raw.h"
 
-/* The manifest's golden.members_sha256 (borrowed from man), or NULL with msg. */
+/* The manifest's golden.members_sha256 (a golden gradient file's golden_grad.members_sha256,
+ * SPEC.md §13.9; borrowed from man), or NULL with msg. */
 static json_t *member_sums(const char *path, json_t *man, char *msg, size_t msglen) {
   json_t *sums = json_object_get(json_object_get(man, "golden"), "members_sha256");
   if (!json_is_object(sums))
-    kda_fail(KDA_EFORMAT, msg, msglen, "%s: manifest.json has no golden.members_sha256", path);
+    sums = json_object_get(json_object_get(man, "golden_grad"), "members_sha256");
+  if (!json_is_object(sums))
+    kda_fail(KDA_EFORMAT, msg, msglen,
+             "%s: manifest.json has no golden.members_sha256 (nor golden_grad's)", path);
   return json_is_object(sums) ? sums : NULL;
 }
 

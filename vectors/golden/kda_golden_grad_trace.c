@@ -238,6 +238,70 @@ static void trace_head(btr *b, const kda_tensors_f64 *t, const kda_grads_f64 *d,
   }
 }
 
+/* The head buffers carved from one allocation of (L + 4) K V + 7 K + 4 V doubles. */
+static void hbuf_carve(hbuf *w, double *x, int64_t L, int64_t K, int64_t V) {
+  const int64_t KV = K * V;
+  w->St = x, x += (L + 1) * KV;
+  w->Sd = x, x += KV;
+  w->Sn = x, x += KV;
+  w->dS = x, x += KV;
+  double **kv[] = {&w->qq, &w->kk, &w->a, &w->dqq, &w->dkk, &w->dge};
+  for (size_t i = 0; i < sizeof kv / sizeof kv[0]; i++) *kv[i] = x, x += K;
+  x += K;
+  double **vv[] = {&w->pr, &w->e, &w->r, &w->dr};
+  for (size_t i = 0; i < sizeof vv / sizeof vv[0]; i++) *vv[i] = x, x += V;
+}
+
+/* The trace's opening: what it shows, the problem and the scale. */
+static void put_header(btr *bt, const kda_case *c, const char *comment) {
+  const kda_problem *p = bt->p;
+  const int exact = bt->exact;
+  const int64_t K = p->K, V = p->V;
+  kda_sbuf_printf(&bt->out, "# KDA %s: %s\n# %s\n#\n", exact ? "golden L0 gradient trace" : "gradient trace",
+                  c->id ? c->id : "", comment ? comment : "");
+  kda_sbuf_printf(&bt->out,
+                  "# SPEC.md §13.2: L = sum do*o + sum dht*ht + sum dhc*hc.  Per (sequence, value head)\n"
+                  "# the adjoint dS of the state runs from the last token to the first:\n"
+                  "#   readout  dq^ = Sn do            dS <- dS + q^ do^T\n"
+                  "#   write    dr = dS^T k^   dv = b dr   db = dr.(v - p)   dk^ = dS r\n"
+                  "#   erase    dp = -b dr     dk^ <- dk^ + Sd dp     dS <- dS + k^ dp^T\n"
+                  "#   decay    dgeff_i = sum_j Sd[i][j] dS[i][j]     dS <- Diag(a) dS\n"
+                  "# then dq = scale dq^ (summed over the value heads of a q/k head), dk = dk^,\n"
+                  "# dg = dgeff (summed over the rows for gdn), dbeta = db, dh0 = the final dS.\n"
+                  "# Sn and Sd are the forward's states after the write and after the decay.\n"
+                  "%s#\n",
+                  exact ? "# Every number is exact (each product and sum checked with an error-free\n"
+                          "# transformation) and the gradients equal the certified ones bit for bit.\n"
+                        : "");
+  kda_sbuf_printf(&bt->out, "problem: family=%s gate=%s beta=%s l2=%s head_map=%s layout=%s\n",
+                  kda_family_name(p->family), kda_gate_name(p->gate_mode), kda_beta_name(p->beta_mode),
+                  kda_l2_name(p->l2_mode), kda_head_map_name(p->head_map),
+                  kda_state_layout_name(p->state_layout));
+  kda_sbuf_printf(&bt->out, "shapes:  N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld\n",
+                  (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
+                  (long long)K, (long long)V, (long long)p->n_checkpoints);
+  kda_sbuf_printf(&bt->out, "scale:   ");
+  kda_sbuf_value(&bt->out, p->scale);
+  kda_sbuf_printf(&bt->out, "\n");
+}
+
+/* The traced gradients of the inputs, printed; in exact mode each must equal d's. */
+static int put_grads(btr *bt, const kda_grads_f64 *d, double *const g[8], const int64_t ng[8],
+                     char *err, size_t errlen) {
+  const double *cert[8] = {d->dq, d->dk, d->dv, d->dg, d->dbeta, NULL, NULL, d->dh0};
+  static const char *const names[8] = {"dq", "dk", "dv", "dg", "dbeta", "", "", "dh0"};
+  kda_sbuf_printf(&bt->out, "\n== gradients of the inputs\n");
+  for (int k = 0; k < 8; k++) {
+    if (!ng[k]) continue;
+    put_vec(bt, names[k], g[k], ng[k]);
+    for (int64_t e = 0; bt->exact && e < ng[k]; e++)
+      if (g[k][e] != cert[k][e])
+        return kda_fail(KDA_EINVAL, err, errlen, "%s[%lld]: traced %a, certified %a", names[k],
+                        (long long)e, g[k][e], cert[k][e]);
+  }
+  return KDA_OK;
+}
+
 int kda_golden_grad_trace(const kda_case *c, const char *comment, const kda_tensors_f64 *t,
                           const kda_grads_f64 *d, int exact, char **text, char *err,
                           size_t errlen) {
@@ -252,8 +316,9 @@ int kda_golden_grad_trace(const kda_case *c, const char *comment, const kda_tens
   memset(&b, 0, sizeof b);
   b.p = p, b.exact = exact;
   const int64_t K = p->K, V = p->V, KV = K * V, GW = kda_problem_gate_width(p);
-  int64_t L = 0;
-  for (int64_t n = 0; n < p->N; n++) L = c->cu_seqlens[n + 1] - c->cu_seqlens[n] > L ? c->cu_seqlens[n + 1] - c->cu_seqlens[n] : L;
+  int64_t L = 0; /* the longest sequence */
+  for (int64_t n = 0; n < p->N; n++)
+    if (c->cu_seqlens[n + 1] - c->cu_seqlens[n] > L) L = c->cu_seqlens[n + 1] - c->cu_seqlens[n];
   const int64_t ng[8] = {p->T * p->H * K, p->T * p->H * K, p->T * p->HV * V,
                          GW > 0 ? p->T * p->HV * GW : 0, p->T * p->HV, 0, 0,
                          p->has_initial_state ? p->N * p->HV * KV : 0};
@@ -268,58 +333,14 @@ int kda_golden_grad_trace(const kda_case *c, const char *comment, const kda_tens
     for (int k = 0; k < 8; k++) free(g[k]);
     return kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
   }
-  double *x = all;
-  w.St = x, x += (L + 1) * KV;
-  w.Sd = x, x += KV;
-  w.Sn = x, x += KV;
-  w.dS = x, x += KV;
-  w.qq = x, x += K; w.kk = x, x += K; w.a = x, x += K; w.dqq = x, x += K;
-  w.dkk = x, x += K; w.dge = x, x += K; x += K;
-  w.pr = x, x += V; w.e = x, x += V; w.r = x, x += V; w.dr = x;
-  kda_sbuf_printf(&b.out, "# KDA %s: %s\n# %s\n#\n", exact ? "golden L0 gradient trace" : "gradient trace",
-                  c->id ? c->id : "", comment ? comment : "");
-  kda_sbuf_printf(&b.out,
-                  "# SPEC.md §13.2: L = sum do*o + sum dht*ht + sum dhc*hc.  Per (sequence, value head)\n"
-                  "# the adjoint dS of the state runs from the last token to the first:\n"
-                  "#   readout  dq^ = Sn do            dS <- dS + q^ do^T\n"
-                  "#   write    dr = dS^T k^   dv = b dr   db = dr.(v - p)   dk^ = dS r\n"
-                  "#   erase    dp = -b dr     dk^ <- dk^ + Sd dp     dS <- dS + k^ dp^T\n"
-                  "#   decay    dgeff_i = sum_j Sd[i][j] dS[i][j]     dS <- Diag(a) dS\n"
-                  "# then dq = scale dq^ (summed over the value heads of a q/k head), dk = dk^,\n"
-                  "# dg = dgeff (summed over the rows for gdn), dbeta = db, dh0 = the final dS.\n"
-                  "# Sn and Sd are the forward's states after the write and after the decay.\n"
-                  "%s#\n",
-                  exact ? "# Every number is exact (each product and sum checked with an error-free\n"
-                          "# transformation) and the gradients equal the certified ones bit for bit.\n"
-                        : "");
-  kda_sbuf_printf(&b.out, "problem: family=%s gate=%s beta=%s l2=%s head_map=%s layout=%s\n",
-                  kda_family_name(p->family), kda_gate_name(p->gate_mode), kda_beta_name(p->beta_mode),
-                  kda_l2_name(p->l2_mode), kda_head_map_name(p->head_map),
-                  kda_state_layout_name(p->state_layout));
-  kda_sbuf_printf(&b.out, "shapes:  N=%lld T=%lld H=%lld HV=%lld K=%lld V=%lld C=%lld\n",
-                  (long long)p->N, (long long)p->T, (long long)p->H, (long long)p->HV,
-                  (long long)K, (long long)V, (long long)p->n_checkpoints);
-  kda_sbuf_printf(&b.out, "scale:   ");
-  kda_sbuf_value(&b.out, p->scale);
-  kda_sbuf_printf(&b.out, "\n");
+  hbuf_carve(&w, all, L, K, V);
+  put_header(&b, c, comment);
   for (int64_t n = 0; n < p->N; n++)
     for (int64_t hv = 0; hv < p->HV; hv++)
       trace_head(&b, t, d, n, hv, c->cu_seqlens[n], c->cu_seqlens[n + 1], &w, g);
   int st = KDA_OK;
   if (b.inexact) st = kda_fail(KDA_EINVAL, err, errlen, "%s", b.where);
-  const double *cert[8] = {d->dq, d->dk, d->dv, d->dg, d->dbeta, NULL, NULL, d->dh0};
-  static const char *const names[8] = {"dq", "dk", "dv", "dg", "dbeta", "", "", "dh0"};
-  if (!st) {
-    kda_sbuf_printf(&b.out, "\n== gradients of the inputs\n");
-    for (int k = 0; k < 8; k++) {
-      if (!ng[k]) continue;
-      put_vec(&b, names[k], g[k], ng[k]);
-      for (int64_t e = 0; exact && !st && e < ng[k]; e++)
-        if (g[k][e] != cert[k][e])
-          st = kda_fail(KDA_EINVAL, err, errlen, "%s[%lld]: traced %a, certified %a", names[k],
-                        (long long)e, g[k][e], cert[k][e]);
-    }
-  }
+  if (!st) st = put_grads(&b, d, g, ng, err, errlen);
   free(all);
   for (int k = 0; k < 8; k++) free(g[k]);
   if (!st && b.out.oom) st = kda_fail(KDA_ENOMEM, err, errlen, "out of memory");
