@@ -633,8 +633,8 @@ static void layout_of(const kda_problem *p, glayout *g) {
   g->n[2] = p->T * p->HV * p->V;
   g->n[3] = GW > 0 ? p->T * p->HV * GW : 0;
   g->n[4] = p->T * p->HV;
-  g->n[5] = kda_problem_uses_A_log(p) ? p->HV : 0;
-  g->n[6] = kda_problem_uses_dt_bias(p) ? p->HV * GW : 0;
+  g->n[5] = kda_problem_uses_A_log(p) && p->T > 0 ? p->HV : 0; /* without tokens: only dh0 */
+  g->n[6] = kda_problem_uses_dt_bias(p) && p->T > 0 ? p->HV * GW : 0;
   g->n[7] = p->has_initial_state ? p->N * p->HV * p->K * p->V : 0;
   for (int k = 0; k < 8; k++) g->total += g->n[k];
 }

@@ -106,8 +106,8 @@ static void counts(gcase *g) {
   g->ng[2] = p->T * p->HV * p->V;
   g->ng[3] = GW > 0 ? p->T * p->HV * GW : 0;
   g->ng[4] = p->T * p->HV;
-  g->ng[5] = kda_problem_uses_A_log(p) ? p->HV : 0;
-  g->ng[6] = kda_problem_uses_dt_bias(p) ? p->HV * GW : 0;
+  g->ng[5] = kda_problem_uses_A_log(p) && p->T > 0 ? p->HV : 0; /* T = 0: only dh0 */
+  g->ng[6] = kda_problem_uses_dt_bias(p) && p->T > 0 ? p->HV * GW : 0;
   g->ng[7] = p->has_initial_state ? p->N * st : 0;
 }
 
