@@ -187,7 +187,8 @@ static int members(const gcase *g, kda_gmember *m) {
   int n = kda_golden_members(&g->c, NULL, m);
   const int vk = p->state_layout == KDA_STATE_VK;
   const int64_t sa = vk ? p->V : p->K, sb = vk ? p->K : p->V;
-  const int32_t dt = kda_golden_prec_dtype(g->c.input_precision);
+  /* seeds: <f8 for fp64 cases, else <f4 (values exact in the input precision) */
+  const int32_t dt = g->c.input_precision == KDA_PRECISION_FP64 ? KDA_DTYPE_F64 : KDA_DTYPE_F32;
   const int64_t GW = kda_problem_gate_width(p);
   kda_grads_f64 d;
   grads_view(g, g->grads, &d);
