@@ -302,8 +302,9 @@ struct kda_backend {
    * gradient reports are NotSupported).  Both slots are set or both NULL (validated).
    * supports_backward is answered before backward, as supports before forward: for problem p
    * it returns KDA_OK and sets *grads to the KDA_GRAD_* bits of the gradients backward writes
-   * (the runner scores those of them that p has, and reports the others as not provided), or
-   * KDA_EUNSUPPORTED with a one-line reason.  backward then computes the gradients of SPEC.md
+   * (the runner asks for and scores those of them that p has, reports a gradient p has that is
+   * not offered as not provided, and a call offering none of p's gradients as NotSupported),
+   * or KDA_EUNSUPPORTED with a one-line reason.  backward then computes the gradients of SPEC.md
    * §13 on the inputs of t (laid out and typed as for forward; o, ht, hc and the pool fields
    * are NULL: a backward recomputes what it needs of the forward) with the seeds and into the
    * gradient buffers of d (kda_backend_grads).  It writes exactly the buffers d names
