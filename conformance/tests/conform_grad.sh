@@ -84,6 +84,12 @@ grep -q "^CRASH .*g-log.backward.*backward wrote past the end of output 'dq'" "$
 "$kda" conform -q --no-prefix -p "$grad:mutant=writes_seed" "$tmp/cases/g-log.npz" >"$tmp/o.txt" 2>&1
 grep -q "^FAIL .*g-log.backward.*backward modified input 'do'" "$tmp/o.txt" ||
   { cat "$tmp/o.txt"; fail "a changed seed is not a Fail naming it"; }
+"$kda" conform -q --no-prefix -p "$grad:offer=noh0" -p "$grad:offer=none" "$tmp/cases/g-log.npz" \
+  >"$tmp/o.txt" 2>&1
+grep -q "^WARN .*grad:offer=noh0 *g-log.backward.*-- not provided: dh0" "$tmp/o.txt" ||
+  { cat "$tmp/o.txt"; fail "a gradient not offered is not a QualityWarning naming it"; }
+grep -q "^SKIP .*grad:offer=none *g-log.backward.*offers none of the problem's gradients" \
+  "$tmp/o.txt" || { cat "$tmp/o.txt"; fail "an offer of nothing is not NotSupported"; }
 python3 - "$tmp/honest.jsonl" <<'PY' || fail "gradient records in results.jsonl"
 import json, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
@@ -99,4 +105,4 @@ assert s["size"] == 64 and len(s["dq"]["worst"]) == 16 and len(s["dv"]["allowed"
 PY
 n=$(grep -c 'aria-label="gradient error per window of' "$tmp/html/index.html")
 [ "$n" = 9 ] || fail "the HTML report has $n gradient plots, expected 9 (g-lowrank-long)"
-echo "conform_grad: NotSupported without the slot; Crash past dq; Fail on a changed seed; JSON Lines"
+echo "conform_grad: NotSupported without the slot or offering nothing; not provided named; Crash past dq; Fail on a changed seed; JSON Lines"

@@ -14,6 +14,8 @@
  *   order=fma   fused multiply-adds in the sums and in the rank-one updates
  *   gates=chunk the decays from float32 prefix sums of the log-decays within 64-token chunks,
  *               exp(G_t - G_{t-1}), as fla's chunked kernels form them
+ *   offer=all   what supports_backward offers: every gradient (the default), all but dh0
+ *               ("offer=noh0": the runner reports dh0 as not provided) or nothing ("none")
  *   mutant=NAME one mistake (mutant_names below; "none": correct); two break the ABI's
  *               contract instead: "overrun" writes one element past dq, "writes_seed"
  *               changes do[0] (the runner must report a Crash and a Fail)
@@ -43,8 +45,11 @@ static const char *const order_names[O_COUNT] = {"seq", "rev", "pair", "f64", "f
 
 #define CK 64 /* tokens per recomputed block; also the chunk of gates=chunk */
 
+enum { OFFER_ALL, OFFER_NOH0, OFFER_NONE, OFFER_COUNT };
+static const char *const offer_names[OFFER_COUNT] = {"all", "noh0", "none"};
+
 typedef struct ghandle {
-  int mutant, order, chunk_gates;
+  int mutant, order, chunk_gates, offer;
   char err[256];
 } ghandle;
 
@@ -58,7 +63,7 @@ static int word_is(const char *s, size_t n, const char *key, const char *const *
 }
 
 static int32_t g_open(const char *params, void **handle, char *err, uint32_t errlen) {
-  ghandle h = {M_NONE, O_SEQ, 0, ""};
+  ghandle h = {M_NONE, O_SEQ, 0, OFFER_ALL, ""};
   static const char *const gate_names[2] = {"direct", "chunk"};
   for (const char *s = params; *s;) {
     s += strspn(s, " ,");
@@ -67,9 +72,10 @@ static int32_t g_open(const char *params, void **handle, char *err, uint32_t err
     int r = word_is(s, n, "mutant=", mutant_names, M_COUNT, &h.mutant);
     if (!r) r = word_is(s, n, "order=", order_names, O_COUNT, &h.order);
     if (!r) r = word_is(s, n, "gates=", gate_names, 2, &h.chunk_gates);
+    if (!r) r = word_is(s, n, "offer=", offer_names, OFFER_COUNT, &h.offer);
     if (r != 1) {
       if (errlen)
-        snprintf(err, errlen, "unknown parameter '%.*s' (mutant=NAME order=NAME gates=NAME)",
+        snprintf(err, errlen, "unknown parameter '%.*s' (mutant= order= gates= offer=)",
                  (int)(n > 64 ? 64 : n), s);
       return KDA_EINVAL;
     }
@@ -377,9 +383,15 @@ static uint32_t problem_grads(const kda_problem *p) {
   return m;
 }
 
+/* The gradients offered for p (offer=). */
+static uint32_t offered(const ghandle *h, const kda_problem *p) {
+  const uint32_t all = problem_grads(p);
+  return h->offer == OFFER_NONE ? 0u : h->offer == OFFER_NOH0 ? all & ~KDA_GRAD_H0 : all;
+}
+
 static int32_t g_supports_backward(void *hd, const kda_problem *p, uint32_t *grads, char *r,
                                    uint32_t n) {
-  *grads = problem_grads(p);
+  *grads = offered(hd, p);
   return KDA_OK;
 }
 
@@ -388,9 +400,9 @@ static int32_t g_backward(void *hd, const kda_problem *p, const kda_backend_tens
   ghandle *h = hd;
   if (t->in_dtype != KDA_PRECISION_FP32 || t->out_dtype != KDA_PRECISION_FP32)
     return snprintf(h->err, sizeof h->err, "float32 buffers only"), KDA_EINVAL;
-  if (d->want != problem_grads(p) || (p->T > 0 && !d->dout))
+  if (d->want != offered(h, p) || (p->T > 0 && !d->dout))
     return snprintf(h->err, sizeof h->err, "asked for gradients 0x%x, not 0x%x", d->want,
-                    problem_grads(p)), KDA_EINVAL;
+                    offered(h, p)), KDA_EINVAL;
   gctx c = {p, t, d, h, p->K, p->V, gate_width(p), NULL, NULL, NULL};
   int64_t maxlen = 0;
   for (int64_t n = 0; n < p->N; n++)
