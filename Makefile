@@ -290,9 +290,10 @@ check-conform: $(KDA) $(PLUGINS)
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \
 	  sh conformance/tests/conform_hostile.sh
 
-# The backward pass scored end to end (SPEC.md §13.7): gradient cases made by kda_fixture; the
-# honest float32 backwards pass, every gradient mutant fails (the kill table), hostile
-# backwards are Crash / Fail, a backend without the slot is NotSupported.
+# The backward pass scored end to end (SPEC.md §13.7): gradient cases made by kda_fixture and
+# the certified golden/grad/L1; the honest float32 backwards pass, every gradient mutant fails
+# (the kill table), hostile backwards are Crash / Fail, a backend without the slot is
+# NotSupported.
 .PHONY: check-grad
 check-grad: $(KDA) $(PLUGINS) $(BUILD)/conformance/tests/kda_fixture
 	@KDA_BIN=$(abspath $(KDA)) PLUGIN_DIR=$(abspath $(BUILD)/conformance/tests) \

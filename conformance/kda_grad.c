@@ -341,13 +341,14 @@ static int chunk_member(const kda_case *c, f32_call *x, char *err, size_t errlen
   free(gp);
   if (st != KDA_OK || p->gate_mode == KDA_GATE_LOG) return st;
   if (dA) memset(dA, 0, (size_t)p->HV * sizeof(float));
-  memset(ddt, 0, (size_t)(p->HV * GW) * sizeof(float));
+  if (ddt) memset(ddt, 0, (size_t)(p->HV * GW) * sizeof(float));
   for (int64_t i = 0; i < p->T * p->HV * GW; i++) {
     const int64_t hv = (i / GW) % p->HV, ch = i % GW;
     float dx, dAf;
     gate_chain32(p, g0[i], dt_bias[hv * GW + ch], a_log ? a_log[hv] : 0, &dx, &dAf);
     const float dge = x->f[14][i];
-    x->f[14][i] = dge * dx, ddt[hv * GW + ch] += dge * dx;
+    x->f[14][i] = dge * dx;
+    if (ddt) ddt[hv * GW + ch] += dge * dx;
     if (dA) dA[hv] += dge * dAf;
   }
   return KDA_OK;
@@ -363,7 +364,7 @@ static int truth_envelope(const kda_case *c, kda_grad_truth *g, char *err, size_
     if (g->d[b] && !(g->env[b] = calloc((size_t)n_groups(p, b, g->n[b]) + 1, sizeof(double))))
       st = KDA_ENOMEM, snprintf(err, errlen, "out of memory");
   for (int m = 0; m < 2 && st == KDA_OK; m++) {
-    if (m == 1 && kda_problem_gate_width(p) == 0) break; /* no decays: the same evaluation */
+    if (m == 1 && !g->d[3]) break; /* no decays (or no tokens): the same evaluation */
     st = m == 0 ? f32_backward(c, p, &x, err, errlen) : chunk_member(c, &x, err, errlen);
     for (int b = 0; b < KDA_GRAD_COUNT && st == KDA_OK; b++)
       if (g->d[b]) eval_errors(p, g, b, x.f[11 + b]);

@@ -10,7 +10,9 @@
 #     case with the largest kill, worst error / allowed);
 #  4. a backend without the backward pass (the ABI 1 plugin) is NotSupported on gradients;
 #     a write past a gradient is a Crash, a changed seed a Fail; JSON Lines carry the gradients;
-#     the HTML report plots the gradients of the long case along the sequence.
+#     the HTML report plots the gradients of the long case along the sequence;
+#  5. the certified gradient set golden/grad/L1: the honest backwards pass it, every mutant
+#     fails one of its gradient reports.
 # Usage: KDA_BIN=build/kda PLUGIN_DIR=build/conformance/tests sh conformance/tests/conform_grad.sh
 set -u
 kda=${KDA_BIN:-build/kda}
@@ -105,4 +107,22 @@ assert s["size"] == 64 and len(s["dq"]["worst"]) == 16 and len(s["dv"]["allowed"
 PY
 n=$(grep -c 'aria-label="gradient error per window of' "$tmp/html/index.html")
 [ "$n" = 9 ] || fail "the HTML report has $n gradient plots, expected 9 (g-lowrank-long)"
+# 5. The certified gradient set (golden/grad/L1, SPEC.md §13.9): every honest backward passes
+#    every report, forward and gradient, and each mutant fails at least one gradient report.
+set1=golden/grad/L1
+[ -d "$set1" ] || fail "$set1 is missing"
+"$kda" conform -q --no-prefix --max-lines 3 -b ref-f64 -b ref-f32 -p "$grad" -p "$grad:order=rev" \
+  -p "$grad:order=pair" -p "$grad:order=f64" -p "$grad:order=fma" -p "$grad:gates=chunk" \
+  -p "$grad:gates=chunk order=fma" --jsonl "$tmp/l1.jsonl" "$set1" >"$tmp/l1.txt" 2>&1 ||
+  { cat "$tmp/l1.txt"; fail "an honest backward fails on $set1"; }
+echo "conform_grad: 9 honest backwards pass $set1 ($(grep -c '\.backward"' "$tmp/l1.jsonl") gradient reports); largest error / allowed: $(worst "$tmp/l1.jsonl")"
+for m in adjoint_no_decay dk_no_erase dg_no_softplus_chain dA_log_no_exp dbeta_wrong_activation \
+         l2_grad_dropped dh0_dropped gva_no_sum adjoint_ulp_bias; do
+  "$kda" conform -q --no-prefix --max-lines 0 -p "$grad:mutant=$m" --jsonl "$tmp/m.jsonl" \
+    "$set1" >/dev/null 2>&1
+  grep -q '"case":"[^"]*\.backward","backend":"[^"]*","verdict":"Fail"' "$tmp/m.jsonl" ||
+    fail "mutant $m fails no gradient report of $set1"
+  echo "conform_grad: $set1: mutant $m killed: $(worst "$tmp/m.jsonl")"
+done
+
 echo "conform_grad: NotSupported without the slot or offering nothing; not provided named; Crash past dq; Fail on a changed seed; JSON Lines"

@@ -226,7 +226,9 @@ static void decays(const gctx *c, int64_t t0, int64_t tt, int64_t hv, float *a) 
     float G = 0, Gp = 0; /* G_t and G_{t-1} */
     for (int64_t u = tt - (tt - t0) % CK + 1; u <= tt; u++)
       Gp = G, G = G + gate_eff(c, u, hv, ch, &dx, &dA);
-    a[ch] = expf(G - Gp);
+    /* a -inf log-decay in the chunk (a decay of exactly 0) makes G - Gp NaN: that token's own
+     * decay is used then, as a chunked kernel that clamps its gates would */
+    a[ch] = isnan(G - Gp) ? expf(gate_eff(c, tt, hv, ch, &dx, &dA)) : expf(G - Gp);
   }
   for (int64_t i = GW; i < K; i++) a[i] = a[0];
 }
@@ -380,7 +382,7 @@ static uint32_t problem_grads(const kda_problem *p) {
     if (p->has_A_log) m |= KDA_GRAD_A_LOG;
   }
   if (p->has_initial_state) m |= KDA_GRAD_H0;
-  return m;
+  return p->T > 0 ? m : m & KDA_GRAD_H0; /* no tokens: no token gradients (SPEC.md §13.1) */
 }
 
 /* The gradients offered for p (offer=). */
