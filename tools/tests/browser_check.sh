@@ -93,6 +93,8 @@ for v in Pass Fail QualityWarning NotSupported Waived Crash Timeout; do
   [ "$got" = "$want" ] && [ "$shown" = "$want" ] ||
     bad "report: $v: the matrix has $got cells, the summary says $shown, results.jsonl has $want"
 done
+python3 tools/tests/report_matrix.py "$OUT/report.dom" "$OUT/report.jsonl" >"$OUT/matrix.log" 2>&1 ||
+  bad "report: the matrix is not results.jsonl: $(head -3 "$OUT/matrix.log")"
 grep -q 'data-verdict="QualityWarning">QualityWarning: 1<' "$OUT/report.dom" ||
   bad "report: the summary does not count ref-f64's warning on prod-lowrank-mixed"
 first=$(grep -o '<th scope="row"><a href="#case-0">[^<]*' "$OUT/report.dom" | sed 's/.*>//')

@@ -230,7 +230,7 @@ def player(b, out):
           f"Right twice: sub-step 3 (write) highlighted (sub-step index {now})")
     check(set(b.js("T.cells('#heat-lin')").split(",")) != {"0"} and b.js("T.changed('#heat-lin')") > 0,
           "write: the accumulator shows token 0's write, changed cells marked")
-    labels = b.js("Array.from(document.querySelectorAll('#decays text.barval')).map(function(t){var r=t.getBBox();return [r.x,r.width];})")
+    labels = b.js("Array.from(document.querySelectorAll('#decays text.barval')).map(function(t){var r=t.getBoundingClientRect();return [r.x,r.width];})")
     over = [i for i in range(1, len(labels)) if labels[i][0] < labels[i - 1][0] + labels[i - 1][1]]
     check(len(labels) > 0 and not over, f"decay bars: {len(labels)} value labels, none overlapping")
     b.shot(os.path.join(out, "explorer.png"))
