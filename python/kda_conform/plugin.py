@@ -171,12 +171,15 @@ class PromptItem(pytest.Item):
 
 # ---- The run's end: the runner's count line, exit 5 when nothing was scored, --kda-out.
 
-def _tally(runs: List[tuple]) -> Tuple[int, int, int]:
-    """passed (Pass, QualityWarning), failed (Fail, Crash, Timeout), skipped (NotSupported,
-    Waived): the runner's count (kda_tally_add)."""
+def _tally(runs: List[tuple]) -> str:
+    """The runner's count line (kda_tally_add, kda_report_final): passed (Pass,
+    QualityWarning), failed (Fail, Crash, Timeout), skipped (NotSupported, Waived), and the
+    QualityWarnings among the passed."""
     p = sum(v[2] in ("Pass", "QualityWarning") for v in runs)
     f = sum(v[2] in ("Fail", "Crash", "Timeout") for v in runs)
-    return p, f, len(runs) - p - f
+    w = sum(v[2] == "QualityWarning" for v in runs)
+    return (f"{p} passed, {f} failed, {len(runs) - p - f} skipped, {w} warning"
+            + ("" if w == 1 else "s"))
 
 
 def _nothing_scored(runs: List[tuple]) -> bool:
@@ -231,8 +234,7 @@ class _RunState:
         tr = terminalreporter
         tr.write_sep("=", "kda-conform")
         for sid, vs in self.runs.items():
-            p, f, s = _tally(vs)
-            tr.write_line(f"{sid}: {p} passed, {f} failed" + (f", {s} skipped" if s else ""))
+            tr.write_line(f"{sid}: {_tally(vs)}")
             if _nothing_scored(vs):
                 tr.write_line(f"{sid}: nothing was scored: every prompt was declined (exit "
                               "status 5); declare the expected declines with "

@@ -45,8 +45,8 @@ env -u KDA_BIN -u KDA_GOLDEN PATH="$path" PYTHONDONTWRITEBYTECODE=1 \
   "$base/venv/bin/python" -m pytest -q -p no:cacheprovider >out.txt 2>&1 || status=$?
 fail() { cat out.txt >&2; echo "check-python-install: $1" >&2; exit 1; }
 [ "$status" = 1 ] || fail "pytest exited $status, not 1 (one failing test)"
-grep -q "^test_author.test_l1: 6 passed, 0 failed$" out.txt || fail "t17-gdn did not pass"
-grep -q "^test_author.test_eps: 0 passed, 1 failed$" out.txt || fail "the eps bug did not fail"
+grep -q "^test_author.test_l1: 6 passed, 0 failed, 0 skipped, 0 warnings$" out.txt || fail "t17-gdn did not pass"
+grep -q "^test_author.test_eps: 0 passed, 1 failed, 0 skipped, 0 warnings$" out.txt || fail "the eps bug did not fail"
 grep -q "designed to catch: OTHER_L2_CONVENTION: Exposes" out.txt ||
   fail "the failure does not name the case's intent"
 kda=$(env -u KDA_BIN PATH="$path" "$base/venv/bin/python" -c \

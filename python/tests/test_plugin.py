@@ -4,6 +4,7 @@
 so the plugin is loaded through its pytest11 entry point from the installed package."""
 import json
 import re
+import subprocess
 
 import numpy as np
 import pytest
@@ -28,7 +29,7 @@ def test_the_author_kernel_passes_l1(pytester, tmp_path):
              "-q", "--kda-out", str(out))
     r.assert_outcomes(passed=310)
     assert r.ret == 0
-    r.stdout.fnmatch_lines(["test_author.test_l1: 310 passed, 0 failed"])
+    r.stdout.fnmatch_lines(["test_author.test_l1: 310 passed, 0 failed, 0 skipped, 0 warnings"])
     rep = out / "test_author.test_l1" / "report"
     recs = [json.loads(x) for x in (rep / "results.jsonl").read_text().splitlines()]
     assert len(recs) == 310 and {x["verdict"] for x in recs} == {"Pass"}
@@ -55,15 +56,20 @@ def test_collection_runs_nothing_and_is_fast(pytester):
     assert min(took) < 1.0, f"collecting golden/L1 took {took} s"
 
 
-def test_one_case_by_k(pytester, tmp_path):
+def test_one_case_by_k(pytester, tmp_path, golden_l1, kda):
     out = tmp_path / "reports"
     r = _run(pytester, "test_l1 = kda_conform.suite(author.kernel)\n", "-q", "-k",
              "t17-gdn and not causal", "--kda-out", str(out))
     r.assert_outcomes(passed=4, deselected=306)
-    r.stdout.fnmatch_lines(["test_author.test_l1: 4 passed, 0 failed"])
+    r.stdout.fnmatch_lines(["test_author.test_l1: 4 passed, 0 failed, 0 skipped, 0 warnings"])
     rep = out / "test_author.test_l1" / "report" / "results.jsonl"
     assert sorted(json.loads(x)["case"] for x in rep.read_text().splitlines()) == \
         ["t17-gdn", "t17-gdn.decode", "t17-gdn.resume-11", "t17-gdn.spec-11"]
+    # The count line is the runner's own, scoring the same results.
+    p = subprocess.run([kda, "conform", "-q", "--candidate",
+                        str(out / "test_author.test_l1" / "work" / "results"), "-k", "t17-gdn",
+                        "-k", "!t17-gdn.causal-*", golden_l1], capture_output=True, text=True)
+    assert p.stdout.strip().splitlines()[-1] == "4 passed, 0 failed, 0 skipped, 0 warnings"
     r = _run(pytester, "test_l1 = kda_conform.suite(author.kernel)\n", "-q", "-k",
              "t17-gdn.decode", "--kda-out", str(out))      # the same folder, one prompt now
     r.assert_outcomes(passed=1, deselected=309)
@@ -226,4 +232,4 @@ def test_pytest_xdist_runs_prompts_apart(pytester):
     r = _run(pytester, "test_l1 = kda_conform.suite(author.kernel, cases=['t17-gdn'])\n",
              "-q", "-n", "2")
     r.assert_outcomes(passed=6)
-    r.stdout.fnmatch_lines(["test_author.test_l1: 6 passed, 0 failed"])
+    r.stdout.fnmatch_lines(["test_author.test_l1: 6 passed, 0 failed, 0 skipped, 0 warnings"])
