@@ -139,6 +139,35 @@ START_TEST(test_trace_l0_files) {
 }
 END_TEST
 
+/* kda trace --backward: the committed adjoint traces of golden/grad/L0 exactly (every number
+ * exact, gradients equal to the certified ones, SPEC.md §13.9); a forward golden file and a
+ * gradient case outside the trace's modes are refused with one line. */
+START_TEST(test_trace_backward) {
+  char ids[32][64] = {{0}};
+  const int n = l0_ids(ids, 32);
+  kda_test_result r = {0};
+  for (int i = 0; i < n; i++) {
+    char npz[160], txt[160];
+    snprintf(npz, sizeof npz, "golden/grad/L0/%.64s.npz", ids[i]);
+    snprintf(txt, sizeof txt, "golden/grad/L0/%.64s.txt", ids[i]);
+    kda_test_run(&r, "trace", "--backward", npz, NULL);
+    kda_test_expect_ok(&r, npz);
+    size_t len = 0;
+    char *want = (char *)kda_test_read_all(txt, &len);
+    ck_assert_ptr_nonnull(want);
+    ck_assert_msg(strlen(r.out) == len && memcmp(r.out, want, len) == 0,
+                  "kda trace --backward %s differs from the committed %s", npz, txt);
+    free(want);
+  }
+  kda_test_run(&r, "trace", "--backward", "golden/L0/l0-reflection.npz", NULL);
+  kda_test_expect_error(&r, "--backward on a forward file", "kda trace: ", "l0-reflection.npz",
+                        "not a golden gradient file", NULL);
+  kda_test_run(&r, "trace", "--backward", "golden/grad/L1/t17-gdn.npz", NULL);
+  kda_test_expect_error(&r, "--backward on softplus", "kda trace: ", "l2 off", NULL);
+  kda_test_result_free(&r);
+}
+END_TEST
+
 /* Every o and final state of every head of every L0 case, traced by the default (JSON) path,
  * equals the certified golden value bit for bit (L0 arithmetic is exact), and so do the
  * certified values kda trace reports, with 17 digits right. */
@@ -455,6 +484,7 @@ static Suite *study_suite(void) {
   tcase_set_timeout(tc, 120);
   tcase_add_test(tc, test_help);
   tcase_add_test(tc, test_trace_l0_files);
+  tcase_add_test(tc, test_trace_backward);
   tcase_add_test(tc, test_trace_l0_json_values);
   tcase_add_test(tc, test_trace_matches_ref);
   tcase_add_test(tc, test_trace_text);
