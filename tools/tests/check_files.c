@@ -553,7 +553,7 @@ static void copy_file(const char *from, const char *to) {
 }
 
 START_TEST(test_golden_verify_cli) {
-  /* A copy of golden/ (L1 linked) whose example.npz lost a member and whose SHA256SUMS was
+  /* A copy of golden/ (L1 and grad linked) whose example.npz lost a member and whose SHA256SUMS was
    * updated to match: --verify must fail and name the file. */
   static const char *const top[] = {"SHA256SUMS", "L2.sha256", ".gitignore", "example/README.md"};
   char from[512], to[512], hex[65];
@@ -562,6 +562,8 @@ START_TEST(test_golden_verify_cli) {
   ck_assert_ptr_nonnull(getcwd(cwd, sizeof cwd));
   snprintf(from, sizeof from, "%s/golden/L1", cwd);
   ck_assert_int_eq(symlink(from, tpath("g/L1")), 0);
+  snprintf(from, sizeof from, "%s/golden/grad", cwd); /* listed in SHA256SUMS too */
+  ck_assert_int_eq(symlink(from, tpath("g/grad")), 0);
   for (int i = 0; i < 4; i++) {
     snprintf(from, sizeof from, "golden/%s", top[i]);
     snprintf(to, sizeof to, "%s/g/%s", kda_test_tmpdir, top[i]);
