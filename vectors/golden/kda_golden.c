@@ -150,6 +150,15 @@ int kda_golden_member_add(kda_npz_writer *w, const kda_gmember *m, char *err, si
   return kda_npz_writer_add_f64(w, m->name, m->dtype, m->ndim, m->shape, m->f, err, errlen);
 }
 
+int kda_golden_npz_write(const char *path, const char *manifest, const kda_gmember *m, int nm,
+                         char *err, size_t errlen) {
+  kda_npz_writer *w = NULL;
+  int st = kda_npz_writer_open(path, &w, err, errlen);
+  if (!st) st = kda_npz_writer_set_manifest(w, manifest, err, errlen);
+  for (int i = 0; !st && i < nm; i++) st = kda_golden_member_add(w, &m[i], err, errlen);
+  return kda_npz_writer_finish(w, st, err, errlen);
+}
+
 /* ---- The manifest's golden object. */
 static const char *method_name(int32_t method) {
   return method == KDA_CERT_PROVEN ? "PROVEN" : method == KDA_CERT_AGREED ? "AGREED" : "NONE";
@@ -298,17 +307,9 @@ static int job_write_npz(const job *j, const char *path, char *err, size_t errle
   if (kda_id_check(j->c.id, "golden case id", err, errlen) != KDA_OK) return KDA_EINVAL;
   char *text = job_manifest(j, m, nm);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
-  kda_npz_writer *w = NULL;
-  int st = kda_npz_writer_open(path, &w, err, errlen);
-  if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
-  for (int i = 0; !st && i < nm; i++) st = kda_golden_member_add(w, &m[i], err, errlen);
+  const int st = kda_golden_npz_write(path, text, m, nm, err, errlen);
   free(text);
-  if (!w) return st;
-  if (st) {
-    kda_npz_writer_abort(w);
-    return st;
-  }
-  return kda_npz_writer_commit(w, err, errlen);
+  return st;
 }
 
 static int job_write_trace(const job *j, const char *path, char *err, size_t errlen) {

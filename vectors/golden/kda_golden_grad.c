@@ -251,17 +251,9 @@ static int write_npz(const gcase *g, const char *path, char *err, size_t errlen)
   json_decref(root);
   json_decref(gj);
   if (!text) return kda_fail(KDA_ENOMEM, err, errlen, "%s: cannot build the manifest", path);
-  kda_npz_writer *w = NULL;
-  int st = kda_npz_writer_open(path, &w, err, errlen);
-  if (!st) st = kda_npz_writer_set_manifest(w, text, err, errlen);
-  for (int i = 0; !st && i < nm; i++) st = kda_golden_member_add(w, &m[i], err, errlen);
+  const int st = kda_golden_npz_write(path, text, m, nm, err, errlen);
   free(text);
-  if (!w) return st;
-  if (st) {
-    kda_npz_writer_abort(w);
-    return st;
-  }
-  return kda_npz_writer_commit(w, err, errlen);
+  return st;
 }
 
 static void gcase_free(gcase *g) {

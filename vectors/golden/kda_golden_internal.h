@@ -75,5 +75,9 @@ int kda_golden_members(const kda_case *c, const double *gold, kda_gmember *m);
 int kda_golden_member_sha256(const kda_gmember *m, char hex[65]);
 int kda_golden_member_add(struct kda_npz_writer *w, const kda_gmember *m, char *err,
                           size_t errlen);
+/* Writes path atomically: the manifest text, then the nm members in order (kda_npz_writer;
+ * nothing is left behind on an error). */
+int kda_golden_npz_write(const char *path, const char *manifest, const kda_gmember *m, int nm,
+                         char *err, size_t errlen);
 
 #endif
