@@ -444,7 +444,7 @@ fuzz-files: $(KDA)
 	$(FUZZ_CC) $(FUZZ_FLAGS) $(PKG_CFLAGS) vectors/tests/fuzz_files.c $(FUZZ_LIB_SRC) \
 	  -o $(BUILD)/fuzz/fuzz_files $(LIB_LIBS) -lm
 	$(BUILD)/fuzz/fuzz_files $(call FUZZ_STOP,$(FUZZ_SECONDS)) $(FUZZ_RUN) -max_len=65536 \
-	  $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds golden/example golden/L0 \
+	  $(BUILD)/fuzz/files-corpus $(BUILD)/fuzz/files-seeds golden/example golden/L0 golden/grad/L0 \
 	  vectors/tests/fixtures
 fuzz-npy:
 	@mkdir -p $(BUILD)/fuzz/corpus
